@@ -1,0 +1,167 @@
+//! Owned IO buffers for monoio and the per-worker free list they come from.
+//!
+//! A [`RecvBuf`] holds storage only while it has work: a connection waiting for its next request returns
+//! its storage to the worker's pool, so an idle keep-alive connection holds no read buffer (issue 3's
+//! memory target). Steady-state traffic recycles the same few buffers: no allocation per request.
+
+use std::{cell::RefCell, io};
+
+use monoio::{
+    buf::{IoBuf, IoBufMut},
+    io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt},
+};
+
+/// Size of a pooled buffer, bytes.
+pub const BUF_SIZE: usize = 16 * 1024;
+/// Buffers kept in one worker's free list; more are freed.
+const POOL_MAX: usize = 1024;
+
+thread_local! {
+    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Takes an empty buffer of at least [`BUF_SIZE`] capacity from this thread's pool.
+pub fn take() -> Vec<u8> {
+    POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
+}
+
+/// Returns a buffer to this thread's pool (cleared; oversized or surplus buffers are freed).
+pub fn give(mut b: Vec<u8>) {
+    if b.capacity() < BUF_SIZE || b.capacity() > 4 * BUF_SIZE {
+        return;
+    }
+    b.clear();
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(b);
+        }
+    });
+}
+
+/// Received bytes not yet consumed: `data()` is `storage[pos..]`.
+#[derive(Debug, Default)]
+pub struct RecvBuf {
+    storage: Vec<u8>,
+    pos: usize,
+}
+
+impl RecvBuf {
+    /// A buffer with no storage yet.
+    pub const fn new() -> Self {
+        RecvBuf { storage: Vec::new(), pos: 0 }
+    }
+
+    /// Unconsumed bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.storage[self.pos..]
+    }
+
+    /// Unconsumed byte count.
+    pub fn len(&self) -> usize {
+        self.storage.len() - self.pos
+    }
+
+    /// Whether there are no unconsumed bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Marks `n` bytes consumed.
+    ///
+    /// # Panics
+    /// When `n` exceeds [`RecvBuf::len`].
+    pub fn consume(&mut self, n: usize) {
+        assert!(n <= self.len());
+        self.pos += n;
+        if self.pos == self.storage.len() {
+            self.pos = 0;
+            self.storage.clear();
+        }
+    }
+
+    /// Returns the storage to the pool when nothing is buffered.
+    pub fn release(&mut self) {
+        if self.is_empty() && self.storage.capacity() > 0 {
+            give(std::mem::take(&mut self.storage));
+            self.pos = 0;
+        }
+    }
+
+    /// Reads once from `io`, appending. Returns the byte count; 0 means EOF.
+    ///
+    /// # Errors
+    /// The read's error.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future loses buffered bytes (and, on io_uring, bytes the kernel took
+    /// in the race). After a timeout the caller closes the connection.
+    pub async fn fill<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
+        if self.storage.capacity() == 0 {
+            self.storage = take();
+        }
+        if self.pos > 0 && self.storage.capacity() - self.storage.len() < BUF_SIZE / 4 {
+            self.storage.copy_within(self.pos.., 0);
+            self.storage.truncate(self.storage.len() - self.pos);
+            self.pos = 0;
+        }
+        if self.storage.len() == self.storage.capacity() {
+            self.storage.reserve(BUF_SIZE);
+        }
+        let storage = std::mem::take(&mut self.storage);
+        let (len, cap) = (storage.len(), storage.capacity());
+        let (res, slice) = io.read(storage.slice_mut(len..cap)).await;
+        self.storage = slice.into_inner();
+        res
+    }
+
+    /// Writes `data()[..n]` to `io` and consumes it.
+    ///
+    /// # Errors
+    /// The write's error; the bytes count as consumed either way.
+    pub async fn write_prefix<W: AsyncWriteRent>(&mut self, io: &mut W, n: usize) -> io::Result<()> {
+        assert!(n <= self.len());
+        let storage = std::mem::take(&mut self.storage);
+        let (res, slice) = io.write_all(storage.slice(self.pos..self.pos + n)).await;
+        self.storage = slice.into_inner();
+        self.consume(n);
+        res.map(|_| ())
+    }
+}
+
+impl Drop for RecvBuf {
+    fn drop(&mut self) {
+        if self.storage.capacity() > 0 {
+            give(std::mem::take(&mut self.storage));
+        }
+    }
+}
+
+/// An output buffer from the pool for building heads; returned to the pool on drop.
+#[derive(Debug)]
+pub struct SendBuf(pub Vec<u8>);
+
+impl SendBuf {
+    /// Takes a cleared buffer from the pool.
+    pub fn take() -> Self {
+        SendBuf(take())
+    }
+
+    /// Writes the whole buffer to `io` and clears it.
+    ///
+    /// # Errors
+    /// The write's error.
+    pub async fn flush<W: AsyncWriteRent>(&mut self, io: &mut W) -> io::Result<()> {
+        let b = std::mem::take(&mut self.0);
+        let (res, mut b) = io.write_all(b).await;
+        b.clear();
+        self.0 = b;
+        res.map(|_| ())
+    }
+}
+
+impl Drop for SendBuf {
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.0));
+    }
+}

@@ -1,0 +1,632 @@
+//! The configuration schema of DESIGN.md "Configuration (TOML)": serde types with `deny_unknown_fields`,
+//! the embedded default (`deploy/edge.toml`), CLI overrides, and validation into a [`Resolved`] config
+//! whose names are resolved to socket addresses (at load, never on a worker).
+//!
+//! Errors name the file, the key path and the reason ([`ConfigError`]).
+
+mod values;
+
+use std::{
+    fmt,
+    net::{IpAddr, SocketAddr, ToSocketAddrs},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
+
+/// The default configuration, `deploy/edge.toml`, embedded at build time.
+pub const DEFAULT_CONFIG: &str = include_str!("../../../deploy/edge.toml");
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`
+    #[serde(default)]
+    pub server: Server,
+    /// `[admin]`
+    #[serde(default)]
+    pub admin: Admin,
+    /// `[log]`
+    #[serde(default)]
+    pub log: Log,
+    /// `[[upstreams]]`
+    #[serde(default)]
+    pub upstreams: Vec<Upstream>,
+    /// `[[routes]]`
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// `[server]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    /// Traffic listener address; one SO_REUSEPORT socket per worker.
+    pub listen: String,
+    /// Worker thread count.
+    pub workers: Workers,
+    /// CPU pinning policy.
+    pub pin_workers: PinWorkers,
+    /// io driver choice.
+    pub io_driver: IoDriverSetting,
+    /// listen(2) backlog per worker socket.
+    pub backlog: u32,
+    /// Open downstream connections for the whole process (DESIGN.md "Capacity").
+    pub max_connections: usize,
+    /// Requests served on one client connection before `Connection: close`.
+    pub max_requests_per_connection: u64,
+    /// Readiness path answered locally on the traffic listener.
+    pub health_path: String,
+    /// CIDRs whose X-Forwarded-For / -Proto are kept and appended to.
+    pub trusted_proxies: Vec<String>,
+    /// Unix socket path for `edge --upgrade`; "" disables.
+    pub upgrade_socket: String,
+    /// `[server.timeouts]`
+    pub timeouts: Timeouts,
+    /// `[server.limits]`
+    pub limits: Limits,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: "127.0.0.1:8080".into(),
+            workers: Workers::Auto,
+            pin_workers: PinWorkers::Auto,
+            io_driver: IoDriverSetting::Auto,
+            backlog: 4096,
+            max_connections: 10_000,
+            max_requests_per_connection: 1000,
+            health_path: "/_health".into(),
+            trusted_proxies: Vec::new(),
+            upgrade_socket: String::new(),
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// `[server.timeouts]`: inbound deadlines (DESIGN.md "Inbound deadlines") and drain timing.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// No request in progress: before the first byte and between keep-alive requests.
+    pub idle: Dur,
+    /// A whole request, head and body, from its first byte; never restarted by a read.
+    pub request: Dur,
+    /// No progress writing a response to the client.
+    pub send: Dur,
+    /// Graceful shutdown: time allowed for in-flight requests after SIGTERM.
+    pub drain: Dur,
+    /// After SIGTERM, health answers 503 this long before listeners close.
+    pub drain_delay: Dur,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            idle: Dur::secs(75),
+            request: Dur::secs(30),
+            send: Dur::secs(30),
+            drain: Dur::secs(30),
+            drain_delay: Dur::secs(5),
+        }
+    }
+}
+
+/// `[server.limits]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Request line + header fields, bytes.
+    pub max_head_bytes: Bytes,
+    /// Header field count.
+    pub max_headers: usize,
+    /// Request body bytes; `none` for unlimited.
+    pub max_body_bytes: ByteLimit,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_head_bytes: Bytes(16 << 10), max_headers: 100, max_body_bytes: ByteLimit(Some(64 << 20)) }
+    }
+}
+
+/// `[admin]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admin {
+    /// Admin listener address; "" disables it.
+    pub listen: String,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin { listen: "127.0.0.1:9901".into() }
+    }
+}
+
+/// `[log]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A tracing filter directive, e.g. `info` or `edge=debug`.
+    pub level: String,
+    /// Requests slower than this log `request.slow` at warn.
+    pub slow_request: Dur,
+    /// One structured line per request.
+    pub access: bool,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { format: LogFormat::Text, level: "info".into(), slow_request: Dur::secs(5), access: false }
+    }
+}
+
+/// `[[upstreams]]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    /// Name that routes refer to.
+    pub name: String,
+    /// `host:port` entries, resolved at load; round-robin per worker.
+    pub endpoints: Vec<String>,
+    /// Connect deadline (504 on expiry, 502 on refusal).
+    #[serde(default = "d2s")]
+    pub connect_timeout: Dur,
+    /// From the request's last byte written upstream to the response head.
+    #[serde(default = "l30s")]
+    pub request_timeout: Limit,
+    /// No progress writing the request to the upstream.
+    #[serde(default = "d30s")]
+    pub write_timeout: Dur,
+    /// Active connections per worker per endpoint; 0 = unlimited.
+    #[serde(default)]
+    pub max_active: usize,
+    /// Wait for a connection when `max_active` is reached; then 503.
+    #[serde(default = "d1s")]
+    pub queue_timeout: Dur,
+    /// Idle keep-alive connections kept per worker per endpoint.
+    #[serde(default = "pool64")]
+    pub pool_max_idle: usize,
+    /// Idle pooled connection lifetime.
+    #[serde(default = "d4s")]
+    pub pool_idle_timeout: Dur,
+    /// Zombie detection inactivity (DESIGN.md "Zombie detection").
+    #[serde(default = "d10s")]
+    pub max_inactive: Dur,
+    /// Zombie threshold cap.
+    #[serde(default = "d60s")]
+    pub max_inactive_cap: Dur,
+    /// Whether received bytes count as activity for zombie detection.
+    #[serde(default = "yes")]
+    pub zombie_counts_received: bool,
+}
+
+fn d1s() -> Dur {
+    Dur::secs(1)
+}
+fn d2s() -> Dur {
+    Dur::secs(2)
+}
+fn d4s() -> Dur {
+    Dur::secs(4)
+}
+fn d10s() -> Dur {
+    Dur::secs(10)
+}
+fn d30s() -> Dur {
+    Dur::secs(30)
+}
+fn d60s() -> Dur {
+    Dur::secs(60)
+}
+fn l30s() -> Limit {
+    Limit(Some(Duration::from_secs(30)))
+}
+fn pool64() -> usize {
+    64
+}
+fn yes() -> bool {
+    true
+}
+
+impl Upstream {
+    /// An upstream with the documented defaults and the given endpoints.
+    pub fn with_endpoints(name: &str, endpoints: Vec<String>) -> Self {
+        Upstream {
+            name: name.into(),
+            endpoints,
+            connect_timeout: d2s(),
+            request_timeout: l30s(),
+            write_timeout: d30s(),
+            max_active: 0,
+            queue_timeout: d1s(),
+            pool_max_idle: pool64(),
+            pool_idle_timeout: d4s(),
+            max_inactive: d10s(),
+            max_inactive_cap: d60s(),
+            zombie_counts_received: true,
+        }
+    }
+}
+
+/// `[[routes]]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Plain byte-wise prefix of the path (query excluded).
+    pub path_prefix: String,
+    /// Optional host (case-insensitive, port removed) that narrows the route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Name of an `[[upstreams]]` entry.
+    pub upstream: String,
+    /// Overrides the upstream's `request_timeout` for this route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<Limit>,
+    /// Overrides `server.timeouts.request` once the route is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_timeout: Option<Dur>,
+}
+
+/// One configuration error: which file, which key (dotted path), and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file name, `<embedded default>` or `<command line>`.
+    pub file: String,
+    /// Dotted key path, e.g. `server.timeouts.idle` or `upstreams[0].endpoints[1]`.
+    pub key: String,
+    /// What is wrong, in words.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: key `{}`: {}", self.file, self.key, self.reason)
+    }
+}
+
+/// Settings given on the command line; each replaces the file's value when set.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen`
+    pub listen: Option<String>,
+    /// `--upstream` (repeatable): replaces `[[upstreams]]` and `[[routes]]` with upstream "default", route "/".
+    pub upstreams: Vec<String>,
+    /// `--workers`
+    pub workers: Option<Workers>,
+    /// `--admin-listen`
+    pub admin_listen: Option<String>,
+    /// `--io-driver`
+    pub io_driver: Option<IoDriverSetting>,
+    /// `--log-format`
+    pub log_format: Option<LogFormat>,
+}
+
+impl Config {
+    /// Parses a TOML document.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `file`, the key path where deserialization failed, and serde's reason
+    /// (unknown keys included).
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let mut reason = inner.message().to_string();
+            if let Some(span) = inner.span() {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                reason = format!("{reason} (line {line})");
+            }
+            ConfigError { file: file.into(), key: if key == "." { "(top level)".into() } else { key }, reason }
+        })
+    }
+
+    /// Applies command-line overrides (DESIGN.md "CLI": flags override the file).
+    pub fn apply(&mut self, o: &Overrides) {
+        if let Some(l) = &o.listen {
+            self.server.listen = l.clone();
+        }
+        if !o.upstreams.is_empty() {
+            self.upstreams = vec![Upstream::with_endpoints("default", o.upstreams.clone())];
+            self.routes = vec![Route {
+                path_prefix: "/".into(),
+                host: None,
+                upstream: "default".into(),
+                request_timeout: None,
+                client_request_timeout: None,
+            }];
+        }
+        if let Some(w) = o.workers {
+            self.server.workers = w;
+        }
+        if let Some(a) = &o.admin_listen {
+            self.admin.listen = a.clone();
+        }
+        if let Some(d) = o.io_driver {
+            self.server.io_driver = d;
+        }
+        if let Some(f) = o.log_format {
+            self.log.format = f;
+        }
+    }
+
+    /// The effective configuration as TOML (what `edge --check` prints).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
+    }
+
+    /// Checks every value and resolves names to addresses.
+    ///
+    /// # Errors
+    /// Every problem found, each naming `file` and the key.
+    pub fn resolve(&self, file: &str) -> Result<Resolved, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut err = |key: String, reason: String| errors.push(ConfigError { file: file.into(), key, reason });
+
+        let listen = match resolve_one(&self.server.listen) {
+            Ok(a) => Some(a),
+            Err(r) => {
+                err("server.listen".into(), r);
+                None
+            }
+        };
+        let admin_listen = if self.admin.listen.is_empty() {
+            None
+        } else {
+            match resolve_one(&self.admin.listen) {
+                Ok(a) => Some(a),
+                Err(r) => {
+                    err("admin.listen".into(), r);
+                    None
+                }
+            }
+        };
+        if self.server.max_connections == 0 {
+            err("server.max_connections".into(), "must be at least 1".into());
+        }
+        if self.server.max_requests_per_connection == 0 {
+            err("server.max_requests_per_connection".into(), "must be at least 1".into());
+        }
+        if !self.server.health_path.starts_with('/') {
+            err("server.health_path".into(), "must start with '/'".into());
+        }
+        if self.server.limits.max_head_bytes.0 < 256 {
+            err("server.limits.max_head_bytes".into(), "must be at least 256 bytes".into());
+        }
+        if self.server.limits.max_headers == 0 {
+            err("server.limits.max_headers".into(), "must be at least 1".into());
+        }
+        for (name, d) in [
+            ("idle", self.server.timeouts.idle),
+            ("request", self.server.timeouts.request),
+            ("send", self.server.timeouts.send),
+        ] {
+            if d.0.is_zero() {
+                err(format!("server.timeouts.{name}"), "must be greater than zero".into());
+            }
+        }
+        let mut trusted = Vec::new();
+        for (i, c) in self.server.trusted_proxies.iter().enumerate() {
+            match Cidr::parse(c) {
+                Ok(c) => trusted.push(c),
+                Err(r) => err(format!("server.trusted_proxies[{i}]"), r),
+            }
+        }
+        if !self.server.upgrade_socket.is_empty() {
+            err("server.upgrade_socket".into(), "zero-downtime upgrade is not implemented yet; leave it \"\"".into());
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            err("log.level".into(), format!("invalid filter {:?}: {e}", self.log.level));
+        }
+
+        let mut upstreams = Vec::new();
+        for (i, u) in self.upstreams.iter().enumerate() {
+            if u.name.is_empty() {
+                err(format!("upstreams[{i}].name"), "must not be empty".into());
+            }
+            if self.upstreams[..i].iter().any(|o| o.name == u.name) {
+                err(format!("upstreams[{i}].name"), format!("duplicate upstream name {:?}", u.name));
+            }
+            if u.endpoints.is_empty() {
+                err(format!("upstreams[{i}].endpoints"), "needs at least one host:port".into());
+            }
+            let mut addrs = Vec::new();
+            for (j, e) in u.endpoints.iter().enumerate() {
+                match resolve_one(e) {
+                    Ok(a) => addrs.push(a),
+                    Err(r) => err(format!("upstreams[{i}].endpoints[{j}]"), r),
+                }
+            }
+            if u.connect_timeout.0.is_zero() {
+                err(format!("upstreams[{i}].connect_timeout"), "must be greater than zero".into());
+            }
+            upstreams.push(ResolvedUpstream { config: u.clone(), endpoints: addrs });
+        }
+        if self.routes.is_empty() {
+            err("routes".into(), "at least one [[routes]] entry is needed".into());
+        }
+        let mut routes = Vec::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            if !r.path_prefix.starts_with('/') {
+                err(format!("routes[{i}].path_prefix"), "must start with '/'".into());
+            }
+            match self.upstreams.iter().position(|u| u.name == r.upstream) {
+                Some(idx) => routes.push(ResolvedRoute {
+                    path_prefix: r.path_prefix.clone(),
+                    host: r.host.as_ref().map(|h| h.to_ascii_lowercase()),
+                    upstream: idx,
+                    request_timeout: r.request_timeout,
+                    client_request_timeout: r.client_request_timeout.map(|d| d.0),
+                }),
+                None => err(format!("routes[{i}].upstream"), format!("no [[upstreams]] entry is named {:?}", r.upstream)),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Resolved {
+            config: self.clone(),
+            listen: listen.expect("checked above"),
+            admin_listen,
+            trusted_proxies: trusted,
+            upstreams,
+            routes,
+        })
+    }
+}
+
+/// Resolves `host:port` to one socket address (the first the resolver returns).
+fn resolve_one(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut it) => it.next().ok_or_else(|| format!("{text:?} resolves to no address")),
+        Err(e) => Err(format!("{text:?} is not a host:port that resolves ({e})")),
+    }
+}
+
+/// A validated configuration with resolved addresses; what workers run on.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The effective configuration.
+    pub config: Config,
+    /// Traffic listener address.
+    pub listen: SocketAddr,
+    /// Admin listener address, `None` when disabled.
+    pub admin_listen: Option<SocketAddr>,
+    /// Parsed `server.trusted_proxies`.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Upstreams in file order.
+    pub upstreams: Vec<ResolvedUpstream>,
+    /// Routes in file order (matching order is decided by the router).
+    pub routes: Vec<ResolvedRoute>,
+}
+
+/// One upstream with its endpoints resolved.
+#[derive(Clone, Debug)]
+pub struct ResolvedUpstream {
+    /// The upstream's settings.
+    pub config: Upstream,
+    /// Endpoint addresses, in file order.
+    pub endpoints: Vec<SocketAddr>,
+}
+
+/// One route, pointing at an upstream by index.
+#[derive(Clone, Debug)]
+pub struct ResolvedRoute {
+    /// Path prefix.
+    pub path_prefix: String,
+    /// Lower-cased host, if the route is host-specific.
+    pub host: Option<String>,
+    /// Index into [`Resolved::upstreams`].
+    pub upstream: usize,
+    /// Route override of the upstream request timeout.
+    pub request_timeout: Option<Limit>,
+    /// Route override of the inbound `request` deadline.
+    pub client_request_timeout: Option<Duration>,
+}
+
+/// An IP network in CIDR notation (`10.0.0.0/8`, `::1/128`; a bare address means a single host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `addr/prefix` or a bare address.
+    ///
+    /// # Errors
+    /// A reason when the address or prefix length is invalid.
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (a, p) = text.split_once('/').unwrap_or((text, ""));
+        let addr: IpAddr = a.parse().map_err(|_| format!("invalid CIDR {text:?}: bad address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = if p.is_empty() { max } else { p.parse().map_err(|_| format!("invalid CIDR {text:?}: bad prefix"))? };
+        if prefix > max {
+            return Err(format!("invalid CIDR {text:?}: prefix over {max}"));
+        }
+        Ok(Cidr { addr, prefix })
+    }
+
+    /// Whether `ip` is inside this network (IPv4-mapped IPv6 addresses match IPv4 networks).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_loads_and_resolves() {
+        let c = Config::parse(DEFAULT_CONFIG, "deploy/edge.toml").unwrap();
+        let r = c.resolve("deploy/edge.toml").unwrap();
+        assert_eq!(r.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.server.limits.max_head_bytes, Bytes(16384));
+        assert_eq!(c.upstreams[0].request_timeout, Limit(Some(Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn printed_config_loads_again() {
+        let c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+        let again = Config::parse(&c.to_toml(), "printed").unwrap();
+        assert_eq!(again.to_toml(), c.to_toml());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::parse("[server]\nlisten = \"127.0.0.1:1\"\nbogus_key = 1\n", "x.toml").unwrap_err();
+        assert_eq!(e.file, "x.toml");
+        assert!(e.reason.contains("bogus_key"), "{e}");
+        assert!(e.key.starts_with("server"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_names_key() {
+        let e = Config::parse("[server.timeouts]\nidle = \"soon\"\n", "x.toml").unwrap_err();
+        assert_eq!(e.key, "server.timeouts.idle");
+    }
+
+    #[test]
+    fn route_to_missing_upstream_is_an_error() {
+        let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+        c.routes[0].upstream = "nope".into();
+        let errs = c.resolve("d").unwrap_err();
+        assert!(errs.iter().any(|e| e.key == "routes[0].upstream"), "{errs:?}");
+    }
+
+    #[test]
+    fn cidr_matching() {
+        let c = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(c.contains("10.1.2.3".parse().unwrap()));
+        assert!(!c.contains("11.1.2.3".parse().unwrap()));
+        assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
+        assert!(Cidr::parse("10.0.0.0/33").is_err());
+        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("1.2.3.4".parse().unwrap()));
+    }
+}

@@ -1,0 +1,7 @@
+//! HTTP/1.1 message framing shared by the downstream and upstream sides: head parsing on httparse
+//! ([`head`]), the framing decisions of RFC 9112 §6.3 ([`framing`]), and the chunked decoder
+//! ([`chunked`]). All sans-IO.
+
+pub mod chunked;
+pub mod framing;
+pub mod head;

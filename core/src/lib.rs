@@ -1,0 +1,9 @@
+//! edge-core: what both sides of the proxy share: the configuration schema, the thread-per-core worker
+//! runtime, HTTP/1.1 framing, metric names and logging setup. See DESIGN.md "Layout".
+
+pub mod buf;
+pub mod config;
+pub mod http;
+pub mod log;
+pub mod metrics;
+pub mod runtime;

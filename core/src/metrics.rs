@@ -1,0 +1,266 @@
+//! Metric names and label values of DESIGN.md "Metrics", the recorder setup, and the per-worker handle
+//! set. Every series a worker writes carries `worker="N"`, so no two cores write the same atomic; handles
+//! are registered once per worker (status counters on first use of a status code) and never looked up
+//! per request afterwards.
+
+use std::cell::RefCell;
+
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Buckets of `edge_request_duration_seconds`: 0.5 ms to 60 s.
+pub const DURATION_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it).
+///
+/// # Errors
+/// When a recorder is already installed.
+pub fn install_recorder() -> Result<PrometheusHandle, String> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full("edge_request_duration_seconds".into()), DURATION_BUCKETS)
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| e.to_string())
+}
+
+macro_rules! label_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $var),+ }
+        impl $name {
+            /// Every value, in label order.
+            pub const ALL: &'static [$name] = &[$($name::$var),+];
+            /// The label value.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$var => $text),+ }
+            }
+        }
+    };
+}
+
+label_enum!(
+    /// `reason` of `edge_requests_invalid_total` (DESIGN.md "Status codes").
+    InvalidReason {
+        /// 400: unparseable head.
+        BadHead = "bad_head",
+        /// 400: ambiguous or malformed framing.
+        BadFraming = "bad_framing",
+        /// 400: malformed chunked body.
+        BadChunk = "bad_chunk",
+        /// 400: missing, repeated or malformed Host.
+        BadHost = "bad_host",
+        /// 431: head over `max_head_bytes` or `max_headers`.
+        HeadTooLarge = "head_too_large",
+        /// 414: request line over the head limit.
+        UriTooLong = "uri_too_long",
+        /// 413: body over `max_body_bytes`.
+        BodyTooLarge = "body_too_large",
+        /// 501: transfer coding edge does not implement.
+        TransferCoding = "transfer_coding",
+        /// 405: CONNECT.
+        Method = "method",
+    }
+);
+
+label_enum!(
+    /// `reason` of the shed counters.
+    ShedReason {
+        /// At `max_connections` with nothing evictable.
+        Limit = "limit",
+        /// EMFILE / ENFILE at accept.
+        FdLimit = "fd_limit",
+        /// Upstream `max_active` reached and `queue_timeout` expired.
+        UpstreamQueue = "upstream_queue",
+    }
+);
+
+label_enum!(
+    /// `kind` of `edge_upstream_errors_total`.
+    UpstreamErrorKind {
+        /// Connect refused.
+        Refused = "refused",
+        /// Reset before a complete response.
+        Reset = "reset",
+        /// Malformed response head or framing.
+        BadResponse = "bad_response",
+        /// Closed before a complete response.
+        ClosedEarly = "closed_early",
+        /// Endpoint skipped by passive ejection.
+        Ejected = "ejected",
+    }
+);
+
+label_enum!(
+    /// `phase` of `edge_upstream_timeouts_total`.
+    UpstreamPhase {
+        /// `connect_timeout`.
+        Connect = "connect",
+        /// `write_timeout`.
+        Write = "write",
+        /// `request_timeout`.
+        Request = "request",
+        /// Zombie verdict.
+        Zombie = "zombie",
+    }
+);
+
+label_enum!(
+    /// `phase` of `edge_inbound_timeouts_total`.
+    InboundPhase {
+        /// No request in progress.
+        Idle = "idle",
+        /// Head or body not complete by the `request` deadline.
+        Request = "request",
+        /// No progress writing to the client.
+        Send = "send",
+    }
+);
+
+/// Process-wide series (not per worker): written at startup and by the supervisor only.
+pub fn set_process_gauges(version: &str, io_driver: &str, max_connections: usize) {
+    gauge!("edge_build_info", "version" => version.to_string(), "io_driver" => io_driver.to_string()).set(1.0);
+    gauge!("edge_connections_max").set(max_connections as f64);
+    counter!("edge_worker_restarts_total").absolute(0);
+}
+
+/// Counts a worker restart (supervisor thread only).
+pub fn count_worker_restart() {
+    counter!("edge_worker_restarts_total").increment(1);
+}
+
+/// One worker's metric handles.
+pub struct WorkerMetrics {
+    worker: String,
+    status: RefCell<Vec<Option<Counter>>>,
+    /// `edge_request_duration_seconds{worker}`
+    pub duration: Histogram,
+    /// `edge_requests_in_flight{worker}`
+    pub in_flight: Gauge,
+    invalid: Vec<Counter>,
+    requests_shed: Vec<Counter>,
+    connections_shed: Vec<Counter>,
+    /// `edge_responses_truncated_total{worker}`
+    pub truncated: Counter,
+    /// `edge_connections_total{worker}`
+    pub connections_total: Counter,
+    /// `edge_connections_active{worker}`
+    pub connections_active: Gauge,
+    /// `edge_connections_evicted_total{worker}`
+    pub evicted: Counter,
+    /// `edge_connection_panics_total{worker}`
+    pub panics: Counter,
+    inbound_timeouts: Vec<Counter>,
+    /// `edge_upstream_requests_total{worker}`
+    pub upstream_requests: Counter,
+    upstream_errors: Vec<Counter>,
+    upstream_timeouts: Vec<Counter>,
+    /// `edge_upstream_retries_total{worker}`
+    pub upstream_retries: Counter,
+    /// `edge_upstream_connections{worker,state="idle"}`
+    pub upstream_idle: Gauge,
+    /// `edge_upstream_connections{worker,state="active"}`
+    pub upstream_active: Gauge,
+}
+
+impl WorkerMetrics {
+    /// Registers every series of worker `id` (label combinations are pre-registered so they export 0).
+    pub fn register(id: usize) -> Self {
+        let w = id.to_string();
+        let by = |name: &'static str, label: &'static str, values: &[&'static str]| -> Vec<Counter> {
+            values.iter().map(|v| counter!(name, "worker" => w.clone(), label => *v)).collect()
+        };
+        let names = |all: &[&'static str]| all.to_vec();
+        let m = WorkerMetrics {
+            status: RefCell::new(vec![None; 600]),
+            duration: histogram!("edge_request_duration_seconds", "worker" => w.clone()),
+            in_flight: gauge!("edge_requests_in_flight", "worker" => w.clone()),
+            invalid: by(
+                "edge_requests_invalid_total",
+                "reason",
+                &names(&InvalidReason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>()),
+            ),
+            requests_shed: by("edge_requests_shed_total", "reason", &[ShedReason::UpstreamQueue.as_str()]),
+            connections_shed: by("edge_connections_shed_total", "reason", &[ShedReason::Limit.as_str(), ShedReason::FdLimit.as_str()]),
+            truncated: counter!("edge_responses_truncated_total", "worker" => w.clone()),
+            connections_total: counter!("edge_connections_total", "worker" => w.clone()),
+            connections_active: gauge!("edge_connections_active", "worker" => w.clone()),
+            evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
+            panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
+            inbound_timeouts: by(
+                "edge_inbound_timeouts_total",
+                "phase",
+                &InboundPhase::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            ),
+            upstream_requests: counter!("edge_upstream_requests_total", "worker" => w.clone()),
+            upstream_errors: by(
+                "edge_upstream_errors_total",
+                "kind",
+                &UpstreamErrorKind::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            ),
+            upstream_timeouts: by(
+                "edge_upstream_timeouts_total",
+                "phase",
+                &UpstreamPhase::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            ),
+            upstream_retries: counter!("edge_upstream_retries_total", "worker" => w.clone()),
+            upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
+            upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
+            worker: w,
+        };
+        for c in m.invalid.iter().chain(&m.requests_shed).chain(&m.connections_shed).chain(&m.inbound_timeouts) {
+            c.absolute(0);
+        }
+        for c in m.upstream_errors.iter().chain(&m.upstream_timeouts) {
+            c.absolute(0);
+        }
+        for c in [&m.truncated, &m.connections_total, &m.evicted, &m.panics, &m.upstream_requests, &m.upstream_retries] {
+            c.absolute(0);
+        }
+        m.in_flight.set(0.0);
+        m.connections_active.set(0.0);
+        m.upstream_idle.set(0.0);
+        m.upstream_active.set(0.0);
+        m
+    }
+
+    /// Counts one answered request in `edge_requests_total{worker,status}`.
+    pub fn count_status(&self, status: u16) {
+        let idx = usize::from(status).min(599);
+        let mut table = self.status.borrow_mut();
+        table[idx]
+            .get_or_insert_with(|| counter!("edge_requests_total", "worker" => self.worker.clone(), "status" => status.to_string()))
+            .increment(1);
+    }
+
+    /// `edge_requests_invalid_total{worker,reason}`
+    pub fn invalid(&self, r: InvalidReason) -> &Counter {
+        &self.invalid[r as usize]
+    }
+
+    /// `edge_requests_shed_total{worker,reason="upstream_queue"}`
+    pub fn request_shed(&self) -> &Counter {
+        &self.requests_shed[0]
+    }
+
+    /// `edge_connections_shed_total{worker,reason}` for `limit` or `fd_limit`.
+    pub fn connection_shed(&self, r: ShedReason) -> &Counter {
+        &self.connections_shed[if r == ShedReason::FdLimit { 1 } else { 0 }]
+    }
+
+    /// `edge_inbound_timeouts_total{worker,phase}`
+    pub fn inbound_timeout(&self, p: InboundPhase) -> &Counter {
+        &self.inbound_timeouts[p as usize]
+    }
+
+    /// `edge_upstream_errors_total{worker,kind}`
+    pub fn upstream_error(&self, k: UpstreamErrorKind) -> &Counter {
+        &self.upstream_errors[k as usize]
+    }
+
+    /// `edge_upstream_timeouts_total{worker,phase}`
+    pub fn upstream_timeout(&self, p: UpstreamPhase) -> &Counter {
+        &self.upstream_timeouts[p as usize]
+    }
+}

@@ -1,0 +1,284 @@
+//! The thread-per-core runtime (DESIGN.md "Process model"): the io driver chosen once for all workers,
+//! one pinned thread per worker with its own monoio runtime and its own SO_REUSEPORT listener, the
+//! process-wide [`Shared`] state (drain flag, heartbeats, connection count), and the supervisor that
+//! restarts a worker thread that dies, on the same CPU with the same listener.
+
+pub mod cpus;
+pub mod listen;
+
+use std::{
+    future::Future,
+    io,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        mpsc, Arc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::config::IoDriverSetting;
+
+/// The io driver in use, chosen once for all workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoDriver {
+    /// monoio's io_uring driver.
+    IoUring,
+    /// monoio's epoll ("legacy") driver.
+    Epoll,
+}
+
+impl IoDriver {
+    /// The `io_driver` label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            IoDriver::IoUring => "io_uring",
+            IoDriver::Epoll => "epoll",
+        }
+    }
+}
+
+/// Chooses the driver: `auto` sets up a small io_uring ring and falls back to epoll when the kernel refuses
+/// it (EPERM under seccomp, ENOSYS, ENOMEM from memlock, `kernel.io_uring_disabled`).
+///
+/// # Errors
+/// With `io_uring` forced, the kernel's reason when a ring cannot be set up.
+pub fn choose_driver(setting: IoDriverSetting) -> Result<(IoDriver, Option<io::Error>), io::Error> {
+    match setting {
+        IoDriverSetting::Epoll => Ok((IoDriver::Epoll, None)),
+        IoDriverSetting::IoUring => io_uring::IoUring::new(8).map(|_| (IoDriver::IoUring, None)),
+        IoDriverSetting::Auto => match io_uring::IoUring::new(8) {
+            Ok(_) => Ok((IoDriver::IoUring, None)),
+            Err(e) => Ok((IoDriver::Epoll, Some(e))),
+        },
+    }
+}
+
+/// Builds a monoio runtime with timers on `driver` and runs `fut` to completion on the calling thread.
+///
+/// # Errors
+/// When the runtime cannot be built (e.g. io_uring setup fails on this thread).
+pub fn block_on<F: Future>(driver: IoDriver, fut: F) -> io::Result<F::Output> {
+    match driver {
+        IoDriver::IoUring => Ok(monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .with_entries(4096)
+            .enable_timer()
+            .build()?
+            .block_on(fut)),
+        IoDriver::Epoll => Ok(monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .with_entries(4096)
+            .enable_timer()
+            .build()?
+            .block_on(fut)),
+    }
+}
+
+/// A worker's heartbeat slot, alone on its cache line so workers never share a line.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct Heartbeat(AtomicU64);
+
+/// Process-wide state: written at startup, shutdown, per connection (the count) and by each worker's own
+/// heartbeat slot; never per request.
+pub struct Shared {
+    /// Process start; heartbeats are milliseconds since this instant.
+    pub start: Instant,
+    /// Set at SIGTERM: health answers 503 and responses carry `Connection: close`.
+    pub draining: AtomicBool,
+    /// Set when workers must stop accepting and close idle connections.
+    pub closing: AtomicBool,
+    heartbeats: Box<[Heartbeat]>,
+    /// Open downstream connections, all workers.
+    pub connections: AtomicUsize,
+    /// Effective `max_connections` (after the fd-limit check).
+    pub max_connections: usize,
+    /// The io driver in use.
+    pub io_driver: IoDriver,
+}
+
+/// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
+pub const HEARTBEAT_STALE: Duration = Duration::from_secs(1);
+/// How often each worker writes its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
+
+impl Shared {
+    /// Fresh state for `workers` workers.
+    pub fn new(workers: usize, max_connections: usize, io_driver: IoDriver) -> Self {
+        Shared {
+            start: Instant::now(),
+            draining: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            heartbeats: (0..workers).map(|_| Heartbeat::default()).collect(),
+            connections: AtomicUsize::new(0),
+            max_connections,
+            io_driver,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Records that worker `id` is alive (called from its own timer task only).
+    pub fn beat(&self, id: usize) {
+        self.heartbeats[id].0.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Readiness: not draining and every worker's heartbeat younger than [`HEARTBEAT_STALE`].
+    pub fn ready(&self) -> bool {
+        if self.draining.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = self.now_ms();
+        let stale = HEARTBEAT_STALE.as_millis() as u64;
+        self.heartbeats.iter().all(|h| now.saturating_sub(h.0.load(Ordering::Relaxed)) <= stale)
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.heartbeats.len()
+    }
+}
+
+/// What a worker thread receives.
+pub struct WorkerEnv {
+    /// Worker index, 0-based (the `worker` label).
+    pub id: usize,
+    /// The CPU it is pinned to, if any.
+    pub cpu: Option<usize>,
+    /// Its own SO_REUSEPORT listening socket (a dup of the supervisor's; blocking mode off).
+    pub listener: std::net::TcpListener,
+    /// Process-wide state.
+    pub shared: Arc<Shared>,
+    /// Send `Ok(())` once listening, or the startup error.
+    pub ready: mpsc::Sender<Result<(), String>>,
+}
+
+/// The future a worker runs on its runtime; it returns when the worker stops.
+pub type WorkerFuture = Pin<Box<dyn Future<Output = ()>>>;
+/// Builds a worker's future on its own thread.
+pub type WorkerMain = Arc<dyn Fn(WorkerEnv) -> WorkerFuture + Send + Sync>;
+
+/// The supervisor's view of the workers (DESIGN.md "Process model").
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    driver: IoDriver,
+    main: WorkerMain,
+    slots: Vec<Slot>,
+}
+
+struct Slot {
+    cpu: Option<usize>,
+    listener: socket2::Socket,
+    handle: Option<thread::JoinHandle<()>>,
+    backoff: Duration,
+    restart_at: Option<Instant>,
+}
+
+impl Supervisor {
+    /// Starts one thread per listener and waits (at most 10 s) until each reports ready.
+    ///
+    /// # Errors
+    /// The first worker's startup error, or a timeout naming the worker.
+    pub fn start(
+        shared: Arc<Shared>,
+        driver: IoDriver,
+        main: WorkerMain,
+        listeners: Vec<socket2::Socket>,
+        cpus: Vec<Option<usize>>,
+    ) -> Result<Supervisor, String> {
+        let mut sup = Supervisor { shared, driver, main, slots: Vec::new() };
+        let (tx, rx) = mpsc::channel();
+        for (i, (listener, cpu)) in listeners.into_iter().zip(cpus).enumerate() {
+            sup.slots.push(Slot { cpu, listener, handle: None, backoff: Duration::from_secs(1), restart_at: None });
+            sup.spawn(i, tx.clone())?;
+        }
+        for _ in 0..sup.slots.len() {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err("a worker did not start within 10 s".into()),
+            }
+        }
+        Ok(sup)
+    }
+
+    fn spawn(&mut self, id: usize, ready: mpsc::Sender<Result<(), String>>) -> Result<(), String> {
+        let slot = &mut self.slots[id];
+        let fd = slot.listener.try_clone().map_err(|e| format!("worker {id}: cannot dup listener: {e}"))?;
+        let env = WorkerEnv { id, cpu: slot.cpu, listener: fd.into(), shared: self.shared.clone(), ready };
+        let (main, driver) = (self.main.clone(), self.driver);
+        let handle = thread::Builder::new()
+            .name(format!("edge-worker-{id}"))
+            .spawn(move || {
+                if let Some(cpu) = env.cpu {
+                    if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+                        tracing::warn!(event = "worker.pin_failed", worker = id, cpu, "could not pin worker to its CPU");
+                    }
+                }
+                let ready = env.ready.clone();
+                if let Err(e) = block_on(driver, main(env)) {
+                    let _ = ready.send(Err(format!("worker {id}: cannot build the {} runtime: {e}", driver.as_str())));
+                }
+            })
+            .map_err(|e| format!("worker {id}: cannot start thread: {e}"))?;
+        slot.handle = Some(handle);
+        Ok(())
+    }
+
+    /// One supervision step: restarts dead workers (backoff 1 s doubling to 30 s). Call every ~100 ms.
+    pub fn check(&mut self) {
+        for id in 0..self.slots.len() {
+            let slot = &mut self.slots[id];
+            if slot.handle.as_ref().is_some_and(|h| h.is_finished()) {
+                let result = slot.handle.take().map(|h| h.join());
+                if self.shared.closing.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let delay = slot.backoff;
+                slot.backoff = (slot.backoff * 2).min(Duration::from_secs(30));
+                slot.restart_at = Some(Instant::now() + delay);
+                let panicked = matches!(result, Some(Err(_)));
+                tracing::error!(event = "worker.died", worker = id, panicked, restart_in_ms = delay.as_millis() as u64, "worker thread ended; restarting");
+            }
+            if slot.restart_at.is_some_and(|t| Instant::now() >= t) {
+                slot.restart_at = None;
+                crate::metrics::count_worker_restart();
+                let (tx, _rx) = mpsc::channel();
+                if let Err(e) = self.spawn(id, tx) {
+                    tracing::error!(event = "worker.restart_failed", worker = id, error = %e);
+                } else {
+                    tracing::warn!(event = "worker.restarted", worker = id);
+                }
+            }
+        }
+    }
+
+    /// Waits (at most `limit`) for every worker thread to end.
+    pub fn join(mut self, limit: Duration) {
+        let until = Instant::now() + limit;
+        for slot in &mut self.slots {
+            while slot.handle.as_ref().is_some_and(|h| !h.is_finished()) && Instant::now() < until {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Open downstream connections counted in [`Shared::connections`]; decremented on drop.
+pub struct ConnectionSlot(Arc<Shared>);
+
+impl ConnectionSlot {
+    /// Takes a slot (the caller has checked capacity).
+    pub fn take(shared: &Arc<Shared>) -> Self {
+        shared.connections.fetch_add(1, Ordering::Relaxed);
+        ConnectionSlot(shared.clone())
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}

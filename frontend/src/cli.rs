@@ -1,0 +1,93 @@
+//! The command line of DESIGN.md "CLI" (clap). Flags override the file; the file overrides the embedded
+//! default.
+
+use clap::{Parser, Subcommand};
+use edge_core::config::{IoDriverSetting, LogFormat, Overrides, Workers};
+
+/// edge: a thread-per-core HTTP/1.1 reverse proxy.
+#[derive(Debug, Parser)]
+#[command(name = "edge", version, about)]
+pub struct Cli {
+    /// Configuration file (TOML); without it the embedded default (deploy/edge.toml) runs.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<String>,
+    /// Traffic listener address (server.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Upstream endpoint HOST:PORT (repeatable); replaces [[upstreams]] and [[routes]] with one upstream
+    /// "default" and route "/".
+    #[arg(long = "upstream", value_name = "HOST:PORT")]
+    pub upstreams: Vec<String>,
+    /// Worker threads: N or auto (server.workers).
+    #[arg(long, value_name = "N|auto")]
+    pub workers: Option<Workers>,
+    /// Admin listener address; "" disables it (admin.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+    /// io driver: auto, io_uring or epoll (server.io_driver).
+    #[arg(long, value_name = "auto|io_uring|epoll")]
+    pub io_driver: Option<IoDriverSetting>,
+    /// Log format: text or json (log.format).
+    #[arg(long, value_name = "text|json")]
+    pub log_format: Option<LogFormat>,
+    /// Validate the configuration and print the effective config as TOML; exit 0, or 2 with errors.
+    #[arg(long)]
+    pub check: bool,
+    /// Print the embedded default configuration (deploy/edge.toml).
+    #[arg(long)]
+    pub print_default_config: bool,
+    /// Take the listeners over from a running edge (not implemented yet).
+    #[arg(long)]
+    pub upgrade: bool,
+    /// Subcommands.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Exit 0 when the URL answers 200 (for containers without curl).
+    Healthcheck {
+        /// URL to probe (http only).
+        #[arg(long, default_value = "http://127.0.0.1:8080/_health")]
+        url: String,
+    },
+}
+
+impl Cli {
+    /// The overrides these flags make.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen.clone(),
+            upstreams: self.upstreams.clone(),
+            workers: self.workers,
+            admin_listen: self.admin_listen.clone(),
+            io_driver: self.io_driver,
+            log_format: self.log_format,
+        }
+    }
+}
+
+/// `edge healthcheck`: GET the URL with a 2 s budget; `true` on 200.
+pub fn healthcheck(url: &str) -> Result<bool, String> {
+    use std::{
+        io::{Read, Write},
+        net::{TcpStream, ToSocketAddrs},
+        time::Duration,
+    };
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let addr = authority
+        .to_socket_addrs()
+        .map_err(|e| format!("{authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority}: no address"))?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).map_err(|e| format!("{url}: {e}"))?;
+    Ok(&head[9..12] == b"200")
+}

@@ -1,0 +1,342 @@
+//! The per-connection keep-alive loop with inbound deadlines (DESIGN.md "Inbound deadlines"):
+//!
+//! - `idle`: armed when no request is in progress (before the first byte and between requests); while
+//!   idle the connection holds no read buffer (it waits for readability, then takes a pooled buffer);
+//! - `request`: armed by a request's first byte, covers head and body, never restarted by a read; a route's
+//!   `client_request_timeout` replaces it once the route is known;
+//! - `send`: bounds each write to the client.
+//!
+//! Every timeout closes the connection (after a 408 for `request`), so a dropped in-flight read never
+//! loses bytes that matter.
+
+use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering, time::Duration};
+
+use edge_core::{
+    buf::{RecvBuf, SendBuf},
+    http::{
+        framing::{request_info, Body, FramingError},
+        head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
+    },
+    metrics::{InboundPhase, InvalidReason, ShedReason},
+};
+use monoio::{
+    net::TcpStream,
+    time::{timeout_at, Instant},
+};
+
+use crate::{
+    forward::RequestId,
+    proxy::{self, Outcome, Request},
+    respond::{self, Failure, RequestLog},
+    worker::Worker,
+};
+
+/// Longest request-line copy kept for log lines, bytes.
+const LOG_LINE_MAX: usize = 256;
+/// Most unread request body edge discards to keep a connection after an error response.
+const DISCARD_MAX: u64 = 64 * 1024;
+/// Deadline for the first head of a connection accepted over capacity (DESIGN.md "Capacity").
+const SHED_HEAD_DEADLINE: Duration = Duration::from_secs(1);
+
+/// What happens to the connection after a request.
+enum Next {
+    /// Serve another request.
+    Keep,
+    /// Close now.
+    Close,
+    /// Close with a lingering close (there may be unread input).
+    Linger,
+}
+
+/// Per-connection state reused across its requests.
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    rb: RecvBuf,
+    fields: Fields,
+    served: u64,
+    log_line: Vec<u8>,
+}
+
+/// Serves one downstream connection until it closes. `over_capacity` connections get only their first
+/// head read (under 1 s): a health probe is answered, anything else gets 503.
+pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capacity: bool) {
+    let mut c = Conn { stream, peer, rb: RecvBuf::new(), fields: Fields::new(), served: 0, log_line: Vec::new() };
+    if over_capacity {
+        return shed(&w, c).await;
+    }
+    loop {
+        match request(&w, &mut c).await {
+            Next::Keep => continue,
+            Next::Close => return,
+            Next::Linger => return respond::linger_close(c.stream).await,
+        }
+    }
+}
+
+/// Waits for a request to start under the `idle` deadline without holding a buffer. `false` = close.
+async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
+    if !c.rb.is_empty() {
+        return true; // pipelined bytes already buffered
+    }
+    c.rb.release();
+    let until = Instant::now() + w.cfg.config.server.timeouts.idle.0;
+    let ready = timeout_at(until, async {
+        c.stream.readable(true).await?;
+        c.rb.fill(&mut c.stream).await
+    })
+    .await;
+    match ready {
+        Err(_) => {
+            w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
+            tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
+            false
+        }
+        Ok(Ok(n)) => n > 0,
+        Ok(Err(_)) => false,
+    }
+}
+
+/// Reads a whole request head under `deadline`.
+async fn read_head(w: &Worker, c: &mut Conn, deadline: Instant) -> Result<Option<RequestHead>, Failure> {
+    let limits = &w.cfg.config.server.limits;
+    let max_head = limits.max_head_bytes.0 as usize;
+    loop {
+        match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
+            Ok(Some(h)) if h.len > max_head => return Err(Failure::Invalid(InvalidReason::HeadTooLarge)),
+            Ok(Some(h)) => return Ok(Some(h)),
+            Ok(None) if c.rb.len() >= max_head => {
+                let reason = if request_line_complete(&c.rb.data()[..max_head]) {
+                    InvalidReason::HeadTooLarge
+                } else {
+                    InvalidReason::UriTooLong
+                };
+                return Err(Failure::Invalid(reason));
+            }
+            Ok(None) => {}
+            Err(HeadError::Invalid) => return Err(Failure::Invalid(InvalidReason::BadHead)),
+            Err(HeadError::TooManyFields) => return Err(Failure::Invalid(InvalidReason::HeadTooLarge)),
+        }
+        match timeout_at(deadline, c.rb.fill(&mut c.stream)).await {
+            Err(_) => return Err(Failure::RequestTimeout),
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                tracing::debug!(event = "request.aborted", worker = w.id, peer = %c.peer, cause = "client closed during the head");
+                return Ok(None);
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+fn framing_failure(e: FramingError) -> Failure {
+    Failure::Invalid(match e {
+        FramingError::BadFraming => InvalidReason::BadFraming,
+        FramingError::BadHost => InvalidReason::BadHost,
+        FramingError::TransferCoding => InvalidReason::TransferCoding,
+    })
+}
+
+async fn request(w: &Worker, c: &mut Conn) -> Next {
+    if !wait_request(w, c).await {
+        return Next::Close;
+    }
+    let started = Instant::now();
+    let mut deadline = started + w.cfg.config.server.timeouts.request.0;
+    let head = match read_head(w, c, deadline).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return Next::Close,
+        Err(f) => return fail(w, c, f, false, started).await,
+    };
+    let buf = c.rb.data();
+    c.log_line.clear();
+    c.log_line.extend_from_slice(&buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)]);
+    let method = &buf[head.method.clone()];
+    if method == b"CONNECT" {
+        return fail(w, c, Failure::Invalid(InvalidReason::Method), false, started).await;
+    }
+    let info = match request_info(buf, &head, &c.fields) {
+        Ok(i) => i,
+        Err(e) => return fail(w, c, framing_failure(e), false, started).await,
+    };
+    if let (Body::Length(n), Some(max)) = (info.body, w.cfg.config.server.limits.max_body_bytes.0) {
+        if n > max {
+            return fail(w, c, Failure::Invalid(InvalidReason::BodyTooLarge), false, started).await;
+        }
+    }
+    c.served += 1;
+    let server = &w.cfg.config.server;
+    let draining = w.shared.draining.load(Ordering::Relaxed);
+    let close = info.close || draining || c.served >= server.max_requests_per_connection;
+    let target = &buf[head.target.clone()];
+    let is_head = method == b"HEAD";
+    let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+
+    if path == server.health_path.as_bytes() {
+        return health(w, c, head.len, info.body, is_head, close, started).await;
+    }
+    let host = info.host.map(|i| c.fields[i].value(buf));
+    let Some(route) = w.router.find(target, host) else {
+        c.rb.consume(head.len);
+        return fail_after_head(w, c, Failure::NoRoute, info.body, deadline, started).await;
+    };
+    if let Some(t) = route.client_request_timeout {
+        deadline = started + t;
+    }
+    let upstream = &w.upstreams[route.upstream];
+    let request_timeout = route.request_timeout.unwrap_or(upstream.config.request_timeout).0;
+    let id = RequestId::of(buf, &c.fields, w.next_request_id());
+    let idempotent = matches!(method, b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE");
+    let req = Request { info, head: &head, is_head, idempotent, upstream, request_timeout, deadline, close, id };
+
+    w.metrics.in_flight.increment(1.0);
+    let outcome = proxy::exchange(w, &mut c.stream, &mut c.rb, &mut c.fields, c.peer.ip(), req).await;
+    w.metrics.in_flight.decrement(1.0);
+    match outcome {
+        Outcome::Done { status, keep } => {
+            finish(w, c, status, started);
+            if keep {
+                Next::Keep
+            } else {
+                Next::Close
+            }
+        }
+        Outcome::Truncated { status } => {
+            finish(w, c, status, started);
+            Next::Close
+        }
+        Outcome::ClientGone => Next::Close,
+        Outcome::Failed { failure, body_done } => {
+            // The request head was consumed by the exchange; the id is logged from the log line only.
+            let id = id_text(w, &id);
+            record_and_answer(w, c, failure, !body_done || close, started, &id).await
+        }
+    }
+}
+
+fn id_text(_w: &Worker, id: &RequestId) -> Vec<u8> {
+    match id {
+        RequestId::Generated(p, wk, n) => format!("{p:08x}-{wk}-{n:x}").into_bytes(),
+        RequestId::Given(_) => b"(client)".to_vec(),
+    }
+}
+
+/// Counts a finished request and logs it when slow.
+fn finish(w: &Worker, c: &Conn, status: u16, started: Instant) {
+    let elapsed = started.elapsed();
+    w.metrics.count_status(status);
+    w.metrics.duration.record(elapsed.as_secs_f64());
+    if elapsed >= w.cfg.config.log.slow_request.0 {
+        tracing::warn!(event = "request.slow", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, request = %String::from_utf8_lossy(&c.log_line));
+    }
+    if w.cfg.config.log.access {
+        tracing::info!(event = "access", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, peer = %c.peer, request = %String::from_utf8_lossy(&c.log_line));
+    }
+}
+
+/// A failure found while reading or checking the head: answer it; the connection closes when `closes()`
+/// says so (invalid input) or the body was not read.
+async fn fail(w: &Worker, c: &mut Conn, f: Failure, body_done: bool, started: Instant) -> Next {
+    record_and_answer(w, c, f, !body_done || f.closes(), started, b"-").await
+}
+
+async fn record_and_answer(w: &Worker, c: &mut Conn, f: Failure, close: bool, started: Instant, id: &[u8]) -> Next {
+    let close = close || f.closes();
+    f.record(w, &RequestLog { line: &c.log_line, id });
+    if f.status() >= 500 || f.status() == 408 {
+        tracing::debug!(event = "request.failed", worker = w.id, status = f.status(), request = %String::from_utf8_lossy(&c.log_line));
+    }
+    let mut out = SendBuf::take();
+    respond::error_response(&mut out.0, f, close);
+    let (r, b) = respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    out.0 = b;
+    finish(w, c, f.status(), started);
+    if let Err(e) = r {
+        tracing::info!(event = "response.undelivered", worker = w.id, status = f.status(), cause = ?e, "error response could not be delivered");
+        return Next::Close;
+    }
+    if !close {
+        Next::Keep
+    } else if f.closes() {
+        Next::Linger
+    } else {
+        Next::Close
+    }
+}
+
+/// A failure after the head was consumed (no route): the connection is kept when the unread body (at
+/// most 64 KiB) can be discarded.
+async fn fail_after_head(w: &Worker, c: &mut Conn, f: Failure, body: Body, deadline: Instant, started: Instant) -> Next {
+    let body_done = discard_body(c, body, deadline).await;
+    let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
+    record_and_answer(w, c, f, close, started, b"-").await
+}
+
+/// Reads and drops a Content-Length body of at most [`DISCARD_MAX`] bytes; `true` when it was read whole.
+async fn discard_body(c: &mut Conn, body: Body, deadline: Instant) -> bool {
+    let mut left = match body {
+        Body::None => return true,
+        Body::Length(n) if n <= DISCARD_MAX => n,
+        _ => return false,
+    };
+    loop {
+        let n = left.min(c.rb.len() as u64);
+        c.rb.consume(n as usize);
+        left -= n;
+        if left == 0 {
+            return true;
+        }
+        match timeout_at(deadline, c.rb.fill(&mut c.stream)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Answers `health_path` locally: 200 `ok`, or 503 while draining or while a worker is stale.
+async fn health(w: &Worker, c: &mut Conn, head_len: usize, body: Body, is_head: bool, close: bool, started: Instant) -> Next {
+    c.rb.consume(head_len);
+    let deadline = started + w.cfg.config.server.timeouts.request.0;
+    let close = close || !discard_body(c, body, deadline).await;
+    let ready = w.shared.ready();
+    let (status, text) = if ready { (200, "ok") } else { (503, "not ready\n") };
+    let mut out = SendBuf::take();
+    respond::simple(&mut out.0, status, text, close, !ready, is_head);
+    let (r, b) = respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    out.0 = b;
+    finish(w, c, status, started);
+    if r.is_err() || close {
+        Next::Close
+    } else {
+        Next::Keep
+    }
+}
+
+/// A connection accepted with nothing evictable at `max_connections` (DESIGN.md "Capacity"): its first
+/// head is read under 1 s; a health probe is answered normally, anything else gets 503 + Retry-After.
+async fn shed(w: &Worker, mut c: Conn) {
+    let started = Instant::now();
+    let deadline = started + SHED_HEAD_DEADLINE;
+    let head = match timeout_at(deadline, c.stream.readable(true)).await {
+        Ok(Ok(())) => read_head(w, &mut c, deadline).await.ok().flatten(),
+        _ => None,
+    };
+    if let Some(h) = &head {
+        let target = &c.rb.data()[h.target.clone()];
+        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+        if path == w.cfg.config.server.health_path.as_bytes() {
+            health(w, &mut c, h.len, Body::None, false, true, started).await;
+            return respond::linger_close(c.stream).await;
+        }
+    }
+    w.metrics.connection_shed(ShedReason::Limit).increment(1);
+    if w.log_limit.allow() {
+        tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
+    }
+    let mut out = SendBuf::take();
+    respond::simple(&mut out.0, 503, "service unavailable: connection limit reached\n", true, true, false);
+    let (r, _) = respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    w.metrics.count_status(503);
+    if r.is_ok() {
+        respond::linger_close(c.stream).await;
+    }
+}

@@ -1,0 +1,281 @@
+//! Rewriting heads as they cross the proxy (RFC 9110 §7.6, DESIGN.md "HTTP/1.1 rules"): hop-by-hop fields
+//! (Connection and every field it names, Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding,
+//! Upgrade) are removed both ways and framing is re-derived; Via is added; X-Forwarded-For /
+//! X-Forwarded-Proto are appended to from trusted peers and replaced otherwise (with Forwarded and
+//! X-Real-IP dropped); X-Request-Id is forwarded or generated. Writes into a reused buffer: no allocation
+//! once the buffer has grown.
+
+use std::{io::Write, net::IpAddr};
+
+use edge_core::http::{
+    framing::{connection_has, Body},
+    head::{list_elements, Field, FieldKind, RequestHead, ResponseHead},
+};
+
+/// The Via value edge adds (RFC 9110 §7.6.3).
+pub const VIA: &[u8] = b"1.1 edge";
+
+/// Longest X-Request-Id edge forwards as received.
+const MAX_REQUEST_ID: usize = 128;
+
+/// Whether field `f` must not be forwarded because it is hop-by-hop or named by Connection. Connection can
+/// never remove Host, framing fields or the forwarding fields edge sets.
+fn is_hop_by_hop(buf: &[u8], fields: &[Field], f: &Field, named: bool) -> bool {
+    match f.kind {
+        FieldKind::Connection | FieldKind::HopByHop | FieldKind::KeepAlive | FieldKind::TransferEncoding => true,
+        FieldKind::Other | FieldKind::Expect | FieldKind::Via | FieldKind::RequestId | FieldKind::ForwardedOther => {
+            named && connection_has(buf, fields, f.name(buf))
+        }
+        _ => false,
+    }
+}
+
+/// Whether any Connection field names something other than close / keep-alive (so per-field checks are
+/// needed).
+fn connection_names_fields(buf: &[u8], fields: &[Field]) -> bool {
+    fields
+        .iter()
+        .filter(|f| f.kind == FieldKind::Connection)
+        .flat_map(|f| list_elements(f.value(buf)))
+        .any(|t| !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive"))
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The request id of one request: the client's, when valid, or one edge made.
+#[derive(Clone, Copy, Debug)]
+pub enum RequestId {
+    /// Index of the client's X-Request-Id field.
+    Given(usize),
+    /// Generated: (process prefix, worker, counter).
+    Generated(u32, u16, u64),
+}
+
+impl RequestId {
+    /// Picks the client's valid X-Request-Id (printable, at most 128 bytes) or generates one.
+    pub fn of(buf: &[u8], fields: &[Field], generated: (u32, u16, u64)) -> RequestId {
+        fields
+            .iter()
+            .position(|f| {
+                f.kind == FieldKind::RequestId && {
+                    let v = f.value(buf);
+                    !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.iter().all(u8::is_ascii_graphic)
+                }
+            })
+            .map_or(RequestId::Generated(generated.0, generated.1, generated.2), RequestId::Given)
+    }
+
+    /// Writes the id.
+    pub fn write(&self, buf: &[u8], fields: &[Field], out: &mut Vec<u8>) {
+        match *self {
+            RequestId::Given(i) => out.extend_from_slice(fields[i].value(buf)),
+            RequestId::Generated(p, w, n) => {
+                let _ = write!(out, "{p:08x}-{w}-{n:x}");
+            }
+        }
+    }
+
+    /// The id as text (for log lines; allocates, so only on the logging path).
+    pub fn text(&self, buf: &[u8], fields: &[Field]) -> String {
+        let mut v = Vec::new();
+        self.write(buf, fields, &mut v);
+        String::from_utf8_lossy(&v).into_owned()
+    }
+}
+
+/// What the forwarded request needs besides the head itself.
+pub struct RequestRewrite {
+    /// The client's address.
+    pub peer: IpAddr,
+    /// Whether the peer is in `trusted_proxies`.
+    pub trusted: bool,
+    /// The request id to send.
+    pub id: RequestId,
+    /// Body framing to declare upstream (same as the client's: chunked bodies are forwarded as they are).
+    pub body: Body,
+}
+
+/// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream.
+pub fn request_head(out: &mut Vec<u8>, buf: &[u8], head: &RequestHead, fields: &[Field], rw: &RequestRewrite) {
+    out.extend_from_slice(&buf[head.method.clone()]);
+    out.push(b' ');
+    out.extend_from_slice(&buf[head.target.clone()]);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let named = connection_names_fields(buf, fields);
+    let mut xff_prev = false;
+    let mut proto_kept = false;
+    for f in fields {
+        if is_hop_by_hop(buf, fields, f, named) {
+            continue;
+        }
+        match f.kind {
+            // Re-derived below; Expect is answered by edge itself (100 Continue).
+            FieldKind::ContentLength | FieldKind::Expect => continue,
+            FieldKind::XForwardedFor | FieldKind::ForwardedOther if !rw.trusted => continue,
+            FieldKind::XForwardedProto if !rw.trusted => continue,
+            FieldKind::XForwardedFor => {
+                xff_prev = true;
+                continue; // folded into one field below
+            }
+            FieldKind::XForwardedProto => proto_kept = true,
+            FieldKind::RequestId => continue, // written below
+            _ => {}
+        }
+        out.extend_from_slice(&buf[f.name_start as usize..f.value_start as usize + f.value_len as usize]);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if xff_prev {
+        for f in fields.iter().filter(|f| f.kind == FieldKind::XForwardedFor) {
+            for e in list_elements(f.value(buf)) {
+                out.extend_from_slice(e);
+                out.extend_from_slice(b", ");
+            }
+        }
+    }
+    let _ = write!(out, "{}\r\n", rw.peer);
+    if !proto_kept {
+        out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
+    }
+    out.extend_from_slice(b"X-Request-Id: ");
+    rw.id.write(buf, fields, out);
+    out.extend_from_slice(b"\r\n");
+    field(out, b"Via", VIA);
+    match rw.body {
+        Body::Length(n) => {
+            let _ = write!(out, "Content-Length: {n}\r\n");
+        }
+        Body::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        Body::None | Body::CloseDelimited => {}
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How edge frames the response body it sends to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutFraming {
+    /// No body; Content-Length fields pass through unchanged (HEAD, 204, 304 describe another message).
+    None,
+    /// Content-Length: n.
+    Length(u64),
+    /// Transfer-Encoding: chunked (passed through, or re-chunked from a close-delimited upstream body).
+    Chunked,
+    /// Close-delimited (HTTP/1.0 client and no length known).
+    Close,
+}
+
+/// Writes the client response head. `keep_alive_10` adds `Connection: keep-alive` for an HTTP/1.0 client
+/// that asked for it; `close` adds `Connection: close`.
+pub fn response_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    framing: OutFraming,
+    close: bool,
+    keep_alive_10: bool,
+) {
+    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    out.extend_from_slice(&buf[head.reason.clone()]);
+    out.extend_from_slice(b"\r\n");
+    let named = connection_names_fields(buf, fields);
+    for f in fields {
+        if is_hop_by_hop(buf, fields, f, named) {
+            continue;
+        }
+        if f.kind == FieldKind::ContentLength && framing != OutFraming::None {
+            continue;
+        }
+        out.extend_from_slice(&buf[f.name_start as usize..f.value_start as usize + f.value_len as usize]);
+        out.extend_from_slice(b"\r\n");
+    }
+    field(out, b"Via", VIA);
+    match framing {
+        OutFraming::Length(n) => {
+            let _ = write!(out, "Content-Length: {n}\r\n");
+        }
+        OutFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        OutFraming::None | OutFraming::Close => {}
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if keep_alive_10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_core::http::head::{parse_request, parse_response, Fields};
+
+    fn rewrite(text: &str, trusted: bool) -> String {
+        let mut f = Fields::new();
+        let h = parse_request(text.as_bytes(), 100, &mut f).unwrap().unwrap();
+        let rw = RequestRewrite {
+            peer: "10.0.0.9".parse().unwrap(),
+            trusted,
+            id: RequestId::of(text.as_bytes(), &f, (0xabc, 1, 7)),
+            body: Body::Length(3),
+        };
+        let mut out = Vec::new();
+        request_head(&mut out, text.as_bytes(), &h, &f, &rw);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_removed_and_framing_rederived() {
+        let out = rewrite(
+            "POST /x HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: ws\r\nContent-Length: 3\r\nX-Keep: y\r\n\r\n",
+            false,
+        );
+        assert!(out.starts_with("POST /x HTTP/1.1\r\nHost: a\r\nX-Keep: y\r\n"), "{out}");
+        for gone in ["Connection", "X-Secret", "Keep-Alive", "TE:", "Upgrade"] {
+            assert!(!out.contains(gone), "{gone} in {out}");
+        }
+        assert!(out.contains("Content-Length: 3\r\n"));
+        assert!(out.contains("X-Forwarded-For: 10.0.0.9\r\n"));
+        assert!(out.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(out.contains("X-Request-Id: 00000abc-1-7\r\n"));
+        assert!(out.contains("Via: 1.1 edge\r\n"));
+        assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn connection_cannot_remove_host_or_forwarding() {
+        let out = rewrite("GET / HTTP/1.1\r\nHost: a\r\nConnection: host, x-forwarded-for\r\n\r\n", false);
+        assert!(out.contains("Host: a\r\n"));
+        assert!(out.contains("X-Forwarded-For: 10.0.0.9\r\n"));
+    }
+
+    #[test]
+    fn forwarding_fields_from_untrusted_and_trusted_peers() {
+        let req = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 1.1.1.1\r\nX-Request-Id: abc\r\n\r\n";
+        let untrusted = rewrite(req, false);
+        assert!(untrusted.contains("X-Forwarded-For: 10.0.0.9\r\n"), "{untrusted}");
+        assert!(untrusted.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(!untrusted.contains("X-Real-IP"));
+        assert!(untrusted.contains("X-Request-Id: abc\r\n"));
+        let trusted = rewrite(req, true);
+        assert!(trusted.contains("X-Forwarded-For: 1.1.1.1, 10.0.0.9\r\n"), "{trusted}");
+        assert!(trusted.contains("X-Forwarded-Proto: https\r\n"));
+        assert!(!trusted.contains("X-Forwarded-Proto: http\r\n"));
+    }
+
+    #[test]
+    fn response_head_rewrites_framing() {
+        let text = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\nServer: o\r\n\r\n";
+        let mut f = Fields::new();
+        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
+        let mut out = Vec::new();
+        response_head(&mut out, text.as_bytes(), &h, &f, OutFraming::Chunked, false, false);
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nServer: o\r\nVia: 1.1 edge\r\nTransfer-Encoding: chunked\r\n\r\n");
+    }
+}

@@ -1,0 +1,41 @@
+//! The `edge` binary: parse the CLI, load the configuration, start the workers (DESIGN.md "CLI").
+
+use clap::Parser;
+use edge_frontend::{cli::Cli, cli::Command, load_config, EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME};
+
+fn main() {
+    let cli = Cli::parse();
+    if let Some(Command::Healthcheck { url }) = &cli.command {
+        std::process::exit(match edge_frontend::cli::healthcheck(url) {
+            Ok(true) => EXIT_OK,
+            Ok(false) => EXIT_RUNTIME,
+            Err(e) => {
+                eprintln!("edge healthcheck: {e}");
+                EXIT_RUNTIME
+            }
+        });
+    }
+    if cli.print_default_config {
+        print!("{}", edge_core::config::DEFAULT_CONFIG);
+        return;
+    }
+    if cli.upgrade {
+        eprintln!("edge: --upgrade is not implemented yet");
+        std::process::exit(EXIT_CONFIG);
+    }
+    let resolved = match load_config(cli.config.as_deref(), &cli.overrides()) {
+        Ok(r) => r,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("edge: config error: {e}");
+            }
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    if cli.check {
+        print!("{}", resolved.config.to_toml());
+        eprintln!("edge: configuration OK");
+        return;
+    }
+    std::process::exit(edge_frontend::start(resolved));
+}

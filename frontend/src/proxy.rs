@@ -1,0 +1,609 @@
+//! One exchange with the upstream, streamed both ways: the request head is rewritten and sent together with
+//! whatever body bytes already arrived, the rest of the body is streamed as it arrives (never buffered
+//! whole), the response head is read under `request_timeout` and the zombie threshold, and the response
+//! body is streamed back with the client's `send` deadline on every write.
+//!
+//! Deadlines (DESIGN.md "Inbound deadlines", "Zombie detection"): the client `request` deadline bounds
+//! reading the body; `write_timeout` bounds each write upstream; `request_timeout` runs from the last
+//! request byte written to the response head; upstream inactivity past the zombie threshold ends the
+//! exchange with 504 (or a truncated response once the head is out). Time spent blocked writing to a slow
+//! client does not count as upstream inactivity.
+//!
+//! Retries (at most one): a reused pooled connection that fails before any response byte, for an
+//! idempotent request whose body was sent whole with the head, is retried on a fresh connection.
+
+use std::{io::Write, time::Duration};
+
+use edge_core::{
+    buf::{RecvBuf, SendBuf},
+    http::{
+        chunked::ChunkedDecoder,
+        framing::{keep_alive_timeout, response_body, response_keeps_alive, Body, RequestInfo},
+        head::{parse_response, Fields, RequestHead},
+    },
+    metrics::{InboundPhase, InvalidReason},
+};
+use edge_upstream::{zombie, Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind};
+use monoio::{
+    io::AsyncWriteRentExt,
+    net::TcpStream,
+    time::{timeout, timeout_at, Instant},
+};
+
+use crate::{
+    forward::{self, OutFraming, RequestId, RequestRewrite},
+    respond::{Failure, SendFailure},
+    worker::Worker,
+};
+
+/// Longest upstream response head edge reads, bytes.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// What the caller knows about the request.
+pub struct Request<'a> {
+    /// Framing and connection semantics of the request.
+    pub info: RequestInfo,
+    /// The parsed head (offsets into the connection's receive buffer).
+    pub head: &'a RequestHead,
+    /// HEAD request: the response has no body.
+    pub is_head: bool,
+    /// Idempotent method (RFC 9110 §9.2.2): may be retried.
+    pub idempotent: bool,
+    /// The upstream chosen by the route.
+    pub upstream: &'a Upstream,
+    /// `request_timeout` for this route (`None` = unlimited).
+    pub request_timeout: Option<Duration>,
+    /// The client's `request` deadline (head and body).
+    pub deadline: Instant,
+    /// Edge will close the client connection after this response.
+    pub close: bool,
+    /// The request id to forward.
+    pub id: RequestId,
+}
+
+/// How the exchange ended.
+pub enum Outcome {
+    /// The response was delivered whole; `keep` says whether the client connection may serve another request.
+    Done {
+        /// Status sent.
+        status: u16,
+        /// Connection reusable.
+        keep: bool,
+    },
+    /// Nothing was sent to the client yet; the caller answers with an error response.
+    Failed {
+        /// What failed.
+        failure: Failure,
+        /// Whether the request body was read to its end (the connection may then be kept).
+        body_done: bool,
+    },
+    /// The response head was sent and the exchange then failed: the response is cut short, the connection
+    /// closes (already counted and logged here).
+    Truncated {
+        /// Status that was sent.
+        status: u16,
+    },
+    /// The client went away (closed, reset, or stopped reading past `send`); already counted and logged.
+    ClientGone,
+}
+
+/// Upstream activity clock for the zombie rule.
+struct Activity {
+    last_sent: Instant,
+    last_received: Option<Instant>,
+    counts_received: bool,
+    threshold: Duration,
+}
+
+impl Activity {
+    fn deadline(&self) -> Instant {
+        let reference = match (self.counts_received, self.last_received) {
+            (true, Some(r)) if r > self.last_sent => r,
+            _ => self.last_sent,
+        };
+        reference + self.threshold
+    }
+
+    /// Shifts the clock by time spent waiting on the client (it does not count as upstream inactivity).
+    fn pause(&mut self, d: Duration) {
+        self.last_sent += d;
+        if let Some(r) = &mut self.last_received {
+            *r += d;
+        }
+    }
+}
+
+/// Runs the exchange. `rb` starts with the request head; `fields` are its fields (reused afterwards for
+/// the response head).
+pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fields: &mut Fields, peer: std::net::IpAddr, req: Request<'_>) -> Outcome {
+    let up = req.upstream;
+    let limits = &w.cfg.config.server.limits;
+    let max_body = limits.max_body_bytes.0.unwrap_or(u64::MAX);
+    let mut out = SendBuf::take();
+    {
+        let trusted = w.cfg.trusted_proxies.iter().any(|c| c.contains(peer));
+        let rw = RequestRewrite { peer, trusted, id: req.id, body: req.info.body };
+        forward::request_head(&mut out.0, rb.data(), req.head, fields, &rw);
+    }
+    rb.consume(req.head.len);
+
+    // Body bytes that arrived with the head go out in the same write.
+    let mut body = BodyReader::new(req.info.body, max_body);
+    if let Err(f) = body.take_available(rb, &mut out.0) {
+        return Outcome::Failed { failure: f, body_done: false };
+    }
+    let sent_whole = body.done();
+    if req.info.expect_continue && !sent_whole && req.head.minor == 1 {
+        // Edge answers 100-continue itself (the Expect field is not forwarded), as nginx does.
+        let (r, _) = crate::respond::deliver(client, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), w.send_timeout()).await;
+        if r.is_err() {
+            return client_gone(w, r.unwrap_err());
+        }
+    }
+
+    let cfg = &up.config;
+    let threshold = zombie::threshold(cfg.max_inactive.0, cfg.max_inactive_cap.0, req.request_timeout);
+    let mut attempt = 0;
+    let (mut conn, resp_len, status, mut act) = loop {
+        let co = match up.checkout(attempt > 0).await {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed { failure: Failure::Upstream(e), body_done: sent_whole },
+        };
+        if co.retried {
+            w.metrics.upstream_retries.increment(1);
+        }
+        w.metrics.upstream_requests.increment(1);
+        let mut conn = co.conn;
+        let retryable = conn.reused && req.idempotent && sent_whole && attempt == 0;
+        match send_upstream(&mut conn, &mut out.0, cfg.write_timeout.0).await {
+            Ok(()) => {}
+            Err(e) if retryable && e.kind != UpstreamErrorKind::WriteTimeout => {
+                attempt += 1;
+                w.metrics.upstream_retries.increment(1);
+                continue;
+            }
+            Err(e) => return Outcome::Failed { failure: Failure::Upstream(e), body_done: sent_whole },
+        }
+        if !sent_whole {
+            match stream_request_body(w, client, rb, &mut conn, &mut body, cfg.write_timeout.0, req.deadline).await {
+                Ok(()) => {}
+                Err(BodyFailure::Client(f)) => return Outcome::Failed { failure: f, body_done: false },
+                Err(BodyFailure::ClientGone) => return Outcome::ClientGone,
+                Err(BodyFailure::Upstream(e)) => return Outcome::Failed { failure: Failure::Upstream(e), body_done: false },
+            }
+        }
+        let mut act = Activity { last_sent: Instant::now(), last_received: None, counts_received: cfg.zombie_counts_received, threshold };
+        let head_deadline = req.request_timeout.map(|t| act.last_sent + t);
+        match read_response_head(&mut conn, fields, req.is_head, &mut act, head_deadline).await {
+            Ok((len, status)) => break (conn, len, status, act),
+            Err(e) if retryable && e.retry_safe => {
+                attempt += 1;
+                w.metrics.upstream_retries.increment(1);
+                continue;
+            }
+            Err(e) => {
+                if e.kind == UpstreamErrorKind::Zombie {
+                    log_zombie(w, &conn, up, &act, req.request_timeout);
+                }
+                return Outcome::Failed { failure: Failure::Upstream(e), body_done: true };
+            }
+        }
+    };
+
+    // Response head: decide framing both ways, rewrite, send with the first body bytes.
+    let ubuf = conn.buf.data();
+    let head = match edge_core::http::head::parse_response(ubuf, fields) {
+        Ok(Some(h)) => h,
+        _ => unreachable!("read_response_head returned a complete head"),
+    };
+    let upstream_body = match response_body(ubuf, &head, fields, req.is_head) {
+        Ok(b) => b,
+        Err(_) => return Outcome::Failed { failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)), body_done: true },
+    };
+    let client_10 = req.head.minor == 0;
+    let framing = match (upstream_body, client_10) {
+        (Body::None, _) => OutFraming::None,
+        (Body::Length(n), _) => OutFraming::Length(n),
+        (Body::Chunked | Body::CloseDelimited, false) => OutFraming::Chunked,
+        (Body::Chunked | Body::CloseDelimited, true) => OutFraming::Close,
+    };
+    let close = req.close || framing == OutFraming::Close;
+    let reusable = response_keeps_alive(ubuf, &head, fields) && upstream_body != Body::CloseDelimited;
+    let ka = keep_alive_timeout(ubuf, fields);
+    out.0.clear();
+    forward::response_head(&mut out.0, ubuf, &head, fields, framing, close, client_10 && !close);
+    debug_assert_eq!(head.len, resp_len);
+    conn.buf.consume(resp_len);
+
+    let mut relay = Relay::new(upstream_body, framing);
+    let complete = relay.take_available(&mut conn.buf, &mut out.0);
+    let complete = match complete {
+        Ok(c) => c,
+        Err(()) => return Outcome::Failed { failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)), body_done: true },
+    };
+    let write_started = Instant::now();
+    if let Err(e) = flush_client(client, &mut out, w.send_timeout()).await {
+        return client_gone(w, e);
+    }
+    act.pause(write_started.elapsed());
+    let mut complete = complete;
+    while !complete {
+        let r = match timeout_at(act.deadline(), conn.buf.fill(&mut conn.stream)).await {
+            Err(_) => {
+                w.metrics.upstream_timeout(edge_core::metrics::UpstreamPhase::Zombie).increment(1);
+                log_zombie(w, &conn, up, &act, req.request_timeout);
+                return truncated(w, status, "upstream connection went silent (zombie)");
+            }
+            Ok(r) => r,
+        };
+        match r {
+            Ok(0) if upstream_body == Body::CloseDelimited => {
+                relay.finish(&mut out.0);
+                complete = true;
+            }
+            Ok(0) => {
+                w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::ClosedEarly).increment(1);
+                return truncated(w, status, "upstream closed before the end of the body");
+            }
+            Err(_) => {
+                w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::Reset).increment(1);
+                return truncated(w, status, "upstream reset during the body");
+            }
+            Ok(_) => {
+                act.last_received = Some(Instant::now());
+                let started = Instant::now();
+                let res = if relay.passthrough() {
+                    let n = match relay.scan(conn.buf.data()) {
+                        Ok(n) => n,
+                        Err(()) => {
+                            w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse).increment(1);
+                            return truncated(w, status, "malformed chunked body from upstream");
+                        }
+                    };
+                    complete = relay.done;
+                    match timeout(w.send_timeout(), conn.buf.write_prefix(client, n)).await {
+                        Ok(Ok(())) => Ok(()),
+                        Ok(Err(_)) => Err(SendFailure::Closed),
+                        Err(_) => Err(SendFailure::Timeout),
+                    }
+                } else {
+                    match relay.take_available(&mut conn.buf, &mut out.0) {
+                        Ok(c) => complete = c,
+                        Err(()) => {
+                            w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse).increment(1);
+                            return truncated(w, status, "malformed chunked body from upstream");
+                        }
+                    }
+                    if complete && upstream_body == Body::CloseDelimited {
+                        relay.finish(&mut out.0);
+                    }
+                    flush_client(client, &mut out, w.send_timeout()).await
+                };
+                if let Err(e) = res {
+                    return client_gone(w, e);
+                }
+                act.pause(started.elapsed());
+            }
+        }
+    }
+    if complete && !out.0.is_empty() {
+        if let Err(e) = flush_client(client, &mut out, w.send_timeout()).await {
+            return client_gone(w, e);
+        }
+    }
+    if reusable && conn.buf.is_empty() {
+        up.checkin(conn, ka);
+    }
+    Outcome::Done { status, keep: !close }
+}
+
+async fn flush_client(client: &mut TcpStream, out: &mut SendBuf, send: Duration) -> Result<(), SendFailure> {
+    if out.0.is_empty() {
+        return Ok(());
+    }
+    match timeout(send, out.flush(client)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(SendFailure::Closed),
+        Err(_) => Err(SendFailure::Timeout),
+    }
+}
+
+fn client_gone(w: &Worker, e: SendFailure) -> Outcome {
+    match e {
+        SendFailure::Timeout => {
+            w.metrics.inbound_timeout(InboundPhase::Send).increment(1);
+            w.metrics.truncated.increment(1);
+            if w.log_limit.allow() {
+                tracing::warn!(event = "response.truncated", worker = w.id, cause = "client stopped reading (send deadline)");
+            }
+        }
+        SendFailure::Closed => {
+            tracing::debug!(event = "response.undelivered", worker = w.id, cause = "client closed the connection");
+        }
+    }
+    Outcome::ClientGone
+}
+
+fn truncated(w: &Worker, status: u16, cause: &'static str) -> Outcome {
+    w.metrics.truncated.increment(1);
+    if w.log_limit.allow() {
+        tracing::warn!(event = "response.truncated", worker = w.id, status, cause);
+    }
+    Outcome::Truncated { status }
+}
+
+fn log_zombie(w: &Worker, conn: &UpstreamConn, up: &Upstream, act: &Activity, rt: Option<Duration>) {
+    let now = Instant::now();
+    tracing::warn!(
+        event = "upstream.zombie",
+        worker = w.id,
+        endpoint = %up.endpoints[conn.endpoint].addr,
+        inactive_duration_threshold_ms = act.threshold.as_millis() as u64,
+        last_request_sent_at = format!("{}ms ago", now.saturating_duration_since(act.last_sent).as_millis()),
+        last_received_at = act.last_received.map_or("never".to_string(), |r| format!("{}ms ago", now.saturating_duration_since(r).as_millis())),
+        max_request_timeout_ms = rt.map_or(-1, |d| d.as_millis() as i64),
+    );
+}
+
+/// Sends the buffered head (and body prefix) upstream under `write_timeout`; `out` keeps its bytes so a
+/// retry can send them again.
+async fn send_upstream(conn: &mut UpstreamConn, out: &mut Vec<u8>, write_timeout: Duration) -> Result<(), UpstreamError> {
+    let bytes = std::mem::take(out);
+    match timeout(write_timeout, conn.stream.write_all(bytes)).await {
+        Ok((Ok(_), b)) => {
+            *out = b;
+            Ok(())
+        }
+        Ok((Err(e), b)) => {
+            *out = b;
+            let mut err = UpstreamError::from_io(&e);
+            err.retry_safe = true;
+            Err(err)
+        }
+        Err(_) => Err(UpstreamError::new(UpstreamErrorKind::WriteTimeout)),
+    }
+}
+
+enum BodyFailure {
+    Client(Failure),
+    ClientGone,
+    Upstream(UpstreamError),
+}
+
+/// Streams the rest of the request body: client reads under the `request` deadline, upstream writes
+/// under `write_timeout`.
+async fn stream_request_body(
+    w: &Worker,
+    client: &mut TcpStream,
+    rb: &mut RecvBuf,
+    conn: &mut UpstreamConn,
+    body: &mut BodyReader,
+    write_timeout: Duration,
+    deadline: Instant,
+) -> Result<(), BodyFailure> {
+    while !body.done() {
+        if rb.is_empty() {
+            match timeout_at(deadline, rb.fill(client)).await {
+                Err(_) => return Err(BodyFailure::Client(Failure::RequestTimeout)),
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    tracing::debug!(event = "request.aborted", worker = w.id, cause = "client closed during the request body");
+                    return Err(BodyFailure::ClientGone);
+                }
+                Ok(Ok(_)) => {}
+            }
+        }
+        let n = body.scan(rb.data()).map_err(BodyFailure::Client)?;
+        match timeout(write_timeout, rb.write_prefix(&mut conn.stream, n)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(BodyFailure::Upstream(UpstreamError::from_io(&e))),
+            Err(_) => return Err(BodyFailure::Upstream(UpstreamError::new(UpstreamErrorKind::WriteTimeout))),
+        }
+    }
+    Ok(())
+}
+
+/// Reads until a complete final (non-1xx) response head is buffered; returns its length and status.
+async fn read_response_head(
+    conn: &mut UpstreamConn,
+    fields: &mut Fields,
+    _is_head: bool,
+    act: &mut Activity,
+    head_deadline: Option<Instant>,
+) -> Result<(usize, u16), UpstreamError> {
+    let mut received_any = false;
+    loop {
+        match parse_response(conn.buf.data(), fields) {
+            Ok(Some(h)) if (100..200).contains(&h.status) => {
+                // Interim responses (100, 103) are not forwarded; 101 needs Upgrade, which edge removes.
+                if h.status == 101 {
+                    return Err(UpstreamError::new(UpstreamErrorKind::BadResponse));
+                }
+                conn.buf.consume(h.len);
+                continue;
+            }
+            Ok(Some(h)) => return Ok((h.len, h.status)),
+            Ok(None) if conn.buf.len() < MAX_RESPONSE_HEAD => {}
+            Ok(None) | Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+        }
+        let zombie_at = act.deadline();
+        let (until, kind) = match head_deadline {
+            Some(d) if d <= zombie_at => (d, UpstreamErrorKind::RequestTimeout),
+            _ => (zombie_at, UpstreamErrorKind::Zombie),
+        };
+        match timeout_at(until, conn.buf.fill(&mut conn.stream)).await {
+            Err(_) => return Err(UpstreamError::new(kind)),
+            Ok(Ok(0)) => {
+                return Err(UpstreamError { kind: UpstreamErrorKind::ClosedEarly, retry_safe: !received_any });
+            }
+            Ok(Err(e)) => {
+                let mut err = UpstreamError::from_io(&e);
+                err.retry_safe = !received_any;
+                return Err(err);
+            }
+            Ok(Ok(_)) => {
+                received_any = true;
+                act.last_received = Some(Instant::now());
+            }
+        }
+    }
+}
+
+/// Tracks how much request body is left and validates chunked framing as bytes pass.
+struct BodyReader {
+    kind: Body,
+    left: u64,
+    decoder: ChunkedDecoder,
+    seen: u64,
+    max: u64,
+    done: bool,
+}
+
+impl BodyReader {
+    fn new(kind: Body, max: u64) -> Self {
+        let left = if let Body::Length(n) = kind { n } else { 0 };
+        BodyReader { kind, left, decoder: ChunkedDecoder::new(), seen: 0, max, done: matches!(kind, Body::None) || left == 0 && kind != Body::Chunked }
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    /// How many bytes at the start of `data` belong to the body.
+    fn scan(&mut self, data: &[u8]) -> Result<usize, Failure> {
+        match self.kind {
+            Body::Length(_) => {
+                let n = self.left.min(data.len() as u64) as usize;
+                self.left -= n as u64;
+                self.done = self.left == 0;
+                Ok(n)
+            }
+            Body::Chunked => {
+                let mut seen = self.seen;
+                let p = self
+                    .decoder
+                    .feed(data, |r| seen += r.len() as u64)
+                    .map_err(|_| Failure::Invalid(InvalidReason::BadChunk))?;
+                self.seen = seen;
+                if self.seen > self.max {
+                    return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
+                }
+                self.done = p.done;
+                Ok(p.consumed)
+            }
+            Body::None | Body::CloseDelimited => {
+                self.done = true;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Moves the body bytes already in `rb` to `out`.
+    fn take_available(&mut self, rb: &mut RecvBuf, out: &mut Vec<u8>) -> Result<(), Failure> {
+        if self.done {
+            return Ok(());
+        }
+        let n = self.scan(rb.data())?;
+        out.extend_from_slice(&rb.data()[..n]);
+        rb.consume(n);
+        Ok(())
+    }
+}
+
+/// Carries the response body from the upstream's framing to the client's.
+struct Relay {
+    upstream: Body,
+    client: OutFraming,
+    left: u64,
+    decoder: ChunkedDecoder,
+    done: bool,
+}
+
+impl Relay {
+    fn new(upstream: Body, client: OutFraming) -> Self {
+        let left = if let Body::Length(n) = upstream { n } else { 0 };
+        Relay { upstream, client, left, decoder: ChunkedDecoder::new(), done: upstream == Body::None }
+    }
+
+    /// Bytes can go to the client exactly as received (no re-framing).
+    fn passthrough(&self) -> bool {
+        match self.upstream {
+            Body::Length(_) => true,
+            Body::Chunked => self.client == OutFraming::Chunked,
+            Body::CloseDelimited => self.client == OutFraming::Close,
+            Body::None => true,
+        }
+    }
+
+    /// For pass-through framing: how many bytes at the start of `data` belong to the body.
+    fn scan(&mut self, data: &[u8]) -> Result<usize, ()> {
+        match self.upstream {
+            Body::Length(_) => {
+                let n = self.left.min(data.len() as u64) as usize;
+                self.left -= n as u64;
+                self.done = self.left == 0;
+                Ok(n)
+            }
+            Body::Chunked => {
+                let p = self.decoder.feed(data, |_| {}).map_err(|_| ())?;
+                self.done = p.done;
+                Ok(p.consumed)
+            }
+            Body::CloseDelimited => Ok(data.len()),
+            Body::None => {
+                self.done = true;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Moves what is buffered into `out` in the client's framing; returns whether the body is complete
+    /// (close-delimited bodies complete only at EOF).
+    fn take_available(&mut self, b: &mut RecvBuf, out: &mut Vec<u8>) -> Result<bool, ()> {
+        if self.done {
+            return Ok(true);
+        }
+        if self.passthrough() {
+            let n = self.scan(b.data())?;
+            out.extend_from_slice(&b.data()[..n]);
+            b.consume(n);
+            return Ok(self.done);
+        }
+        let data = b.data();
+        let n = match (self.upstream, self.client) {
+            (Body::Chunked, _) => {
+                // HTTP/1.0 client: de-chunk.
+                let mut ranges_out = std::mem::take(out);
+                let p = self.decoder.feed(data, |r| ranges_out.extend_from_slice(&data[r])).map_err(|_| ())?;
+                *out = ranges_out;
+                self.done = p.done;
+                p.consumed
+            }
+            _ => {
+                // Close-delimited upstream body to an HTTP/1.1 client: re-chunk.
+                if !data.is_empty() {
+                    let _ = write!(out, "{:x}\r\n", data.len());
+                    out.extend_from_slice(data);
+                    out.extend_from_slice(b"\r\n");
+                }
+                data.len()
+            }
+        };
+        b.consume(n);
+        Ok(self.done)
+    }
+
+    /// The end of a close-delimited body: the last chunk when re-chunking.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.client == OutFraming::Chunked && self.upstream == Body::CloseDelimited && !self.done {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        self.done = true;
+    }
+}
+
+impl Worker {
+    /// The client `send` deadline.
+    pub fn send_timeout(&self) -> Duration {
+        self.cfg.config.server.timeouts.send.0
+    }
+}

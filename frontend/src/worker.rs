@@ -1,0 +1,169 @@
+//! One worker: its state (config, router, upstream pools, metric handles; all `Rc`, nothing shared with
+//! other workers on the request path), its accept loop on its own SO_REUSEPORT listener, and its timer
+//! tasks (heartbeat every 250 ms, pool sweep). Each connection runs as its own task under a panic guard:
+//! a panic closes only that connection.
+
+use std::{
+    cell::Cell,
+    future::Future,
+    net::SocketAddr,
+    panic::AssertUnwindSafe,
+    pin::Pin,
+    rc::Rc,
+    sync::{atomic::Ordering, Arc},
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use edge_core::{
+    config::Resolved,
+    metrics::{ShedReason, WorkerMetrics},
+    runtime::{ConnectionSlot, Shared, WorkerEnv, HEARTBEAT_EVERY},
+};
+use edge_upstream::Upstream;
+use monoio::net::{TcpListener, TcpStream};
+
+use crate::{respond::LogLimit, route::Router};
+
+/// Everything one worker's connections share (single-threaded).
+pub struct Worker {
+    /// Worker index (the `worker` label).
+    pub id: usize,
+    /// Process-wide state.
+    pub shared: Arc<Shared>,
+    /// The configuration.
+    pub cfg: Arc<Resolved>,
+    /// Routes in matching order.
+    pub router: Router,
+    /// Upstreams in config order, each with per-endpoint pools.
+    pub upstreams: Vec<Upstream>,
+    /// Metric handles.
+    pub metrics: WorkerMetrics,
+    /// Warn-log rate limit.
+    pub log_limit: LogLimit,
+    /// Random per-process prefix of generated request ids.
+    pub id_prefix: u32,
+    next_id: Cell<u64>,
+}
+
+impl Worker {
+    /// Builds a worker's state.
+    pub fn new(id: usize, shared: Arc<Shared>, cfg: Arc<Resolved>) -> Self {
+        Worker {
+            router: Router::new(&cfg.routes),
+            upstreams: cfg.upstreams.iter().map(|u| Upstream::new(u, id)).collect(),
+            metrics: WorkerMetrics::register(id),
+            log_limit: LogLimit::default(),
+            id_prefix: id_prefix(),
+            next_id: Cell::new(0),
+            id,
+            shared,
+            cfg,
+        }
+    }
+
+    /// The next generated request id: (process prefix, worker, counter).
+    pub fn next_request_id(&self) -> (u32, u16, u64) {
+        let n = self.next_id.get() + 1;
+        self.next_id.set(n);
+        (self.id_prefix, self.id as u16, n)
+    }
+}
+
+fn id_prefix() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    t ^ std::process::id().rotate_left(16)
+}
+
+/// The worker's main future: accept loop plus timer tasks. Reports readiness on `env.ready`.
+pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
+    let listener = match env.listener.set_nonblocking(true).and_then(|()| TcpListener::from_std(env.listener)) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = env.ready.send(Err(format!("worker {}: cannot register listener: {e}", env.id)));
+            return;
+        }
+    };
+    let w = Rc::new(Worker::new(env.id, env.shared.clone(), cfg));
+    w.shared.beat(w.id);
+    monoio::spawn(heartbeat(w.clone()));
+    monoio::spawn(sweep_pools(w.clone()));
+    tracing::debug!(event = "worker.started", worker = w.id, cpu = ?env.cpu);
+    let _ = env.ready.send(Ok(()));
+    accept_loop(w, listener).await;
+}
+
+async fn heartbeat(w: Rc<Worker>) {
+    loop {
+        w.shared.beat(w.id);
+        monoio::time::sleep(HEARTBEAT_EVERY).await;
+    }
+}
+
+async fn sweep_pools(w: Rc<Worker>) {
+    loop {
+        monoio::time::sleep(Duration::from_millis(500)).await;
+        let idle: usize = w.upstreams.iter().map(Upstream::sweep).sum();
+        w.metrics.upstream_idle.set(idle as f64);
+    }
+}
+
+async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
+    loop {
+        if w.shared.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                w.metrics.connections_total.increment(1);
+                let over = w.shared.connections.load(Ordering::Relaxed) >= w.shared.max_connections;
+                let slot = ConnectionSlot::take(&w.shared);
+                monoio::spawn(guarded(w.clone(), stream, peer, slot, over));
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
+                w.metrics.connection_shed(ShedReason::FdLimit).increment(1);
+                if w.log_limit.allow() {
+                    tracing::warn!(event = "connection.shed", worker = w.id, reason = "fd_limit", "out of file descriptors; pausing accept for 100 ms");
+                }
+                monoio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                tracing::debug!(event = "accept.error", worker = w.id, error = %e);
+            }
+        }
+    }
+}
+
+/// Runs one connection; a panic inside it closes only this connection and is counted.
+async fn guarded(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, slot: ConnectionSlot, over: bool) {
+    w.metrics.connections_active.increment(1.0);
+    let res = CatchUnwind(Box::pin(crate::conn::serve(w.clone(), stream, peer, over))).await;
+    w.metrics.connections_active.decrement(1.0);
+    drop(slot);
+    if let Err(panic) = res {
+        w.metrics.panics.increment(1);
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(event = "connection.panic", worker = w.id, %peer, panic = %msg, "a connection task panicked; closed that connection");
+    }
+}
+
+/// A future that turns a panic in its inner future into `Err` (monoio does not catch task panics).
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}

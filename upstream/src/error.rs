@@ -1,0 +1,67 @@
+//! One error type for the upstream side: a kind (mapped to status, counter and log event in exactly one
+//! place, the frontend's `respond` module) and whether a retry is safe.
+
+use std::fmt;
+
+/// What went wrong talking to an upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamErrorKind {
+    /// Connect refused: 502 `refused`.
+    Refused,
+    /// Connect did not finish within `connect_timeout`: 504 `connect`.
+    ConnectTimeout,
+    /// Reset (or another IO error) before a complete response: 502 `reset`.
+    Reset,
+    /// EOF before a complete response: 502 `closed_early`.
+    ClosedEarly,
+    /// Malformed response head or framing: 502 `bad_response`.
+    BadResponse,
+    /// No progress writing the request within `write_timeout`: 504 `write`.
+    WriteTimeout,
+    /// No response head within `request_timeout`: 504 `request`.
+    RequestTimeout,
+    /// Inactive past the zombie threshold: 504 `zombie`.
+    Zombie,
+}
+
+/// An upstream failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamError {
+    /// What happened.
+    pub kind: UpstreamErrorKind,
+    /// Nothing reached the upstream application (refused or timed-out connect, or a reused pooled
+    /// connection that was closed before any response byte), so the request may be sent again.
+    pub retry_safe: bool,
+}
+
+impl UpstreamError {
+    /// An error that is not safe to retry.
+    pub const fn new(kind: UpstreamErrorKind) -> Self {
+        UpstreamError { kind, retry_safe: false }
+    }
+
+    /// Classifies an IO error from an established connection.
+    pub fn from_io(e: &std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        let kind = match e.kind() {
+            K::UnexpectedEof => UpstreamErrorKind::ClosedEarly,
+            _ => UpstreamErrorKind::Reset,
+        };
+        UpstreamError::new(kind)
+    }
+}
+
+impl fmt::Display for UpstreamErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpstreamErrorKind::Refused => "connection refused",
+            UpstreamErrorKind::ConnectTimeout => "connect timed out",
+            UpstreamErrorKind::Reset => "connection reset",
+            UpstreamErrorKind::ClosedEarly => "connection closed before a complete response",
+            UpstreamErrorKind::BadResponse => "malformed response",
+            UpstreamErrorKind::WriteTimeout => "request write timed out",
+            UpstreamErrorKind::RequestTimeout => "no response within request_timeout",
+            UpstreamErrorKind::Zombie => "upstream connection inactive past the zombie threshold",
+        })
+    }
+}

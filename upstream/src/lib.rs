@@ -1,0 +1,16 @@
+//! edge-upstream: the upstream side of one worker: per-endpoint pools of keep-alive connections
+//! ([`pool`]), connecting under `connect_timeout` ([`connect`]), round-robin over endpoints
+//! ([`balance`]), and the upstream error type with its kind and retry-safety ([`error`]).
+//!
+//! Everything here is per worker (`Rc`/`RefCell`, no locks): a worker never uses another worker's
+//! connection (DESIGN.md "Upstream pools and retries").
+
+pub mod balance;
+pub mod connect;
+pub mod error;
+pub mod pool;
+pub mod zombie;
+
+pub use balance::Upstream;
+pub use error::{UpstreamError, UpstreamErrorKind};
+pub use pool::UpstreamConn;

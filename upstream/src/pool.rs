@@ -1,0 +1,92 @@
+//! Per-worker, per-endpoint pools of idle keep-alive connections (DESIGN.md "Upstream pools and
+//! retries"): LIFO reuse (the most recently used connection is the least likely to have been closed by
+//! the upstream), at most `pool_max_idle` kept, each dropped after `pool_idle_timeout` (or the upstream's
+//! `Keep-Alive: timeout=N` minus one second) by the worker's own timer, and checked for a close or stray
+//! bytes before reuse.
+
+use std::{cell::RefCell, os::fd::AsRawFd, time::Duration};
+
+use edge_core::buf::RecvBuf;
+use monoio::{net::TcpStream, time::Instant};
+
+/// One upstream connection, checked out for one exchange or idle in a pool.
+pub struct UpstreamConn {
+    /// The socket.
+    pub stream: TcpStream,
+    /// Bytes received and not yet consumed (empty whenever the connection is pooled).
+    pub buf: RecvBuf,
+    /// Index of the endpoint within its upstream.
+    pub endpoint: usize,
+    /// Whether it came from the pool (a failure before any response byte may then be retried).
+    pub reused: bool,
+    expires: Instant,
+}
+
+impl UpstreamConn {
+    /// Wraps a freshly connected socket.
+    pub fn new(stream: TcpStream, endpoint: usize) -> Self {
+        UpstreamConn { stream, buf: RecvBuf::new(), endpoint, reused: false, expires: Instant::now() }
+    }
+}
+
+/// The idle connections of one endpoint.
+#[derive(Default)]
+pub struct Pool {
+    idle: RefCell<Vec<UpstreamConn>>,
+}
+
+impl Pool {
+    /// Takes the most recently returned connection that is still open and quiet.
+    pub fn take(&self) -> Option<UpstreamConn> {
+        let now = Instant::now();
+        let mut idle = self.idle.borrow_mut();
+        while let Some(mut c) = idle.pop() {
+            if c.expires > now && is_quiet(&c.stream) {
+                c.reused = true;
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection after a complete response; dropped when the pool is full. `lifetime` is how long
+    /// it may stay idle.
+    pub fn put(&self, mut c: UpstreamConn, lifetime: Duration, max_idle: usize) {
+        c.buf.release();
+        if max_idle == 0 || lifetime.is_zero() {
+            return;
+        }
+        c.expires = Instant::now() + lifetime;
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= max_idle {
+            idle.remove(0); // the oldest goes
+        }
+        idle.push(c);
+    }
+
+    /// Closes idle connections past their lifetime; returns how many remain.
+    pub fn sweep(&self, now: Instant) -> usize {
+        let mut idle = self.idle.borrow_mut();
+        idle.retain(|c| c.expires > now);
+        idle.len()
+    }
+
+    /// Idle connection count.
+    pub fn len(&self) -> usize {
+        self.idle.borrow().len()
+    }
+
+    /// Whether no connection is idle.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether an idle socket is still open with nothing to read (a pooled connection must be quiet: EOF means
+/// the upstream closed it, bytes mean it sent something unasked).
+fn is_quiet(s: &TcpStream) -> bool {
+    let mut b = 0u8;
+    // SAFETY: a one-byte peek into a local on a socket we own; MSG_DONTWAIT never blocks.
+    let n = unsafe { libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+}

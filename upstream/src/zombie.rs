@@ -1,0 +1,30 @@
+//! Capped zombie detection (DESIGN.md "Zombie detection"): an upstream connection with a request in
+//! flight is a zombie once inactive for longer than
+//! `max(max_inactive, min(max_inactive_cap, request_timeout + max_inactive))`, with `request_timeout =
+//! none` giving `max(max_inactive, max_inactive_cap)`. Sans-IO; the exchange applies it on the worker's
+//! timer.
+
+use std::time::Duration;
+
+/// The inactivity threshold after which an in-flight upstream connection is a zombie.
+pub fn threshold(max_inactive: Duration, max_inactive_cap: Duration, request_timeout: Option<Duration>) -> Duration {
+    match request_timeout {
+        Some(rt) => max_inactive.max(max_inactive_cap.min(rt.saturating_add(max_inactive))),
+        None => max_inactive.max(max_inactive_cap),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn design_table() {
+        let s = Duration::from_secs;
+        assert_eq!(threshold(s(10), s(60), Some(s(5))), s(15));
+        assert_eq!(threshold(s(10), s(60), Some(s(45))), s(55));
+        assert_eq!(threshold(s(10), s(60), Some(s(600))), s(60));
+        assert_eq!(threshold(s(10), s(60), None), s(60));
+        assert_eq!(threshold(s(180), s(60), Some(s(600))), s(180));
+    }
+}
