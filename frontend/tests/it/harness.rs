@@ -1,0 +1,518 @@
+//! Test harness: starts the real `edge` binary on 127.0.0.1 port 0 with a generated config, a scripted
+//! origin on plain std threads, and a raw HTTP/1.1 client. Every wait is bounded and event-driven (the
+//! ready log line, a channel), never a fixed sleep.
+
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc, Arc, Mutex,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Which io driver a test case runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    Epoll,
+    IoUring,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Epoll => "epoll",
+            Driver::IoUring => "io_uring",
+        }
+    }
+
+    /// `false` (with a printed reason) when the kernel refuses io_uring here.
+    pub fn available(self) -> bool {
+        if self == Driver::Epoll {
+            return true;
+        }
+        match io_uring::IoUring::new(8) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("SKIP io_uring case: the kernel refuses io_uring here ({e})");
+                false
+            }
+        }
+    }
+}
+
+/// A running `edge` process; killed on drop.
+pub struct Edge {
+    child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+    log_rx: Mutex<mpsc::Receiver<String>>,
+    _dir: TempDir,
+}
+
+/// A temp directory removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!("edge-it-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The config used by most tests: one worker unless `extra` says otherwise, short timeouts.
+pub fn config(driver: Driver, upstream: SocketAddr, extra_server: &str, extra: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+io_driver = "{driver}"
+workers = 1
+{extra_server}
+
+[admin]
+listen = "127.0.0.1:0"
+
+[log]
+level = "info"
+
+[[upstreams]]
+name = "origin"
+endpoints = ["{upstream}"]
+connect_timeout = "1s"
+request_timeout = "10s"
+
+[[routes]]
+path_prefix = "/"
+upstream = "origin"
+{extra}
+"#,
+        driver = driver.name()
+    )
+}
+
+impl Edge {
+    /// Starts edge with `config` (TOML text) and waits (10 s max) for its ready line.
+    pub fn start(config: &str) -> Edge {
+        Self::start_args(config, &[])
+    }
+
+    pub fn start_args(config: &str, args: &[&str]) -> Edge {
+        let dir = TempDir::new();
+        let path = dir.0.join("edge.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_edge"))
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn edge");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let log2 = log.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                log2.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains("startup.ready") => {
+                    let addr = field(&line, "traffic=").parse().unwrap();
+                    let admin = field(&line, "admin=").parse().unwrap();
+                    return Edge { child, addr, admin, log, log_rx: Mutex::new(rx), _dir: dir };
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("edge did not become ready; log:\n{}", log.lock().unwrap().join("\n"));
+                }
+            }
+        }
+    }
+
+    /// All log lines so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `limit`) for a log line containing `needle`; returns it.
+    pub fn wait_log(&self, needle: &str, limit: Duration) -> Option<String> {
+        if let Some(l) = self.log().into_iter().find(|l| l.contains(needle)) {
+            return Some(l);
+        }
+        let rx = self.log_rx.lock().unwrap();
+        let until = Instant::now() + limit;
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(l) if l.contains(needle) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// The admin `/metrics` text.
+    pub fn metrics(&self) -> String {
+        let r = Client::connect(self.admin).get("/metrics");
+        assert_eq!(r.status, 200);
+        String::from_utf8(r.body).unwrap()
+    }
+
+    /// Sum of a metric over all label sets matching every `labels` substring (e.g. `reason="bad_head"`).
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        metric_sum(&self.metrics(), name, labels)
+    }
+
+    /// Polls until `metric(name, labels) == want` (5 s max); returns the last value seen.
+    pub fn wait_metric(&self, name: &str, labels: &[&str], want: f64) -> f64 {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let v = self.metric(name, labels);
+            if v == want || Instant::now() > until {
+                return v;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits (at most `limit`) for the exit code.
+    pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let start = line.find(key).unwrap_or_else(|| panic!("no {key} in {line}")) + key.len();
+    let rest = &line[start..];
+    rest.split_whitespace().next().unwrap().trim_matches('"')
+}
+
+/// Sums the samples of `name` whose label text contains every `labels` entry.
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A request as the origin saw it.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub minor: u8,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub conn_id: usize,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the origin sends back: raw bytes, then whether it closes.
+pub struct Reply {
+    pub bytes: Vec<u8>,
+    pub close: bool,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn ok(body: &[u8]) -> Reply {
+        let mut b = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        b.extend_from_slice(body);
+        Reply { bytes: b, close: false, delay: Duration::ZERO }
+    }
+    pub fn raw(bytes: &[u8], close: bool) -> Reply {
+        Reply { bytes: bytes.to_vec(), close, delay: Duration::ZERO }
+    }
+    pub fn delayed(mut self, d: Duration) -> Reply {
+        self.delay = d;
+        self
+    }
+}
+
+type Handler = dyn Fn(&Seen) -> Reply + Send + Sync;
+
+/// A scripted HTTP/1.1 origin: one thread per connection, keep-alive, counts connections.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub accepted: Arc<AtomicUsize>,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Origin {
+    pub fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Origin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let (acc, seen2) = (accepted.clone(), seen.clone());
+        thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                let id = acc.fetch_add(1, Ordering::SeqCst) + 1;
+                let (h, seen) = (handler.clone(), seen2.clone());
+                thread::spawn(move || origin_conn(s, id, &*h, &seen));
+            }
+        });
+        Origin { addr, accepted, seen }
+    }
+
+    /// An origin answering 200 with `body` to everything.
+    pub fn fixed(body: &'static [u8]) -> Origin {
+        Origin::start(move |_| Reply::ok(body))
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    pub fn last(&self) -> Seen {
+        self.seen.lock().unwrap().last().cloned().expect("origin saw no request")
+    }
+}
+
+fn origin_conn(mut s: TcpStream, id: usize, h: &Handler, seen: &Mutex<Vec<Seen>>) {
+    let mut buf = Vec::new();
+    loop {
+        let Some((req, used)) = read_request(&mut s, &mut buf) else { return };
+        buf.drain(..used);
+        let mut req = req;
+        req.conn_id = id;
+        seen.lock().unwrap().push(req.clone());
+        let reply = h(&req);
+        if !reply.delay.is_zero() {
+            thread::sleep(reply.delay);
+        }
+        if s.write_all(&reply.bytes).is_err() || reply.close {
+            return;
+        }
+    }
+}
+
+/// Reads one request (head + Content-Length or chunked body) from `s`; `None` on EOF.
+fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut req = httparse::Request::new(&mut headers);
+        if let Ok(httparse::Status::Complete(n)) = req.parse(buf) {
+            let mut seen = Seen {
+                method: req.method.unwrap().into(),
+                target: req.path.unwrap().into(),
+                minor: req.version.unwrap(),
+                headers: req.headers.iter().map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned())).collect(),
+                ..Seen::default()
+            };
+            let cl = seen.header("content-length").map(|v| v.parse::<usize>().unwrap());
+            let chunked = seen.header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
+            let mut pos = n;
+            if let Some(cl) = cl {
+                while buf.len() < n + cl {
+                    fill(s, buf)?;
+                }
+                seen.body = buf[n..n + cl].to_vec();
+                pos = n + cl;
+            } else if chunked {
+                let (body, end) = read_chunked(s, buf, n)?;
+                seen.body = body;
+                pos = end;
+            }
+            return Some((seen, pos));
+        }
+        fill(s, buf)?;
+    }
+}
+
+fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut tmp = [0u8; 65536];
+    let n = s.read(&mut tmp).ok()?;
+    if n == 0 {
+        return None;
+    }
+    buf.extend_from_slice(&tmp[..n]);
+    Some(())
+}
+
+/// Decodes a chunked body starting at `pos`; returns (data, end offset). Trailers are skipped.
+fn read_chunked(s: &mut TcpStream, buf: &mut Vec<u8>, mut pos: usize) -> Option<(Vec<u8>, usize)> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = loop {
+            if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
+                break pos + i;
+            }
+            fill(s, buf)?;
+        };
+        let line = std::str::from_utf8(&buf[pos..line_end]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        pos = line_end + 2;
+        if size == 0 {
+            loop {
+                let end = loop {
+                    if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
+                        break pos + i;
+                    }
+                    fill(s, buf)?;
+                };
+                let empty = end == pos;
+                pos = end + 2;
+                if empty {
+                    return Some((body, pos));
+                }
+            }
+        }
+        while buf.len() < pos + size + 2 {
+            fill(s, buf)?;
+        }
+        body.extend_from_slice(&buf[pos..pos + size]);
+        pos += size + 2;
+    }
+}
+
+/// A response as the client saw it.
+#[derive(Debug, Default)]
+pub struct Response {
+    pub status: u16,
+    pub minor: u8,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub chunked: bool,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A raw HTTP/1.1 client over one TCP connection.
+pub struct Client {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        Client { s, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).unwrap();
+    }
+
+    pub fn get(&mut self, path: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+        self.read_response(false).expect("response")
+    }
+
+    /// Reads one response; `head_request` means no body follows. `None` on EOF before a head.
+    pub fn read_response(&mut self, head_request: bool) -> Option<Response> {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 128];
+            let mut res = httparse::Response::new(&mut headers);
+            if let Ok(httparse::Status::Complete(n)) = res.parse(&self.buf) {
+                let mut r = Response {
+                    status: res.code.unwrap(),
+                    minor: res.version.unwrap(),
+                    headers: res.headers.iter().map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned())).collect(),
+                    ..Response::default()
+                };
+                self.buf.drain(..n);
+                if (100..200).contains(&r.status) {
+                    continue;
+                }
+                if head_request || r.status == 204 || r.status == 304 {
+                    return Some(r);
+                }
+                if let Some(cl) = r.header("content-length").map(|v| v.parse::<usize>().unwrap()) {
+                    while self.buf.len() < cl {
+                        fill(&mut self.s, &mut self.buf)?;
+                    }
+                    r.body = self.buf.drain(..cl).collect();
+                } else if r.header("transfer-encoding").is_some() {
+                    r.chunked = true;
+                    let (body, end) = read_chunked(&mut self.s, &mut self.buf, 0)?;
+                    r.body = body;
+                    self.buf.drain(..end);
+                } else {
+                    while fill(&mut self.s, &mut self.buf).is_some() {}
+                    r.body = std::mem::take(&mut self.buf);
+                }
+                return Some(r);
+            }
+            fill(&mut self.s, &mut self.buf)?;
+        }
+    }
+
+    /// Whether the server closed the connection (EOF within the read timeout).
+    pub fn closed_by_peer(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+/// Runs `f` for each available driver.
+pub fn each_driver(f: impl Fn(Driver)) {
+    for d in [Driver::Epoll, Driver::IoUring] {
+        if d.available() {
+            f(d);
+        }
+    }
+}

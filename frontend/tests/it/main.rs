@@ -1,0 +1,28 @@
+//! Integration tests: the real `edge` binary over real loopback TCP, with a scripted origin. Each case runs
+//! on both io drivers (`epoll` and `io_uring`; the io_uring case is skipped, with a printed reason, only
+//! where the kernel refuses io_uring).
+
+mod harness;
+
+/// Defines a module `$name` with one test per io driver; `$body` is a `fn(Driver)`.
+macro_rules! both_drivers {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn epoll() {
+                ($body)(crate::harness::Driver::Epoll)
+            }
+            #[test]
+            fn io_uring() {
+                if crate::harness::Driver::IoUring.available() {
+                    ($body)(crate::harness::Driver::IoUring)
+                }
+            }
+        }
+    };
+}
+
+mod cli;
+mod proxy;

@@ -1,0 +1,196 @@
+//! The proxy path end to end: bodies both ways, framing, keep-alive reuse, health, upstream down.
+
+use std::{
+    io::Write,
+    time::{Duration, Instant},
+};
+
+use crate::harness::{config, Client, Edge, Origin, Reply, Seen};
+
+fn echo(req: &Seen) -> Reply {
+    let mut b = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n", req.body.len(), req.method).into_bytes();
+    b.extend_from_slice(&req.body);
+    Reply::raw(&b, false)
+}
+
+both_drivers!(get_round_trips, |d| {
+    let origin = Origin::fixed(b"hello, world\n");
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    let r = c.get("/a/b?x=1");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello, world\n");
+    assert_eq!(r.header("via"), Some("1.1 edge"));
+    let seen = origin.last();
+    assert_eq!(seen.target, "/a/b?x=1");
+    assert_eq!(seen.header("host"), Some("test"));
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    assert!(seen.header("x-request-id").is_some_and(|v| !v.is_empty()));
+});
+
+both_drivers!(post_content_length_body_is_byte_exact, |d| {
+    let origin = Origin::start(echo);
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut c = Client::connect(edge.addr);
+    c.send(format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+    c.send(&body);
+    let r = c.read_response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-method"), Some("POST"));
+    assert!(r.body == body, "echoed body differs");
+    assert_eq!(origin.last().header("content-length"), Some("300000"));
+});
+
+both_drivers!(chunked_request_body_of_several_mib_is_streamed, |d| {
+    let origin = Origin::start(echo);
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    c.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let mut want = Vec::new();
+    for i in 0..48u32 {
+        let chunk: Vec<u8> = (0..(64 * 1024 + i)).map(|j| (j ^ i) as u8).collect();
+        c.send(format!("{:x}\r\n", chunk.len()).as_bytes());
+        c.send(&chunk);
+        c.send(b"\r\n");
+        want.extend_from_slice(&chunk);
+    }
+    c.send(b"0\r\n\r\n");
+    let r = c.read_response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(want.len() > 3 << 20);
+    assert_eq!(r.body.len(), want.len());
+    assert!(r.body == want, "echoed body differs");
+    assert_eq!(origin.last().header("transfer-encoding"), Some("chunked"));
+});
+
+both_drivers!(chunked_and_close_delimited_responses, |d| {
+    let origin = Origin::start(|req| match req.target.as_str() {
+        "/chunked" => Reply::raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n", false),
+        _ => Reply::raw(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end", true),
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    let r = c.get("/chunked");
+    assert!(r.chunked);
+    assert_eq!(r.body, b"hello, world");
+    // Close-delimited upstream body: re-chunked for an HTTP/1.1 client, and the connection stays usable.
+    let r = c.get("/close");
+    assert!(r.chunked, "close-delimited body should be forwarded chunked to HTTP/1.1");
+    assert_eq!(r.body, b"until the end");
+    assert_eq!(c.get("/chunked").body, b"hello, world");
+    // HTTP/1.0 client: close-delimited.
+    let mut c10 = Client::connect(edge.addr);
+    c10.send(b"GET /chunked HTTP/1.0\r\n\r\n");
+    let r = c10.read_response(false).unwrap();
+    assert!(!r.chunked);
+    assert_eq!(r.body, b"hello, world");
+});
+
+both_drivers!(head_204_304_have_no_body, |d| {
+    let origin = Origin::start(|req| match req.target.as_str() {
+        "/204" => Reply::raw(b"HTTP/1.1 204 No Content\r\n\r\n", false),
+        "/304" => Reply::raw(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n", false),
+        _ => Reply::raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false),
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    c.send(b"HEAD /x HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.read_response(true).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("5"));
+    let r = c.get("/204");
+    assert_eq!(r.status, 204);
+    let r = c.get("/304");
+    assert_eq!(r.status, 304);
+    // Nothing stray arrived after the bodiless responses: the next response parses cleanly.
+    c.send(b"HEAD /y HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read_response(true).unwrap().status, 200);
+});
+
+both_drivers!(keep_alive_reuses_one_upstream_connection, |d| {
+    let origin = Origin::fixed(b"ok");
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    for _ in 0..100 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    assert_eq!(origin.accepted(), 1, "100 sequential requests should reuse one upstream connection");
+    assert_eq!(edge.metric("edge_upstream_requests_total", &[]), 100.0);
+});
+
+both_drivers!(two_workers_both_serve, |d| {
+    let origin = Origin::fixed(b"ok");
+    let edge = Edge::start(&config(d, origin.addr, "", "").replace("workers = 1", "workers = 2"));
+    // SO_REUSEPORT spreads connections by hash of the source port; 64 connections reach both workers
+    // unless the kernel is extraordinarily unlucky (2^-63).
+    for _ in 0..64 {
+        let mut c = Client::connect(edge.addr);
+        assert_eq!(c.get("/").status, 200);
+    }
+    let m = edge.metrics();
+    for w in ["worker=\"0\"", "worker=\"1\""] {
+        let n = crate::harness::metric_sum(&m, "edge_connections_total", &[w]);
+        assert!(n > 0.0, "{w} accepted no connection:\n{m}");
+    }
+});
+
+both_drivers!(health_answers_fast_behind_slow_requests, |d| {
+    let origin = Origin::start(|req| {
+        if req.target.starts_with("/slow") {
+            Reply::ok(b"slow").delayed(Duration::from_secs(3))
+        } else {
+            Reply::ok(b"fast")
+        }
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut slow: Vec<Client> = (0..15)
+        .map(|_| {
+            let mut c = Client::connect(edge.addr);
+            c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+            c
+        })
+        .collect();
+    // Wait until all 15 are at the origin (event, not sleep).
+    let until = Instant::now() + Duration::from_secs(5);
+    while origin.seen.lock().unwrap().len() < 15 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(origin.seen.lock().unwrap().len(), 15);
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut c = Client::connect(edge.addr);
+        let r = c.get("/_health");
+        let took = t.elapsed();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, b"ok");
+        assert!(took < Duration::from_millis(50), "health took {took:?} behind 15 slow requests");
+    }
+    for c in &mut slow {
+        assert_eq!(c.read_response(false).unwrap().body, b"slow");
+    }
+});
+
+both_drivers!(upstream_down_gives_502_and_proxy_keeps_serving, |d| {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let origin = Origin::fixed(b"alive");
+    let cfg = config(d, dead_addr, "", "")
+        + &format!("\n[[upstreams]]\nname = \"live\"\nendpoints = [\"{}\"]\n\n[[routes]]\npath_prefix = \"/live\"\nupstream = \"live\"\n", origin.addr);
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    let r = c.get("/down");
+    assert_eq!(r.status, 502);
+    assert!(r.text().contains("refused"), "{}", r.text());
+    // Same connection still serves (keep-alive after a 502 with no body).
+    let r = c.get("/live/x");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"alive");
+    assert_eq!(edge.metric("edge_upstream_errors_total", &["kind=\"refused\""]), 1.0);
+    assert!(edge.wait_log("upstream.error", Duration::from_secs(2)).is_some());
+    let mut c2 = Client::connect(edge.addr);
+    assert_eq!(c2.get("/_health").status, 200);
+    c2.s.flush().unwrap();
+});
