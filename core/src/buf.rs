@@ -22,7 +22,8 @@ thread_local! {
 
 /// Takes an empty buffer of at least [`BUF_SIZE`] capacity from this thread's pool.
 pub fn take() -> Vec<u8> {
-    POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
+    POOL.with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
 }
 
 /// Returns a buffer to this thread's pool (cleared; oversized or surplus buffers are freed).
@@ -49,7 +50,10 @@ pub struct RecvBuf {
 impl RecvBuf {
     /// A buffer with no storage yet.
     pub const fn new() -> Self {
-        RecvBuf { storage: Vec::new(), pos: 0 }
+        RecvBuf {
+            storage: Vec::new(),
+            pos: 0,
+        }
     }
 
     /// Unconsumed bytes.
@@ -119,7 +123,11 @@ impl RecvBuf {
     ///
     /// # Errors
     /// The write's error; the bytes count as consumed either way.
-    pub async fn write_prefix<W: AsyncWriteRent>(&mut self, io: &mut W, n: usize) -> io::Result<()> {
+    pub async fn write_prefix<W: AsyncWriteRent>(
+        &mut self,
+        io: &mut W,
+        n: usize,
+    ) -> io::Result<()> {
         assert!(n <= self.len());
         let storage = std::mem::take(&mut self.storage);
         let (res, slice) = io.write_all(storage.slice(self.pos..self.pos + n)).await;

@@ -9,8 +9,10 @@ use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Buckets of `edge_request_duration_seconds`: 0.5 ms to 60 s.
-pub const DURATION_BUCKETS: &[f64] =
-    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
 
 /// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it).
 ///
@@ -18,7 +20,10 @@ pub const DURATION_BUCKETS: &[f64] =
 /// When a recorder is already installed.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
     PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full("edge_request_duration_seconds".into()), DURATION_BUCKETS)
+        .set_buckets_for_metric(
+            Matcher::Full("edge_request_duration_seconds".into()),
+            DURATION_BUCKETS,
+        )
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())
@@ -168,9 +173,13 @@ impl WorkerMetrics {
     /// Registers every series of worker `id` (label combinations are pre-registered so they export 0).
     pub fn register(id: usize) -> Self {
         let w = id.to_string();
-        let by = |name: &'static str, label: &'static str, values: &[&'static str]| -> Vec<Counter> {
-            values.iter().map(|v| counter!(name, "worker" => w.clone(), label => *v)).collect()
-        };
+        let by =
+            |name: &'static str, label: &'static str, values: &[&'static str]| -> Vec<Counter> {
+                values
+                    .iter()
+                    .map(|v| counter!(name, "worker" => w.clone(), label => *v))
+                    .collect()
+            };
         let names = |all: &[&'static str]| all.to_vec();
         let m = WorkerMetrics {
             status: RefCell::new(vec![None; 600]),
@@ -179,10 +188,23 @@ impl WorkerMetrics {
             invalid: by(
                 "edge_requests_invalid_total",
                 "reason",
-                &names(&InvalidReason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>()),
+                &names(
+                    &InvalidReason::ALL
+                        .iter()
+                        .map(|r| r.as_str())
+                        .collect::<Vec<_>>(),
+                ),
             ),
-            requests_shed: by("edge_requests_shed_total", "reason", &[ShedReason::UpstreamQueue.as_str()]),
-            connections_shed: by("edge_connections_shed_total", "reason", &[ShedReason::Limit.as_str(), ShedReason::FdLimit.as_str()]),
+            requests_shed: by(
+                "edge_requests_shed_total",
+                "reason",
+                &[ShedReason::UpstreamQueue.as_str()],
+            ),
+            connections_shed: by(
+                "edge_connections_shed_total",
+                "reason",
+                &[ShedReason::Limit.as_str(), ShedReason::FdLimit.as_str()],
+            ),
             truncated: counter!("edge_responses_truncated_total", "worker" => w.clone()),
             connections_total: counter!("edge_connections_total", "worker" => w.clone()),
             connections_active: gauge!("edge_connections_active", "worker" => w.clone()),
@@ -191,31 +213,53 @@ impl WorkerMetrics {
             inbound_timeouts: by(
                 "edge_inbound_timeouts_total",
                 "phase",
-                &InboundPhase::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                &InboundPhase::ALL
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>(),
             ),
             upstream_requests: counter!("edge_upstream_requests_total", "worker" => w.clone()),
             upstream_errors: by(
                 "edge_upstream_errors_total",
                 "kind",
-                &UpstreamErrorKind::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                &UpstreamErrorKind::ALL
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>(),
             ),
             upstream_timeouts: by(
                 "edge_upstream_timeouts_total",
                 "phase",
-                &UpstreamPhase::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                &UpstreamPhase::ALL
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>(),
             ),
             upstream_retries: counter!("edge_upstream_retries_total", "worker" => w.clone()),
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
             worker: w,
         };
-        for c in m.invalid.iter().chain(&m.requests_shed).chain(&m.connections_shed).chain(&m.inbound_timeouts) {
+        for c in m
+            .invalid
+            .iter()
+            .chain(&m.requests_shed)
+            .chain(&m.connections_shed)
+            .chain(&m.inbound_timeouts)
+        {
             c.absolute(0);
         }
         for c in m.upstream_errors.iter().chain(&m.upstream_timeouts) {
             c.absolute(0);
         }
-        for c in [&m.truncated, &m.connections_total, &m.evicted, &m.panics, &m.upstream_requests, &m.upstream_retries] {
+        for c in [
+            &m.truncated,
+            &m.connections_total,
+            &m.evicted,
+            &m.panics,
+            &m.upstream_requests,
+            &m.upstream_retries,
+        ] {
             c.absolute(0);
         }
         m.in_flight.set(0.0);

@@ -26,13 +26,20 @@ const ADMIN_DEADLINE: Duration = Duration::from_secs(5);
 ///
 /// # Errors
 /// When the thread or its runtime cannot start.
-pub fn start(listener: std::net::TcpListener, shared: Arc<Shared>, prom: PrometheusHandle) -> Result<(), String> {
+pub fn start(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    prom: PrometheusHandle,
+) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("edge-admin".into())
         .spawn(move || {
             let run = async move {
-                let l = match listener.set_nonblocking(true).and_then(|()| TcpListener::from_std(listener)) {
+                let l = match listener
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpListener::from_std(listener))
+                {
                     Ok(l) => l,
                     Err(e) => {
                         let _ = tx.send(Err(format!("admin listener: {e}")));
@@ -47,7 +54,8 @@ pub fn start(listener: std::net::TcpListener, shared: Arc<Shared>, prom: Prometh
             }
         })
         .map_err(|e| format!("admin thread: {e}"))?;
-    rx.recv_timeout(Duration::from_secs(5)).map_err(|_| "admin thread did not start".to_string())?
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| "admin thread did not start".to_string())?
 }
 
 async fn serve(l: TcpListener, shared: Arc<Shared>, prom: PrometheusHandle) {
@@ -61,7 +69,9 @@ async fn serve(l: TcpListener, shared: Arc<Shared>, prom: PrometheusHandle) {
         }
     });
     loop {
-        let Ok((stream, _)) = l.accept().await else { continue };
+        let Ok((stream, _)) = l.accept().await else {
+            continue;
+        };
         if active.get() >= MAX_ADMIN_CONNECTIONS {
             drop(stream);
             continue;
@@ -90,16 +100,24 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
             }
         };
         let Some(head) = head else {
-            let _ = stream.write_all(response(400, "text/plain", b"bad request\n", true)).await;
+            let _ = stream
+                .write_all(response(400, "text/plain", b"bad request\n", true))
+                .await;
             return;
         };
         let data = rb.data();
-        let close = head.minor == 0 || edge_core::http::framing::connection_has(data, &fields, b"close");
+        let close =
+            head.minor == 0 || edge_core::http::framing::connection_has(data, &fields, b"close");
         let target = &data[head.target.clone()];
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
         let get = &data[head.method.clone()] == b"GET";
         let res = match (get, path) {
-            (true, b"/metrics") => response(200, "text/plain; version=0.0.4", prom.render().as_bytes(), close),
+            (true, b"/metrics") => response(
+                200,
+                "text/plain; version=0.0.4",
+                prom.render().as_bytes(),
+                close,
+            ),
             (true, b"/_health") if shared.ready() => response(200, "text/plain", b"ok", close),
             (true, b"/_health") => response(503, "text/plain", b"not ready\n", close),
             (true, b"/_live") => response(200, "text/plain", b"ok", close),

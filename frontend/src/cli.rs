@@ -76,7 +76,9 @@ pub fn healthcheck(url: &str) -> Result<bool, String> {
         net::{TcpStream, ToSocketAddrs},
         time::Duration,
     };
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let addr = authority
@@ -84,9 +86,14 @@ pub fn healthcheck(url: &str) -> Result<bool, String> {
         .map_err(|e| format!("{authority}: {e}"))?
         .next()
         .ok_or_else(|| format!("{authority}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("{addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
     let mut head = [0u8; 12];
     s.read_exact(&mut head).map_err(|e| format!("{url}: {e}"))?;
     Ok(&head[9..12] == b"200")

@@ -61,7 +61,14 @@ struct Conn {
 /// Serves one downstream connection until it closes. `over_capacity` connections get only their first
 /// head read (under 1 s): a health probe is answered, anything else gets 503.
 pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capacity: bool) {
-    let mut c = Conn { stream, peer, rb: RecvBuf::new(), fields: Fields::new(), served: 0, log_line: Vec::new() };
+    let mut c = Conn {
+        stream,
+        peer,
+        rb: RecvBuf::new(),
+        fields: Fields::new(),
+        served: 0,
+        log_line: Vec::new(),
+    };
     if over_capacity {
         return shed(&w, c).await;
     }
@@ -81,29 +88,51 @@ async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
     }
     c.rb.release();
     let until = Instant::now() + w.cfg.config.server.timeouts.idle.0;
-    let ready = timeout_at(until, async {
+    let idle = w.idle.enter();
+    let read = timeout_at(until, async {
         c.stream.readable(true).await?;
         c.rb.fill(&mut c.stream).await
-    })
-    .await;
+    });
+    let ready = monoio::select! {
+        r = read => Some(r),
+        () = idle => None,
+    };
     match ready {
-        Err(_) => {
+        None => {
+            w.metrics.evicted.increment(1);
+            tracing::debug!(event = "connection.evicted", worker = w.id, peer = %c.peer);
+            false
+        }
+        Some(Err(_)) => {
             w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
             tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
             false
         }
-        Ok(Ok(n)) => n > 0,
-        Ok(Err(_)) => false,
+        Some(Ok(Ok(0))) => {
+            tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, "client closed while idle");
+            false
+        }
+        Some(Ok(Ok(_))) => true,
+        Some(Ok(Err(e))) => {
+            tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "read failed while idle");
+            false
+        }
     }
 }
 
 /// Reads a whole request head under `deadline`.
-async fn read_head(w: &Worker, c: &mut Conn, deadline: Instant) -> Result<Option<RequestHead>, Failure> {
+async fn read_head(
+    w: &Worker,
+    c: &mut Conn,
+    deadline: Instant,
+) -> Result<Option<RequestHead>, Failure> {
     let limits = &w.cfg.config.server.limits;
     let max_head = limits.max_head_bytes.0 as usize;
     loop {
         match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
-            Ok(Some(h)) if h.len > max_head => return Err(Failure::Invalid(InvalidReason::HeadTooLarge)),
+            Ok(Some(h)) if h.len > max_head => {
+                return Err(Failure::Invalid(InvalidReason::HeadTooLarge))
+            }
             Ok(Some(h)) => return Ok(Some(h)),
             Ok(None) if c.rb.len() >= max_head => {
                 let reason = if request_line_complete(&c.rb.data()[..max_head]) {
@@ -115,7 +144,9 @@ async fn read_head(w: &Worker, c: &mut Conn, deadline: Instant) -> Result<Option
             }
             Ok(None) => {}
             Err(HeadError::Invalid) => return Err(Failure::Invalid(InvalidReason::BadHead)),
-            Err(HeadError::TooManyFields) => return Err(Failure::Invalid(InvalidReason::HeadTooLarge)),
+            Err(HeadError::TooManyFields) => {
+                return Err(Failure::Invalid(InvalidReason::HeadTooLarge))
+            }
         }
         match timeout_at(deadline, c.rb.fill(&mut c.stream)).await {
             Err(_) => return Err(Failure::RequestTimeout),
@@ -149,10 +180,19 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     };
     let buf = c.rb.data();
     c.log_line.clear();
-    c.log_line.extend_from_slice(&buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)]);
+    c.log_line.extend_from_slice(
+        &buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)],
+    );
     let method = &buf[head.method.clone()];
     if method == b"CONNECT" {
-        return fail(w, c, Failure::Invalid(InvalidReason::Method), false, started).await;
+        return fail(
+            w,
+            c,
+            Failure::Invalid(InvalidReason::Method),
+            false,
+            started,
+        )
+        .await;
     }
     let info = match request_info(buf, &head, &c.fields) {
         Ok(i) => i,
@@ -160,7 +200,14 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     };
     if let (Body::Length(n), Some(max)) = (info.body, w.cfg.config.server.limits.max_body_bytes.0) {
         if n > max {
-            return fail(w, c, Failure::Invalid(InvalidReason::BodyTooLarge), false, started).await;
+            return fail(
+                w,
+                c,
+                Failure::Invalid(InvalidReason::BodyTooLarge),
+                false,
+                started,
+            )
+            .await;
         }
     }
     c.served += 1;
@@ -183,13 +230,30 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         deadline = started + t;
     }
     let upstream = &w.upstreams[route.upstream];
-    let request_timeout = route.request_timeout.unwrap_or(upstream.config.request_timeout).0;
+    let request_timeout = route
+        .request_timeout
+        .unwrap_or(upstream.config.request_timeout)
+        .0;
     let id = RequestId::of(buf, &c.fields, w.next_request_id());
-    let idempotent = matches!(method, b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE");
-    let req = Request { info, head: &head, is_head, idempotent, upstream, request_timeout, deadline, close, id };
+    let idempotent = matches!(
+        method,
+        b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
+    );
+    let req = Request {
+        info,
+        head: &head,
+        is_head,
+        idempotent,
+        upstream,
+        request_timeout,
+        deadline,
+        close,
+        id,
+    };
 
     w.metrics.in_flight.increment(1.0);
-    let outcome = proxy::exchange(w, &mut c.stream, &mut c.rb, &mut c.fields, c.peer.ip(), req).await;
+    let outcome =
+        proxy::exchange(w, &mut c.stream, &mut c.rb, &mut c.fields, c.peer.ip(), req).await;
     w.metrics.in_flight.decrement(1.0);
     match outcome {
         Outcome::Done { status, keep } => {
@@ -239,15 +303,29 @@ async fn fail(w: &Worker, c: &mut Conn, f: Failure, body_done: bool, started: In
     record_and_answer(w, c, f, !body_done || f.closes(), started, b"-").await
 }
 
-async fn record_and_answer(w: &Worker, c: &mut Conn, f: Failure, close: bool, started: Instant, id: &[u8]) -> Next {
+async fn record_and_answer(
+    w: &Worker,
+    c: &mut Conn,
+    f: Failure,
+    close: bool,
+    started: Instant,
+    id: &[u8],
+) -> Next {
     let close = close || f.closes();
-    f.record(w, &RequestLog { line: &c.log_line, id });
+    f.record(
+        w,
+        &RequestLog {
+            line: &c.log_line,
+            id,
+        },
+    );
     if f.status() >= 500 || f.status() == 408 {
         tracing::debug!(event = "request.failed", worker = w.id, status = f.status(), request = %String::from_utf8_lossy(&c.log_line));
     }
     let mut out = SendBuf::take();
     respond::error_response(&mut out.0, f, close);
-    let (r, b) = respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    let (r, b) =
+        respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
     out.0 = b;
     finish(w, c, f.status(), started);
     if let Err(e) = r {
@@ -265,7 +343,14 @@ async fn record_and_answer(w: &Worker, c: &mut Conn, f: Failure, close: bool, st
 
 /// A failure after the head was consumed (no route): the connection is kept when the unread body (at
 /// most 64 KiB) can be discarded.
-async fn fail_after_head(w: &Worker, c: &mut Conn, f: Failure, body: Body, deadline: Instant, started: Instant) -> Next {
+async fn fail_after_head(
+    w: &Worker,
+    c: &mut Conn,
+    f: Failure,
+    body: Body,
+    deadline: Instant,
+    started: Instant,
+) -> Next {
     let body_done = discard_body(c, body, deadline).await;
     let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
     record_and_answer(w, c, f, close, started, b"-").await
@@ -293,15 +378,28 @@ async fn discard_body(c: &mut Conn, body: Body, deadline: Instant) -> bool {
 }
 
 /// Answers `health_path` locally: 200 `ok`, or 503 while draining or while a worker is stale.
-async fn health(w: &Worker, c: &mut Conn, head_len: usize, body: Body, is_head: bool, close: bool, started: Instant) -> Next {
+async fn health(
+    w: &Worker,
+    c: &mut Conn,
+    head_len: usize,
+    body: Body,
+    is_head: bool,
+    close: bool,
+    started: Instant,
+) -> Next {
     c.rb.consume(head_len);
     let deadline = started + w.cfg.config.server.timeouts.request.0;
     let close = close || !discard_body(c, body, deadline).await;
     let ready = w.shared.ready();
-    let (status, text) = if ready { (200, "ok") } else { (503, "not ready\n") };
+    let (status, text) = if ready {
+        (200, "ok")
+    } else {
+        (503, "not ready\n")
+    };
     let mut out = SendBuf::take();
     respond::simple(&mut out.0, status, text, close, !ready, is_head);
-    let (r, b) = respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    let (r, b) =
+        respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
     out.0 = b;
     finish(w, c, status, started);
     if r.is_err() || close {
@@ -333,8 +431,16 @@ async fn shed(w: &Worker, mut c: Conn) {
         tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
     }
     let mut out = SendBuf::take();
-    respond::simple(&mut out.0, 503, "service unavailable: connection limit reached\n", true, true, false);
-    let (r, _) = respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    respond::simple(
+        &mut out.0,
+        503,
+        "service unavailable: connection limit reached\n",
+        true,
+        true,
+        false,
+    );
+    let (r, _) =
+        respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
     w.metrics.count_status(503);
     if r.is_ok() {
         respond::linger_close(c.stream).await;

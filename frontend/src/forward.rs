@@ -22,10 +22,15 @@ const MAX_REQUEST_ID: usize = 128;
 /// never remove Host, framing fields or the forwarding fields edge sets.
 fn is_hop_by_hop(buf: &[u8], fields: &[Field], f: &Field, named: bool) -> bool {
     match f.kind {
-        FieldKind::Connection | FieldKind::HopByHop | FieldKind::KeepAlive | FieldKind::TransferEncoding => true,
-        FieldKind::Other | FieldKind::Expect | FieldKind::Via | FieldKind::RequestId | FieldKind::ForwardedOther => {
-            named && connection_has(buf, fields, f.name(buf))
-        }
+        FieldKind::Connection
+        | FieldKind::HopByHop
+        | FieldKind::KeepAlive
+        | FieldKind::TransferEncoding => true,
+        FieldKind::Other
+        | FieldKind::Expect
+        | FieldKind::Via
+        | FieldKind::RequestId
+        | FieldKind::ForwardedOther => named && connection_has(buf, fields, f.name(buf)),
         _ => false,
     }
 }
@@ -67,7 +72,10 @@ impl RequestId {
                     !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.iter().all(u8::is_ascii_graphic)
                 }
             })
-            .map_or(RequestId::Generated(generated.0, generated.1, generated.2), RequestId::Given)
+            .map_or(
+                RequestId::Generated(generated.0, generated.1, generated.2),
+                RequestId::Given,
+            )
     }
 
     /// Writes the id.
@@ -101,7 +109,13 @@ pub struct RequestRewrite {
 }
 
 /// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream.
-pub fn request_head(out: &mut Vec<u8>, buf: &[u8], head: &RequestHead, fields: &[Field], rw: &RequestRewrite) {
+pub fn request_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &RequestHead,
+    fields: &[Field],
+    rw: &RequestRewrite,
+) {
     out.extend_from_slice(&buf[head.method.clone()]);
     out.push(b' ');
     out.extend_from_slice(&buf[head.target.clone()]);
@@ -126,7 +140,9 @@ pub fn request_head(out: &mut Vec<u8>, buf: &[u8], head: &RequestHead, fields: &
             FieldKind::RequestId => continue, // written below
             _ => {}
         }
-        out.extend_from_slice(&buf[f.name_start as usize..f.value_start as usize + f.value_len as usize]);
+        out.extend_from_slice(
+            &buf[f.name_start as usize..f.value_start as usize + f.value_len as usize],
+        );
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"X-Forwarded-For: ");
@@ -191,7 +207,9 @@ pub fn response_head(
         if f.kind == FieldKind::ContentLength && framing != OutFraming::None {
             continue;
         }
-        out.extend_from_slice(&buf[f.name_start as usize..f.value_start as usize + f.value_len as usize]);
+        out.extend_from_slice(
+            &buf[f.name_start as usize..f.value_start as usize + f.value_len as usize],
+        );
         out.extend_from_slice(b"\r\n");
     }
     field(out, b"Via", VIA);
@@ -217,7 +235,9 @@ mod tests {
 
     fn rewrite(text: &str, trusted: bool) -> String {
         let mut f = Fields::new();
-        let h = parse_request(text.as_bytes(), 100, &mut f).unwrap().unwrap();
+        let h = parse_request(text.as_bytes(), 100, &mut f)
+            .unwrap()
+            .unwrap();
         let rw = RequestRewrite {
             peer: "10.0.0.9".parse().unwrap(),
             trusted,
@@ -235,7 +255,10 @@ mod tests {
             "POST /x HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: ws\r\nContent-Length: 3\r\nX-Keep: y\r\n\r\n",
             false,
         );
-        assert!(out.starts_with("POST /x HTTP/1.1\r\nHost: a\r\nX-Keep: y\r\n"), "{out}");
+        assert!(
+            out.starts_with("POST /x HTTP/1.1\r\nHost: a\r\nX-Keep: y\r\n"),
+            "{out}"
+        );
         for gone in ["Connection", "X-Secret", "Keep-Alive", "TE:", "Upgrade"] {
             assert!(!out.contains(gone), "{gone} in {out}");
         }
@@ -249,7 +272,10 @@ mod tests {
 
     #[test]
     fn connection_cannot_remove_host_or_forwarding() {
-        let out = rewrite("GET / HTTP/1.1\r\nHost: a\r\nConnection: host, x-forwarded-for\r\n\r\n", false);
+        let out = rewrite(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: host, x-forwarded-for\r\n\r\n",
+            false,
+        );
         assert!(out.contains("Host: a\r\n"));
         assert!(out.contains("X-Forwarded-For: 10.0.0.9\r\n"));
     }
@@ -258,12 +284,18 @@ mod tests {
     fn forwarding_fields_from_untrusted_and_trusted_peers() {
         let req = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 1.1.1.1\r\nX-Request-Id: abc\r\n\r\n";
         let untrusted = rewrite(req, false);
-        assert!(untrusted.contains("X-Forwarded-For: 10.0.0.9\r\n"), "{untrusted}");
+        assert!(
+            untrusted.contains("X-Forwarded-For: 10.0.0.9\r\n"),
+            "{untrusted}"
+        );
         assert!(untrusted.contains("X-Forwarded-Proto: http\r\n"));
         assert!(!untrusted.contains("X-Real-IP"));
         assert!(untrusted.contains("X-Request-Id: abc\r\n"));
         let trusted = rewrite(req, true);
-        assert!(trusted.contains("X-Forwarded-For: 1.1.1.1, 10.0.0.9\r\n"), "{trusted}");
+        assert!(
+            trusted.contains("X-Forwarded-For: 1.1.1.1, 10.0.0.9\r\n"),
+            "{trusted}"
+        );
         assert!(trusted.contains("X-Forwarded-Proto: https\r\n"));
         assert!(!trusted.contains("X-Forwarded-Proto: http\r\n"));
     }
@@ -274,8 +306,19 @@ mod tests {
         let mut f = Fields::new();
         let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
         let mut out = Vec::new();
-        response_head(&mut out, text.as_bytes(), &h, &f, OutFraming::Chunked, false, false);
+        response_head(
+            &mut out,
+            text.as_bytes(),
+            &h,
+            &f,
+            OutFraming::Chunked,
+            false,
+            false,
+        );
         let out = String::from_utf8(out).unwrap();
-        assert_eq!(out, "HTTP/1.1 200 OK\r\nServer: o\r\nVia: 1.1 edge\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nServer: o\r\nVia: 1.1 edge\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
     }
 }

@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod cli;
 pub mod conn;
+pub mod evict;
 pub mod forward;
 pub mod proxy;
 pub mod respond;
@@ -35,12 +36,19 @@ pub const EXIT_CONFIG: i32 = 2;
 ///
 /// # Errors
 /// Every configuration error, each naming the file and key.
-pub fn load_config(path: Option<&str>, overrides: &Overrides) -> Result<Resolved, Vec<ConfigError>> {
+pub fn load_config(
+    path: Option<&str>,
+    overrides: &Overrides,
+) -> Result<Resolved, Vec<ConfigError>> {
     let (text, file) = match path {
         Some(p) => match std::fs::read_to_string(p) {
             Ok(t) => (t, p.to_string()),
             Err(e) => {
-                return Err(vec![ConfigError { file: p.into(), key: "(file)".into(), reason: format!("cannot read: {e}") }]);
+                return Err(vec![ConfigError {
+                    file: p.into(),
+                    key: "(file)".into(),
+                    reason: format!("cannot read: {e}"),
+                }]);
             }
         },
         None => (DEFAULT_CONFIG.to_string(), "<embedded default>".to_string()),
@@ -78,7 +86,11 @@ pub fn start(resolved: Resolved) -> i32 {
         tracing::warn!(event = "startup.io_uring_unavailable", error = %e, "io_uring cannot be set up; using epoll");
     }
     let (workers, cpus) = runtime::cpus::plan(cfg.server.workers, cfg.server.pin_workers);
-    let (listeners, bound) = match listen::reuseport_listeners(resolved.listen, workers, cfg.server.backlog) {
+    let (listeners, bound) = match listen::reuseport_listeners(
+        resolved.listen,
+        workers,
+        cfg.server.backlog,
+    ) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(event = "startup.failed", error = %e, "cannot bind the traffic listener");
@@ -95,7 +107,11 @@ pub fn start(resolved: Resolved) -> i32 {
             return EXIT_RUNTIME;
         }
     };
-    edge_core::metrics::set_process_gauges(env!("CARGO_PKG_VERSION"), driver.as_str(), max_connections);
+    edge_core::metrics::set_process_gauges(
+        env!("CARGO_PKG_VERSION"),
+        driver.as_str(),
+        max_connections,
+    );
     let shared = Arc::new(Shared::new(workers, max_connections, driver));
 
     let admin_addr = match resolved.admin_listen {
@@ -110,7 +126,11 @@ pub fn start(resolved: Resolved) -> i32 {
             }
             Err(e) => {
                 tracing::error!(event = "startup.failed", error = %e, admin = %a, "cannot bind the admin listener");
-                return if e.kind() == std::io::ErrorKind::AddrInUse { EXIT_CONFIG } else { EXIT_RUNTIME };
+                return if e.kind() == std::io::ErrorKind::AddrInUse {
+                    EXIT_CONFIG
+                } else {
+                    EXIT_RUNTIME
+                };
             }
         },
         None => None,
@@ -121,7 +141,16 @@ pub fn start(resolved: Resolved) -> i32 {
         let cfg = cfg_arc.clone();
         Box::pin(worker::run(env, cfg))
     });
-    let mut sup = match Supervisor::start(shared.clone(), driver, main, listeners.iter().map(|s| s.try_clone().expect("dup")).collect(), cpus.clone()) {
+    let mut sup = match Supervisor::start(
+        shared.clone(),
+        driver,
+        main,
+        listeners
+            .iter()
+            .map(|s| s.try_clone().expect("dup"))
+            .collect(),
+        cpus.clone(),
+    ) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(event = "startup.failed", error = %e, "workers did not start");
@@ -170,14 +199,22 @@ fn wait_signal(timeout: Duration) -> Option<i32> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
-        let ts = libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as _,
+            tv_nsec: timeout.subsec_nanos() as _,
+        };
         let s = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
         (s > 0).then_some(s)
     }
 }
 
 /// Supervises workers until a signal, then drains (DESIGN.md "Drain and upgrade").
-fn supervise(sup: &mut Supervisor, shared: &Shared, resolved: &Resolved, listeners: &[socket2::Socket]) -> i32 {
+fn supervise(
+    sup: &mut Supervisor,
+    shared: &Shared,
+    resolved: &Resolved,
+    listeners: &[socket2::Socket],
+) -> i32 {
     let sig = loop {
         if let Some(s) = wait_signal(Duration::from_millis(100)) {
             break s;
@@ -186,7 +223,12 @@ fn supervise(sup: &mut Supervisor, shared: &Shared, resolved: &Resolved, listene
     };
     let t = &resolved.config.server.timeouts;
     shared.draining.store(true, Ordering::Relaxed);
-    tracing::info!(event = "server.draining", signal = sig, drain_delay_ms = t.drain_delay.0.as_millis() as u64, drain_ms = t.drain.0.as_millis() as u64);
+    tracing::info!(
+        event = "server.draining",
+        signal = sig,
+        drain_delay_ms = t.drain_delay.0.as_millis() as u64,
+        drain_ms = t.drain.0.as_millis() as u64
+    );
     let close_at = Instant::now() + t.drain_delay.0;
     while Instant::now() < close_at {
         if wait_signal(Duration::from_millis(100)).is_some() {
@@ -209,7 +251,11 @@ fn supervise(sup: &mut Supervisor, shared: &Shared, resolved: &Resolved, listene
     }
     let left = shared.connections.load(Ordering::Relaxed);
     if left > 0 {
-        tracing::warn!(event = "server.drain_timeout", connections_left = left, "drain time over; closing what is left");
+        tracing::warn!(
+            event = "server.drain_timeout",
+            connections_left = left,
+            "drain time over; closing what is left"
+        );
     }
     tracing::info!(event = "server.exit", "drained");
     EXIT_OK

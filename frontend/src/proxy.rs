@@ -115,14 +115,26 @@ impl Activity {
 
 /// Runs the exchange. `rb` starts with the request head; `fields` are its fields (reused afterwards for
 /// the response head).
-pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fields: &mut Fields, peer: std::net::IpAddr, req: Request<'_>) -> Outcome {
+pub async fn exchange(
+    w: &Worker,
+    client: &mut TcpStream,
+    rb: &mut RecvBuf,
+    fields: &mut Fields,
+    peer: std::net::IpAddr,
+    req: Request<'_>,
+) -> Outcome {
     let up = req.upstream;
     let limits = &w.cfg.config.server.limits;
     let max_body = limits.max_body_bytes.0.unwrap_or(u64::MAX);
     let mut out = SendBuf::take();
     {
         let trusted = w.cfg.trusted_proxies.iter().any(|c| c.contains(peer));
-        let rw = RequestRewrite { peer, trusted, id: req.id, body: req.info.body };
+        let rw = RequestRewrite {
+            peer,
+            trusted,
+            id: req.id,
+            body: req.info.body,
+        };
         forward::request_head(&mut out.0, rb.data(), req.head, fields, &rw);
     }
     rb.consume(req.head.len);
@@ -130,24 +142,41 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
     // Body bytes that arrived with the head go out in the same write.
     let mut body = BodyReader::new(req.info.body, max_body);
     if let Err(f) = body.take_available(rb, &mut out.0) {
-        return Outcome::Failed { failure: f, body_done: false };
+        return Outcome::Failed {
+            failure: f,
+            body_done: false,
+        };
     }
     let sent_whole = body.done();
     if req.info.expect_continue && !sent_whole && req.head.minor == 1 {
         // Edge answers 100-continue itself (the Expect field is not forwarded), as nginx does.
-        let (r, _) = crate::respond::deliver(client, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), w.send_timeout()).await;
-        if r.is_err() {
-            return client_gone(w, r.unwrap_err());
+        let (r, _) = crate::respond::deliver(
+            client,
+            b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(),
+            w.send_timeout(),
+        )
+        .await;
+        if let Err(e) = r {
+            return client_gone(w, e);
         }
     }
 
     let cfg = &up.config;
-    let threshold = zombie::threshold(cfg.max_inactive.0, cfg.max_inactive_cap.0, req.request_timeout);
+    let threshold = zombie::threshold(
+        cfg.max_inactive.0,
+        cfg.max_inactive_cap.0,
+        req.request_timeout,
+    );
     let mut attempt = 0;
     let (mut conn, resp_len, status, mut act) = loop {
         let co = match up.checkout(attempt > 0).await {
             Ok(c) => c,
-            Err(e) => return Outcome::Failed { failure: Failure::Upstream(e), body_done: sent_whole },
+            Err(e) => {
+                return Outcome::Failed {
+                    failure: Failure::Upstream(e),
+                    body_done: sent_whole,
+                }
+            }
         };
         if co.retried {
             w.metrics.upstream_retries.increment(1);
@@ -162,17 +191,47 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
                 w.metrics.upstream_retries.increment(1);
                 continue;
             }
-            Err(e) => return Outcome::Failed { failure: Failure::Upstream(e), body_done: sent_whole },
-        }
-        if !sent_whole {
-            match stream_request_body(w, client, rb, &mut conn, &mut body, cfg.write_timeout.0, req.deadline).await {
-                Ok(()) => {}
-                Err(BodyFailure::Client(f)) => return Outcome::Failed { failure: f, body_done: false },
-                Err(BodyFailure::ClientGone) => return Outcome::ClientGone,
-                Err(BodyFailure::Upstream(e)) => return Outcome::Failed { failure: Failure::Upstream(e), body_done: false },
+            Err(e) => {
+                return Outcome::Failed {
+                    failure: Failure::Upstream(e),
+                    body_done: sent_whole,
+                }
             }
         }
-        let mut act = Activity { last_sent: Instant::now(), last_received: None, counts_received: cfg.zombie_counts_received, threshold };
+        if !sent_whole {
+            match stream_request_body(
+                w,
+                client,
+                rb,
+                &mut conn,
+                &mut body,
+                cfg.write_timeout.0,
+                req.deadline,
+            )
+            .await
+            {
+                Ok(()) => {}
+                Err(BodyFailure::Client(f)) => {
+                    return Outcome::Failed {
+                        failure: f,
+                        body_done: false,
+                    }
+                }
+                Err(BodyFailure::ClientGone) => return Outcome::ClientGone,
+                Err(BodyFailure::Upstream(e)) => {
+                    return Outcome::Failed {
+                        failure: Failure::Upstream(e),
+                        body_done: false,
+                    }
+                }
+            }
+        }
+        let mut act = Activity {
+            last_sent: Instant::now(),
+            last_received: None,
+            counts_received: cfg.zombie_counts_received,
+            threshold,
+        };
         let head_deadline = req.request_timeout.map(|t| act.last_sent + t);
         match read_response_head(&mut conn, fields, req.is_head, &mut act, head_deadline).await {
             Ok((len, status)) => break (conn, len, status, act),
@@ -185,7 +244,10 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
                 if e.kind == UpstreamErrorKind::Zombie {
                     log_zombie(w, &conn, up, &act, req.request_timeout);
                 }
-                return Outcome::Failed { failure: Failure::Upstream(e), body_done: true };
+                return Outcome::Failed {
+                    failure: Failure::Upstream(e),
+                    body_done: true,
+                };
             }
         }
     };
@@ -198,7 +260,12 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
     };
     let upstream_body = match response_body(ubuf, &head, fields, req.is_head) {
         Ok(b) => b,
-        Err(_) => return Outcome::Failed { failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)), body_done: true },
+        Err(_) => {
+            return Outcome::Failed {
+                failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+                body_done: true,
+            }
+        }
     };
     let client_10 = req.head.minor == 0;
     let framing = match (upstream_body, client_10) {
@@ -208,10 +275,19 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
         (Body::Chunked | Body::CloseDelimited, true) => OutFraming::Close,
     };
     let close = req.close || framing == OutFraming::Close;
-    let reusable = response_keeps_alive(ubuf, &head, fields) && upstream_body != Body::CloseDelimited;
+    let reusable =
+        response_keeps_alive(ubuf, &head, fields) && upstream_body != Body::CloseDelimited;
     let ka = keep_alive_timeout(ubuf, fields);
     out.0.clear();
-    forward::response_head(&mut out.0, ubuf, &head, fields, framing, close, client_10 && !close);
+    forward::response_head(
+        &mut out.0,
+        ubuf,
+        &head,
+        fields,
+        framing,
+        close,
+        client_10 && !close,
+    );
     debug_assert_eq!(head.len, resp_len);
     conn.buf.consume(resp_len);
 
@@ -219,7 +295,12 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
     let complete = relay.take_available(&mut conn.buf, &mut out.0);
     let complete = match complete {
         Ok(c) => c,
-        Err(()) => return Outcome::Failed { failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)), body_done: true },
+        Err(()) => {
+            return Outcome::Failed {
+                failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+                body_done: true,
+            }
+        }
     };
     let write_started = Instant::now();
     if let Err(e) = flush_client(client, &mut out, w.send_timeout()).await {
@@ -230,7 +311,9 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
     while !complete {
         let r = match timeout_at(act.deadline(), conn.buf.fill(&mut conn.stream)).await {
             Err(_) => {
-                w.metrics.upstream_timeout(edge_core::metrics::UpstreamPhase::Zombie).increment(1);
+                w.metrics
+                    .upstream_timeout(edge_core::metrics::UpstreamPhase::Zombie)
+                    .increment(1);
                 log_zombie(w, &conn, up, &act, req.request_timeout);
                 return truncated(w, status, "upstream connection went silent (zombie)");
             }
@@ -242,11 +325,15 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
                 complete = true;
             }
             Ok(0) => {
-                w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::ClosedEarly).increment(1);
+                w.metrics
+                    .upstream_error(edge_core::metrics::UpstreamErrorKind::ClosedEarly)
+                    .increment(1);
                 return truncated(w, status, "upstream closed before the end of the body");
             }
             Err(_) => {
-                w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::Reset).increment(1);
+                w.metrics
+                    .upstream_error(edge_core::metrics::UpstreamErrorKind::Reset)
+                    .increment(1);
                 return truncated(w, status, "upstream reset during the body");
             }
             Ok(_) => {
@@ -256,7 +343,9 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
                     let n = match relay.scan(conn.buf.data()) {
                         Ok(n) => n,
                         Err(()) => {
-                            w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse).increment(1);
+                            w.metrics
+                                .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
+                                .increment(1);
                             return truncated(w, status, "malformed chunked body from upstream");
                         }
                     };
@@ -270,7 +359,9 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
                     match relay.take_available(&mut conn.buf, &mut out.0) {
                         Ok(c) => complete = c,
                         Err(()) => {
-                            w.metrics.upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse).increment(1);
+                            w.metrics
+                                .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
+                                .increment(1);
                             return truncated(w, status, "malformed chunked body from upstream");
                         }
                     }
@@ -294,10 +385,17 @@ pub async fn exchange(w: &Worker, client: &mut TcpStream, rb: &mut RecvBuf, fiel
     if reusable && conn.buf.is_empty() {
         up.checkin(conn, ka);
     }
-    Outcome::Done { status, keep: !close }
+    Outcome::Done {
+        status,
+        keep: !close,
+    }
 }
 
-async fn flush_client(client: &mut TcpStream, out: &mut SendBuf, send: Duration) -> Result<(), SendFailure> {
+async fn flush_client(
+    client: &mut TcpStream,
+    out: &mut SendBuf,
+    send: Duration,
+) -> Result<(), SendFailure> {
     if out.0.is_empty() {
         return Ok(());
     }
@@ -314,11 +412,19 @@ fn client_gone(w: &Worker, e: SendFailure) -> Outcome {
             w.metrics.inbound_timeout(InboundPhase::Send).increment(1);
             w.metrics.truncated.increment(1);
             if w.log_limit.allow() {
-                tracing::warn!(event = "response.truncated", worker = w.id, cause = "client stopped reading (send deadline)");
+                tracing::warn!(
+                    event = "response.truncated",
+                    worker = w.id,
+                    cause = "client stopped reading (send deadline)"
+                );
             }
         }
         SendFailure::Closed => {
-            tracing::debug!(event = "response.undelivered", worker = w.id, cause = "client closed the connection");
+            tracing::debug!(
+                event = "response.undelivered",
+                worker = w.id,
+                cause = "client closed the connection"
+            );
         }
     }
     Outcome::ClientGone
@@ -332,7 +438,13 @@ fn truncated(w: &Worker, status: u16, cause: &'static str) -> Outcome {
     Outcome::Truncated { status }
 }
 
-fn log_zombie(w: &Worker, conn: &UpstreamConn, up: &Upstream, act: &Activity, rt: Option<Duration>) {
+fn log_zombie(
+    w: &Worker,
+    conn: &UpstreamConn,
+    up: &Upstream,
+    act: &Activity,
+    rt: Option<Duration>,
+) {
     let now = Instant::now();
     tracing::warn!(
         event = "upstream.zombie",
@@ -347,7 +459,11 @@ fn log_zombie(w: &Worker, conn: &UpstreamConn, up: &Upstream, act: &Activity, rt
 
 /// Sends the buffered head (and body prefix) upstream under `write_timeout`; `out` keeps its bytes so a
 /// retry can send them again.
-async fn send_upstream(conn: &mut UpstreamConn, out: &mut Vec<u8>, write_timeout: Duration) -> Result<(), UpstreamError> {
+async fn send_upstream(
+    conn: &mut UpstreamConn,
+    out: &mut Vec<u8>,
+    write_timeout: Duration,
+) -> Result<(), UpstreamError> {
     let bytes = std::mem::take(out);
     match timeout(write_timeout, conn.stream.write_all(bytes)).await {
         Ok((Ok(_), b)) => {
@@ -386,7 +502,11 @@ async fn stream_request_body(
             match timeout_at(deadline, rb.fill(client)).await {
                 Err(_) => return Err(BodyFailure::Client(Failure::RequestTimeout)),
                 Ok(Ok(0)) | Ok(Err(_)) => {
-                    tracing::debug!(event = "request.aborted", worker = w.id, cause = "client closed during the request body");
+                    tracing::debug!(
+                        event = "request.aborted",
+                        worker = w.id,
+                        cause = "client closed during the request body"
+                    );
                     return Err(BodyFailure::ClientGone);
                 }
                 Ok(Ok(_)) => {}
@@ -396,7 +516,11 @@ async fn stream_request_body(
         match timeout(write_timeout, rb.write_prefix(&mut conn.stream, n)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(BodyFailure::Upstream(UpstreamError::from_io(&e))),
-            Err(_) => return Err(BodyFailure::Upstream(UpstreamError::new(UpstreamErrorKind::WriteTimeout))),
+            Err(_) => {
+                return Err(BodyFailure::Upstream(UpstreamError::new(
+                    UpstreamErrorKind::WriteTimeout,
+                )))
+            }
         }
     }
     Ok(())
@@ -433,7 +557,10 @@ async fn read_response_head(
         match timeout_at(until, conn.buf.fill(&mut conn.stream)).await {
             Err(_) => return Err(UpstreamError::new(kind)),
             Ok(Ok(0)) => {
-                return Err(UpstreamError { kind: UpstreamErrorKind::ClosedEarly, retry_safe: !received_any });
+                return Err(UpstreamError {
+                    kind: UpstreamErrorKind::ClosedEarly,
+                    retry_safe: !received_any,
+                });
             }
             Ok(Err(e)) => {
                 let mut err = UpstreamError::from_io(&e);
@@ -461,7 +588,14 @@ struct BodyReader {
 impl BodyReader {
     fn new(kind: Body, max: u64) -> Self {
         let left = if let Body::Length(n) = kind { n } else { 0 };
-        BodyReader { kind, left, decoder: ChunkedDecoder::new(), seen: 0, max, done: matches!(kind, Body::None) || left == 0 && kind != Body::Chunked }
+        BodyReader {
+            kind,
+            left,
+            decoder: ChunkedDecoder::new(),
+            seen: 0,
+            max,
+            done: matches!(kind, Body::None) || left == 0 && kind != Body::Chunked,
+        }
     }
 
     fn done(&self) -> bool {
@@ -521,7 +655,13 @@ struct Relay {
 impl Relay {
     fn new(upstream: Body, client: OutFraming) -> Self {
         let left = if let Body::Length(n) = upstream { n } else { 0 };
-        Relay { upstream, client, left, decoder: ChunkedDecoder::new(), done: upstream == Body::None }
+        Relay {
+            upstream,
+            client,
+            left,
+            decoder: ChunkedDecoder::new(),
+            done: upstream == Body::None,
+        }
     }
 
     /// Bytes can go to the client exactly as received (no re-framing).
@@ -573,7 +713,10 @@ impl Relay {
             (Body::Chunked, _) => {
                 // HTTP/1.0 client: de-chunk.
                 let mut ranges_out = std::mem::take(out);
-                let p = self.decoder.feed(data, |r| ranges_out.extend_from_slice(&data[r])).map_err(|_| ())?;
+                let p = self
+                    .decoder
+                    .feed(data, |r| ranges_out.extend_from_slice(&data[r]))
+                    .map_err(|_| ())?;
                 *out = ranges_out;
                 self.done = p.done;
                 p.consumed
@@ -594,7 +737,8 @@ impl Relay {
 
     /// The end of a close-delimited body: the last chunk when re-chunking.
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.client == OutFraming::Chunked && self.upstream == Body::CloseDelimited && !self.done {
+        if self.client == OutFraming::Chunked && self.upstream == Body::CloseDelimited && !self.done
+        {
             out.extend_from_slice(b"0\r\n\r\n");
         }
         self.done = true;

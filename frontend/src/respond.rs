@@ -40,7 +40,10 @@ impl Failure {
     pub fn status(self) -> u16 {
         match self {
             Failure::Invalid(r) => match r {
-                InvalidReason::BadHead | InvalidReason::BadFraming | InvalidReason::BadChunk | InvalidReason::BadHost => 400,
+                InvalidReason::BadHead
+                | InvalidReason::BadFraming
+                | InvalidReason::BadChunk
+                | InvalidReason::BadHost => 400,
                 InvalidReason::HeadTooLarge => 431,
                 InvalidReason::UriTooLong => 414,
                 InvalidReason::BodyTooLarge => 413,
@@ -69,7 +72,9 @@ impl Failure {
         match self {
             Failure::Invalid(r) => match r {
                 InvalidReason::BadHead => "bad request: malformed request head\n",
-                InvalidReason::BadFraming => "bad request: ambiguous or malformed message framing\n",
+                InvalidReason::BadFraming => {
+                    "bad request: ambiguous or malformed message framing\n"
+                }
                 InvalidReason::BadChunk => "bad request: malformed chunked body\n",
                 InvalidReason::BadHost => "bad request: missing, repeated or malformed Host\n",
                 InvalidReason::HeadTooLarge => "request header fields too large\n",
@@ -83,11 +88,19 @@ impl Failure {
             Failure::Upstream(e) => match e.kind {
                 UpstreamErrorKind::Refused => "bad gateway: upstream refused the connection\n",
                 UpstreamErrorKind::Reset => "bad gateway: upstream reset the connection\n",
-                UpstreamErrorKind::ClosedEarly => "bad gateway: upstream closed the connection early\n",
+                UpstreamErrorKind::ClosedEarly => {
+                    "bad gateway: upstream closed the connection early\n"
+                }
                 UpstreamErrorKind::BadResponse => "bad gateway: malformed upstream response\n",
-                UpstreamErrorKind::ConnectTimeout => "gateway timeout: upstream connect timed out\n",
-                UpstreamErrorKind::WriteTimeout => "gateway timeout: writing to the upstream timed out\n",
-                UpstreamErrorKind::RequestTimeout => "gateway timeout: upstream did not answer in time\n",
+                UpstreamErrorKind::ConnectTimeout => {
+                    "gateway timeout: upstream connect timed out\n"
+                }
+                UpstreamErrorKind::WriteTimeout => {
+                    "gateway timeout: writing to the upstream timed out\n"
+                }
+                UpstreamErrorKind::RequestTimeout => {
+                    "gateway timeout: upstream did not answer in time\n"
+                }
                 UpstreamErrorKind::Zombie => "gateway timeout: upstream connection went silent\n",
             },
         }
@@ -106,7 +119,9 @@ impl Failure {
                 }
             }
             Failure::RequestTimeout => {
-                w.metrics.inbound_timeout(InboundPhase::Request).increment(1);
+                w.metrics
+                    .inbound_timeout(InboundPhase::Request)
+                    .increment(1);
                 if w.log_limit.allow() {
                     tracing::warn!(event = "request.timeout", worker = w.id, status, request = %line, request_id = %id);
                 }
@@ -170,7 +185,14 @@ fn reason_phrase(status: u16) -> &'static str {
 }
 
 /// Writes a complete short response (Content-Length, text body) into `out`.
-pub fn simple(out: &mut Vec<u8>, status: u16, body: &str, close: bool, retry_after: bool, head_only: bool) {
+pub fn simple(
+    out: &mut Vec<u8>,
+    status: u16,
+    body: &str,
+    close: bool,
+    retry_after: bool,
+    head_only: bool,
+) {
     let _ = write!(
         out,
         "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
@@ -196,7 +218,11 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
 
 /// Writes `bytes` to the client under the `send` deadline; `false` when it could not be delivered (then
 /// the `send` timeout or the failed write is counted/logged by the caller).
-pub async fn deliver(stream: &mut TcpStream, bytes: Vec<u8>, send: Duration) -> (Result<(), SendFailure>, Vec<u8>) {
+pub async fn deliver(
+    stream: &mut TcpStream,
+    bytes: Vec<u8>,
+    send: Duration,
+) -> (Result<(), SendFailure>, Vec<u8>) {
     match monoio::time::timeout(send, stream.write_all(bytes)).await {
         Ok((Ok(_), b)) => (Ok(()), b),
         Ok((Err(_), b)) => (Err(SendFailure::Closed), b),
@@ -259,7 +285,11 @@ impl LogLimit {
             self.count.set(0);
             let s = self.suppressed.replace(0);
             if s > 0 {
-                tracing::warn!(event = "log.suppressed", suppressed = s, "warn-level drop logs were rate-limited");
+                tracing::warn!(
+                    event = "log.suppressed",
+                    suppressed = s,
+                    "warn-level drop logs were rate-limited"
+                );
             }
         }
         let c = self.count.get() + 1;
@@ -274,5 +304,7 @@ impl LogLimit {
 }
 
 fn coarse_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

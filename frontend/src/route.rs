@@ -63,7 +63,10 @@ mod tests {
             route("/api", None, 2),
             route("/", Some("x.example"), 3),
         ]);
-        let up = |t: &str, h: Option<&str>| r.find(t.as_bytes(), h.map(str::as_bytes)).map(|r| r.upstream);
+        let up = |t: &str, h: Option<&str>| {
+            r.find(t.as_bytes(), h.map(str::as_bytes))
+                .map(|r| r.upstream)
+        };
         assert_eq!(up("/apix?q=1", None), Some(1));
         assert_eq!(up("/ap", None), Some(0));
         assert_eq!(up("/api/v1", Some("X.Example:8080")), Some(3));

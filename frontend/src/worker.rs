@@ -41,6 +41,8 @@ pub struct Worker {
     pub metrics: WorkerMetrics,
     /// Warn-log rate limit.
     pub log_limit: LogLimit,
+    /// Idle connections, least recently active first (DESIGN.md "Capacity").
+    pub idle: crate::evict::IdleList,
     /// Random per-process prefix of generated request ids.
     pub id_prefix: u32,
     next_id: Cell<u64>,
@@ -54,6 +56,7 @@ impl Worker {
             upstreams: cfg.upstreams.iter().map(|u| Upstream::new(u, id)).collect(),
             metrics: WorkerMetrics::register(id),
             log_limit: LogLimit::default(),
+            idle: Default::default(),
             id_prefix: id_prefix(),
             next_id: Cell::new(0),
             id,
@@ -71,16 +74,25 @@ impl Worker {
 }
 
 fn id_prefix() -> u32 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     t ^ std::process::id().rotate_left(16)
 }
 
 /// The worker's main future: accept loop plus timer tasks. Reports readiness on `env.ready`.
 pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
-    let listener = match env.listener.set_nonblocking(true).and_then(|()| TcpListener::from_std(env.listener)) {
+    let listener = match env
+        .listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(env.listener))
+    {
         Ok(l) => l,
         Err(e) => {
-            let _ = env.ready.send(Err(format!("worker {}: cannot register listener: {e}", env.id)));
+            let _ = env.ready.send(Err(format!(
+                "worker {}: cannot register listener: {e}",
+                env.id
+            )));
             return;
         }
     };
@@ -116,15 +128,21 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
+                tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
                 w.metrics.connections_total.increment(1);
-                let over = w.shared.connections.load(Ordering::Relaxed) >= w.shared.max_connections;
+                let over = !make_room(&w);
                 let slot = ConnectionSlot::take(&w.shared);
                 monoio::spawn(guarded(w.clone(), stream, peer, slot, over));
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                 w.metrics.connection_shed(ShedReason::FdLimit).increment(1);
                 if w.log_limit.allow() {
-                    tracing::warn!(event = "connection.shed", worker = w.id, reason = "fd_limit", "out of file descriptors; pausing accept for 100 ms");
+                    tracing::warn!(
+                        event = "connection.shed",
+                        worker = w.id,
+                        reason = "fd_limit",
+                        "out of file descriptors; pausing accept for 100 ms"
+                    );
                 }
                 monoio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -135,8 +153,26 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
     }
 }
 
+/// Near the limit (fewer than 1/16 free), evicts this worker's least recently active idle connection.
+/// `false` when the process is at the limit and nothing here was evictable: the new connection is shed.
+fn make_room(w: &Worker) -> bool {
+    let max = w.shared.max_connections;
+    let open = w.shared.connections.load(Ordering::Relaxed);
+    if open + max / 16 < max {
+        return true;
+    }
+    // The evicted connection's task frees its slot as soon as it runs; the new one may briefly overshoot.
+    w.idle.evict_oldest() || open < max
+}
+
 /// Runs one connection; a panic inside it closes only this connection and is counted.
-async fn guarded(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, slot: ConnectionSlot, over: bool) {
+async fn guarded(
+    w: Rc<Worker>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: ConnectionSlot,
+    over: bool,
+) {
     w.metrics.connections_active.increment(1.0);
     let res = CatchUnwind(Box::pin(crate::conn::serve(w.clone(), stream, peer, over))).await;
     w.metrics.connections_active.decrement(1.0);

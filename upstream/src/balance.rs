@@ -42,7 +42,14 @@ impl Upstream {
     pub fn new(r: &ResolvedUpstream, offset: usize) -> Self {
         Upstream {
             config: r.config.clone(),
-            endpoints: r.endpoints.iter().map(|&addr| Endpoint { addr, pool: Pool::default() }).collect(),
+            endpoints: r
+                .endpoints
+                .iter()
+                .map(|&addr| Endpoint {
+                    addr,
+                    pool: Pool::default(),
+                })
+                .collect(),
             next: Cell::new(offset),
         }
     }
@@ -62,19 +69,30 @@ impl Upstream {
         let first = self.pick();
         if !fresh {
             if let Some(conn) = self.endpoints[first].pool.take() {
-                return Ok(Checkout { conn, retried: false });
+                return Ok(Checkout {
+                    conn,
+                    retried: false,
+                });
             }
         }
         let timeout = self.config.connect_timeout.0;
         match connect(self.endpoints[first].addr, timeout).await {
-            Ok(s) => Ok(Checkout { conn: UpstreamConn::new(s, first), retried: false }),
+            Ok(s) => Ok(Checkout {
+                conn: UpstreamConn::new(s, first),
+                retried: false,
+            }),
             Err(e) if self.endpoints.len() < 2 => Err(e),
             Err(e) => {
                 // One retry, on the next endpoint.
                 let second = self.pick();
                 tracing::debug!(event = "upstream.connect_retry", endpoint = %self.endpoints[first].addr, error = %e.kind);
-                let s = connect(self.endpoints[second].addr, timeout).await.map_err(|_| e)?;
-                Ok(Checkout { conn: UpstreamConn::new(s, second), retried: true })
+                let s = connect(self.endpoints[second].addr, timeout)
+                    .await
+                    .map_err(|_| e)?;
+                Ok(Checkout {
+                    conn: UpstreamConn::new(s, second),
+                    retried: true,
+                })
             }
         }
     }
@@ -86,7 +104,9 @@ impl Upstream {
         if let Some(n) = keep_alive_secs {
             lifetime = lifetime.min(Duration::from_secs(n.saturating_sub(1)));
         }
-        self.endpoints[conn.endpoint].pool.put(conn, lifetime, self.config.pool_max_idle);
+        self.endpoints[conn.endpoint]
+            .pool
+            .put(conn, lifetime, self.config.pool_max_idle);
     }
 
     /// Closes expired idle connections; returns the idle count left.

@@ -18,8 +18,14 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, U
             let _ = s.set_nodelay(true);
             Ok(s)
         }
-        Ok(Err(e)) => Err(UpstreamError { kind: classify(&e), retry_safe: true }),
-        Err(_) => Err(UpstreamError { kind: UpstreamErrorKind::ConnectTimeout, retry_safe: true }),
+        Ok(Err(e)) => Err(UpstreamError {
+            kind: classify(&e),
+            retry_safe: true,
+        }),
+        Err(_) => Err(UpstreamError {
+            kind: UpstreamErrorKind::ConnectTimeout,
+            retry_safe: true,
+        }),
     }
 }
 

@@ -37,7 +37,10 @@ pub struct UpstreamError {
 impl UpstreamError {
     /// An error that is not safe to retry.
     pub const fn new(kind: UpstreamErrorKind) -> Self {
-        UpstreamError { kind, retry_safe: false }
+        UpstreamError {
+            kind,
+            retry_safe: false,
+        }
     }
 
     /// Classifies an IO error from an established connection.

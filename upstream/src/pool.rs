@@ -25,7 +25,13 @@ pub struct UpstreamConn {
 impl UpstreamConn {
     /// Wraps a freshly connected socket.
     pub fn new(stream: TcpStream, endpoint: usize) -> Self {
-        UpstreamConn { stream, buf: RecvBuf::new(), endpoint, reused: false, expires: Instant::now() }
+        UpstreamConn {
+            stream,
+            buf: RecvBuf::new(),
+            endpoint,
+            reused: false,
+            expires: Instant::now(),
+        }
     }
 }
 
@@ -87,6 +93,13 @@ impl Pool {
 fn is_quiet(s: &TcpStream) -> bool {
     let mut b = 0u8;
     // SAFETY: a one-byte peek into a local on a socket we own; MSG_DONTWAIT never blocks.
-    let n = unsafe { libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
     n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
 }

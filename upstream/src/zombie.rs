@@ -7,7 +7,11 @@
 use std::time::Duration;
 
 /// The inactivity threshold after which an in-flight upstream connection is a zombie.
-pub fn threshold(max_inactive: Duration, max_inactive_cap: Duration, request_timeout: Option<Duration>) -> Duration {
+pub fn threshold(
+    max_inactive: Duration,
+    max_inactive_cap: Duration,
+    request_timeout: Option<Duration>,
+) -> Duration {
     match request_timeout {
         Some(rt) => max_inactive.max(max_inactive_cap.min(rt.saturating_add(max_inactive))),
         None => max_inactive.max(max_inactive_cap),

@@ -130,7 +130,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_head_bytes: Bytes(16 << 10), max_headers: 100, max_body_bytes: ByteLimit(Some(64 << 20)) }
+        Limits {
+            max_head_bytes: Bytes(16 << 10),
+            max_headers: 100,
+            max_body_bytes: ByteLimit(Some(64 << 20)),
+        }
     }
 }
 
@@ -144,7 +148,9 @@ pub struct Admin {
 
 impl Default for Admin {
     fn default() -> Self {
-        Admin { listen: "127.0.0.1:9901".into() }
+        Admin {
+            listen: "127.0.0.1:9901".into(),
+        }
     }
 }
 
@@ -164,7 +170,12 @@ pub struct Log {
 
 impl Default for Log {
     fn default() -> Self {
-        Log { format: LogFormat::Text, level: "info".into(), slow_request: Dur::secs(5), access: false }
+        Log {
+            format: LogFormat::Text,
+            level: "info".into(),
+            slow_request: Dur::secs(5),
+            access: false,
+        }
     }
 }
 
@@ -325,7 +336,15 @@ impl Config {
                 let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
                 reason = format!("{reason} (line {line})");
             }
-            ConfigError { file: file.into(), key: if key == "." { "(top level)".into() } else { key }, reason }
+            ConfigError {
+                file: file.into(),
+                key: if key == "." {
+                    "(top level)".into()
+                } else {
+                    key
+                },
+                reason,
+            }
         })
     }
 
@@ -369,7 +388,13 @@ impl Config {
     /// Every problem found, each naming `file` and the key.
     pub fn resolve(&self, file: &str) -> Result<Resolved, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        let mut err = |key: String, reason: String| errors.push(ConfigError { file: file.into(), key, reason });
+        let mut err = |key: String, reason: String| {
+            errors.push(ConfigError {
+                file: file.into(),
+                key,
+                reason,
+            })
+        };
 
         let listen = match resolve_one(&self.server.listen) {
             Ok(a) => Some(a),
@@ -393,16 +418,25 @@ impl Config {
             err("server.max_connections".into(), "must be at least 1".into());
         }
         if self.server.max_requests_per_connection == 0 {
-            err("server.max_requests_per_connection".into(), "must be at least 1".into());
+            err(
+                "server.max_requests_per_connection".into(),
+                "must be at least 1".into(),
+            );
         }
         if !self.server.health_path.starts_with('/') {
             err("server.health_path".into(), "must start with '/'".into());
         }
         if self.server.limits.max_head_bytes.0 < 256 {
-            err("server.limits.max_head_bytes".into(), "must be at least 256 bytes".into());
+            err(
+                "server.limits.max_head_bytes".into(),
+                "must be at least 256 bytes".into(),
+            );
         }
         if self.server.limits.max_headers == 0 {
-            err("server.limits.max_headers".into(), "must be at least 1".into());
+            err(
+                "server.limits.max_headers".into(),
+                "must be at least 1".into(),
+            );
         }
         for (name, d) in [
             ("idle", self.server.timeouts.idle),
@@ -410,7 +444,10 @@ impl Config {
             ("send", self.server.timeouts.send),
         ] {
             if d.0.is_zero() {
-                err(format!("server.timeouts.{name}"), "must be greater than zero".into());
+                err(
+                    format!("server.timeouts.{name}"),
+                    "must be greater than zero".into(),
+                );
             }
         }
         let mut trusted = Vec::new();
@@ -421,10 +458,16 @@ impl Config {
             }
         }
         if !self.server.upgrade_socket.is_empty() {
-            err("server.upgrade_socket".into(), "zero-downtime upgrade is not implemented yet; leave it \"\"".into());
+            err(
+                "server.upgrade_socket".into(),
+                "zero-downtime upgrade is not implemented yet; leave it \"\"".into(),
+            );
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
-            err("log.level".into(), format!("invalid filter {:?}: {e}", self.log.level));
+            err(
+                "log.level".into(),
+                format!("invalid filter {:?}: {e}", self.log.level),
+            );
         }
 
         let mut upstreams = Vec::new();
@@ -433,10 +476,16 @@ impl Config {
                 err(format!("upstreams[{i}].name"), "must not be empty".into());
             }
             if self.upstreams[..i].iter().any(|o| o.name == u.name) {
-                err(format!("upstreams[{i}].name"), format!("duplicate upstream name {:?}", u.name));
+                err(
+                    format!("upstreams[{i}].name"),
+                    format!("duplicate upstream name {:?}", u.name),
+                );
             }
             if u.endpoints.is_empty() {
-                err(format!("upstreams[{i}].endpoints"), "needs at least one host:port".into());
+                err(
+                    format!("upstreams[{i}].endpoints"),
+                    "needs at least one host:port".into(),
+                );
             }
             let mut addrs = Vec::new();
             for (j, e) in u.endpoints.iter().enumerate() {
@@ -446,17 +495,29 @@ impl Config {
                 }
             }
             if u.connect_timeout.0.is_zero() {
-                err(format!("upstreams[{i}].connect_timeout"), "must be greater than zero".into());
+                err(
+                    format!("upstreams[{i}].connect_timeout"),
+                    "must be greater than zero".into(),
+                );
             }
-            upstreams.push(ResolvedUpstream { config: u.clone(), endpoints: addrs });
+            upstreams.push(ResolvedUpstream {
+                config: u.clone(),
+                endpoints: addrs,
+            });
         }
         if self.routes.is_empty() {
-            err("routes".into(), "at least one [[routes]] entry is needed".into());
+            err(
+                "routes".into(),
+                "at least one [[routes]] entry is needed".into(),
+            );
         }
         let mut routes = Vec::new();
         for (i, r) in self.routes.iter().enumerate() {
             if !r.path_prefix.starts_with('/') {
-                err(format!("routes[{i}].path_prefix"), "must start with '/'".into());
+                err(
+                    format!("routes[{i}].path_prefix"),
+                    "must start with '/'".into(),
+                );
             }
             match self.upstreams.iter().position(|u| u.name == r.upstream) {
                 Some(idx) => routes.push(ResolvedRoute {
@@ -466,7 +527,10 @@ impl Config {
                     request_timeout: r.request_timeout,
                     client_request_timeout: r.client_request_timeout.map(|d| d.0),
                 }),
-                None => err(format!("routes[{i}].upstream"), format!("no [[upstreams]] entry is named {:?}", r.upstream)),
+                None => err(
+                    format!("routes[{i}].upstream"),
+                    format!("no [[upstreams]] entry is named {:?}", r.upstream),
+                ),
             }
         }
         if !errors.is_empty() {
@@ -489,7 +553,9 @@ fn resolve_one(text: &str) -> Result<SocketAddr, String> {
         return Ok(a);
     }
     match text.to_socket_addrs() {
-        Ok(mut it) => it.next().ok_or_else(|| format!("{text:?} resolves to no address")),
+        Ok(mut it) => it
+            .next()
+            .ok_or_else(|| format!("{text:?} resolves to no address")),
         Err(e) => Err(format!("{text:?} is not a host:port that resolves ({e})")),
     }
 }
@@ -549,9 +615,16 @@ impl Cidr {
     /// A reason when the address or prefix length is invalid.
     pub fn parse(text: &str) -> Result<Cidr, String> {
         let (a, p) = text.split_once('/').unwrap_or((text, ""));
-        let addr: IpAddr = a.parse().map_err(|_| format!("invalid CIDR {text:?}: bad address"))?;
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("invalid CIDR {text:?}: bad address"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = if p.is_empty() { max } else { p.parse().map_err(|_| format!("invalid CIDR {text:?}: bad prefix"))? };
+        let prefix = if p.is_empty() {
+            max
+        } else {
+            p.parse()
+                .map_err(|_| format!("invalid CIDR {text:?}: bad prefix"))?
+        };
         if prefix > max {
             return Err(format!("invalid CIDR {text:?}: prefix over {max}"));
         }
@@ -566,11 +639,19 @@ impl Cidr {
         };
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix)
+                };
                 u32::from(n) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix)
+                };
                 u128::from(n) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -588,7 +669,10 @@ mod tests {
         let r = c.resolve("deploy/edge.toml").unwrap();
         assert_eq!(r.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(c.server.limits.max_head_bytes, Bytes(16384));
-        assert_eq!(c.upstreams[0].request_timeout, Limit(Some(Duration::from_secs(30))));
+        assert_eq!(
+            c.upstreams[0].request_timeout,
+            Limit(Some(Duration::from_secs(30)))
+        );
     }
 
     #[test]
@@ -600,7 +684,11 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let e = Config::parse("[server]\nlisten = \"127.0.0.1:1\"\nbogus_key = 1\n", "x.toml").unwrap_err();
+        let e = Config::parse(
+            "[server]\nlisten = \"127.0.0.1:1\"\nbogus_key = 1\n",
+            "x.toml",
+        )
+        .unwrap_err();
         assert_eq!(e.file, "x.toml");
         assert!(e.reason.contains("bogus_key"), "{e}");
         assert!(e.key.starts_with("server"), "{e}");
@@ -617,7 +705,10 @@ mod tests {
         let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
         c.routes[0].upstream = "nope".into();
         let errs = c.resolve("d").unwrap_err();
-        assert!(errs.iter().any(|e| e.key == "routes[0].upstream"), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.key == "routes[0].upstream"),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -627,6 +718,8 @@ mod tests {
         assert!(!c.contains("11.1.2.3".parse().unwrap()));
         assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
         assert!(Cidr::parse("10.0.0.0/33").is_err());
-        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("1.2.3.4".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("1.2.3.4".parse().unwrap()));
     }
 }

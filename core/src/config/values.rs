@@ -26,9 +26,11 @@ impl Serialize for Dur {
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        humantime::parse_duration(&text)
-            .map(Dur)
-            .map_err(|e| de::Error::custom(format!("invalid duration {text:?} ({e}); write e.g. \"250ms\", \"30s\"")))
+        humantime::parse_duration(&text).map(Dur).map_err(|e| {
+            de::Error::custom(format!(
+                "invalid duration {text:?} ({e}); write e.g. \"250ms\", \"30s\""
+            ))
+        })
     }
 }
 
@@ -51,9 +53,13 @@ impl<'de> Deserialize<'de> for Limit {
         if text == "none" {
             return Ok(Limit(None));
         }
-        humantime::parse_duration(&text).map(|d| Limit(Some(d))).map_err(|e| {
-            de::Error::custom(format!("invalid duration {text:?} ({e}); write e.g. \"30s\" or \"none\""))
-        })
+        humantime::parse_duration(&text)
+            .map(|d| Limit(Some(d)))
+            .map_err(|e| {
+                de::Error::custom(format!(
+                    "invalid duration {text:?} ({e}); write e.g. \"30s\" or \"none\""
+                ))
+            })
     }
 }
 
@@ -68,26 +74,34 @@ impl FromStr for Bytes {
         let t = text.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (digits, unit) = t.split_at(split);
-        let n: u64 = digits.parse().map_err(|_| format!("invalid size {text:?}; write e.g. 16384, \"16KiB\", \"64MiB\""))?;
+        let n: u64 = digits.parse().map_err(|_| {
+            format!("invalid size {text:?}; write e.g. 16384, \"16KiB\", \"64MiB\"")
+        })?;
         let mult: u64 = match unit.trim() {
             "" | "B" => 1,
             "KiB" | "K" | "KB" | "k" => 1 << 10,
             "MiB" | "M" | "MB" => 1 << 20,
             "GiB" | "G" | "GB" => 1 << 30,
-            other => return Err(format!("invalid size unit {other:?} in {text:?}; use B, KiB, MiB or GiB")),
+            other => {
+                return Err(format!(
+                    "invalid size unit {other:?} in {text:?}; use B, KiB, MiB or GiB"
+                ))
+            }
         };
-        n.checked_mul(mult).map(Bytes).ok_or_else(|| format!("size {text:?} overflows"))
+        n.checked_mul(mult)
+            .map(Bytes)
+            .ok_or_else(|| format!("size {text:?} overflows"))
     }
 }
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
-        if n >= 1 << 30 && n % (1 << 30) == 0 {
+        if n >= 1 << 30 && n.is_multiple_of(1 << 30) {
             write!(f, "{}GiB", n >> 30)
-        } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+        } else if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
             write!(f, "{}MiB", n >> 20)
-        } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
             write!(f, "{}KiB", n >> 10)
         } else {
             write!(f, "{n}B")
@@ -111,7 +125,9 @@ enum IntOrStr {
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match IntOrStr::deserialize(d).map_err(|_| de::Error::custom("expected a size: an integer or a string like \"16KiB\""))? {
+        match IntOrStr::deserialize(d).map_err(|_| {
+            de::Error::custom("expected a size: an integer or a string like \"16KiB\"")
+        })? {
             IntOrStr::Int(n) => Ok(Bytes(n)),
             IntOrStr::Str(s) => s.parse().map_err(de::Error::custom),
         }
@@ -133,10 +149,15 @@ impl Serialize for ByteLimit {
 
 impl<'de> Deserialize<'de> for ByteLimit {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match IntOrStr::deserialize(d).map_err(|_| de::Error::custom("expected a size or \"none\""))? {
+        match IntOrStr::deserialize(d)
+            .map_err(|_| de::Error::custom("expected a size or \"none\""))?
+        {
             IntOrStr::Int(n) => Ok(ByteLimit(Some(n))),
             IntOrStr::Str(s) if s == "none" => Ok(ByteLimit(None)),
-            IntOrStr::Str(s) => s.parse::<Bytes>().map(|b| ByteLimit(Some(b.0))).map_err(de::Error::custom),
+            IntOrStr::Str(s) => s
+                .parse::<Bytes>()
+                .map(|b| ByteLimit(Some(b.0)))
+                .map_err(de::Error::custom),
         }
     }
 }
@@ -158,7 +179,9 @@ impl FromStr for Workers {
         }
         match s.parse::<usize>() {
             Ok(n) if n > 0 => Ok(Workers::Count(n)),
-            _ => Err(format!("invalid workers {s:?}: \"auto\" or a positive integer")),
+            _ => Err(format!(
+                "invalid workers {s:?}: \"auto\" or a positive integer"
+            )),
         }
     }
 }
@@ -174,7 +197,9 @@ impl Serialize for Workers {
 
 impl<'de> Deserialize<'de> for Workers {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match IntOrStr::deserialize(d).map_err(|_| de::Error::custom("expected \"auto\" or a positive integer"))? {
+        match IntOrStr::deserialize(d)
+            .map_err(|_| de::Error::custom("expected \"auto\" or a positive integer"))?
+        {
             IntOrStr::Int(n) => n.to_string().parse().map_err(de::Error::custom),
             IntOrStr::Str(s) => s.parse().map_err(de::Error::custom),
         }
@@ -210,11 +235,15 @@ impl<'de> Deserialize<'de> for PinWorkers {
             Bool(bool),
             Str(String),
         }
-        match BoolOrStr::deserialize(d).map_err(|_| de::Error::custom("expected \"auto\", true or false"))? {
+        match BoolOrStr::deserialize(d)
+            .map_err(|_| de::Error::custom("expected \"auto\", true or false"))?
+        {
             BoolOrStr::Bool(true) => Ok(PinWorkers::Always),
             BoolOrStr::Bool(false) => Ok(PinWorkers::Never),
             BoolOrStr::Str(s) if s == "auto" => Ok(PinWorkers::Auto),
-            BoolOrStr::Str(s) => Err(de::Error::custom(format!("invalid pin_workers {s:?}: \"auto\", true or false"))),
+            BoolOrStr::Str(s) => Err(de::Error::custom(format!(
+                "invalid pin_workers {s:?}: \"auto\", true or false"
+            ))),
         }
     }
 }
@@ -270,7 +299,13 @@ mod tests {
 
     #[test]
     fn sizes_parse_and_print_round_trip() {
-        for (text, n) in [("16KiB", 16384), ("64MiB", 64 << 20), ("512B", 512), ("1GiB", 1 << 30), ("100", 100)] {
+        for (text, n) in [
+            ("16KiB", 16384),
+            ("64MiB", 64 << 20),
+            ("512B", 512),
+            ("1GiB", 1 << 30),
+            ("100", 100),
+        ] {
             let b: Bytes = text.parse().unwrap();
             assert_eq!(b.0, n, "{text}");
             assert_eq!(b.to_string().parse::<Bytes>().unwrap(), b);

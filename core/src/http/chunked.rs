@@ -70,7 +70,12 @@ impl Default for ChunkedDecoder {
 impl ChunkedDecoder {
     /// A decoder at the start of a body.
     pub fn new() -> Self {
-        ChunkedDecoder { state: State::Size { digits: 0 }, size: 0, line: 0, trailers: 0 }
+        ChunkedDecoder {
+            state: State::Size { digits: 0 },
+            size: 0,
+            line: 0,
+            trailers: 0,
+        }
     }
 
     /// Whether the whole body has been seen.
@@ -82,7 +87,11 @@ impl ChunkedDecoder {
     ///
     /// # Errors
     /// [`ChunkError`] on any syntax violation; the decoder must not be used afterwards.
-    pub fn feed(&mut self, input: &[u8], mut on_data: impl FnMut(Range<usize>)) -> Result<Progress, ChunkError> {
+    pub fn feed(
+        &mut self,
+        input: &[u8],
+        mut on_data: impl FnMut(Range<usize>),
+    ) -> Result<Progress, ChunkError> {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];
@@ -93,7 +102,11 @@ impl ChunkedDecoder {
                     on_data(i..i + take);
                     i += take;
                     let left = left - take as u64;
-                    self.state = if left == 0 { State::DataCr } else { State::Data(left) };
+                    self.state = if left == 0 {
+                        State::DataCr
+                    } else {
+                        State::Data(left)
+                    };
                     continue;
                 }
                 State::Size { digits } => match hex(b) {
@@ -127,7 +140,11 @@ impl ChunkedDecoder {
                     if b != b'\n' {
                         return Err(ChunkError);
                     }
-                    self.state = if self.size == 0 { State::TrailerStart } else { State::Data(self.size) };
+                    self.state = if self.size == 0 {
+                        State::TrailerStart
+                    } else {
+                        State::Data(self.size)
+                    };
                     self.size = 0;
                 }
                 State::DataCr => {
@@ -148,7 +165,6 @@ impl ChunkedDecoder {
                         b'\r' => State::EndLf,
                         b'!'..=b'~' => State::Trailer,
                         _ => return Err(ChunkError), // obs-fold, bare LF or a control character
-
                     };
                 }
                 State::Trailer => {
@@ -180,7 +196,10 @@ impl ChunkedDecoder {
             }
             i += 1;
         }
-        Ok(Progress { consumed: i, done: self.state == State::Done })
+        Ok(Progress {
+            consumed: i,
+            done: self.state == State::Done,
+        })
     }
 }
 
@@ -241,7 +260,12 @@ mod tests {
             b"\r\n",
         ] {
             let mut d = ChunkedDecoder::new();
-            assert_eq!(d.feed(bad, |_| {}), Err(ChunkError), "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                d.feed(bad, |_| {}),
+                Err(ChunkError),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

@@ -48,7 +48,9 @@ pub fn parse_content_length(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    v.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    v.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 /// Combined Content-Length of all CL fields: identical repeats fold into one; differing or malformed
@@ -73,7 +75,10 @@ fn transfer_encoding(buf: &[u8], fields: &[Field]) -> Result<Option<()>, Framing
     let mut any = false;
     let mut chunked_seen = false;
     let mut last_is_chunked = false;
-    for f in fields.iter().filter(|f| f.kind == FieldKind::TransferEncoding) {
+    for f in fields
+        .iter()
+        .filter(|f| f.kind == FieldKind::TransferEncoding)
+    {
         any = true;
         for coding in list_elements(f.value(buf)) {
             let is_chunked = coding.eq_ignore_ascii_case(b"chunked");
@@ -118,7 +123,11 @@ pub fn connection_has(buf: &[u8], fields: &[Field], token: &[u8]) -> bool {
 ///
 /// # Errors
 /// [`FramingError`] for every ambiguous or unsupported framing.
-pub fn request_info(buf: &[u8], head: &RequestHead, fields: &[Field]) -> Result<RequestInfo, FramingError> {
+pub fn request_info(
+    buf: &[u8],
+    head: &RequestHead,
+    fields: &[Field],
+) -> Result<RequestInfo, FramingError> {
     let mut host = None;
     let mut hosts = 0;
     let mut expect_continue = false;
@@ -128,7 +137,9 @@ pub fn request_info(buf: &[u8], head: &RequestHead, fields: &[Field]) -> Result<
                 hosts += 1;
                 host = Some(i);
             }
-            FieldKind::Expect => expect_continue |= f.value(buf).eq_ignore_ascii_case(b"100-continue"),
+            FieldKind::Expect => {
+                expect_continue |= f.value(buf).eq_ignore_ascii_case(b"100-continue")
+            }
             _ => {}
         }
     }
@@ -154,14 +165,22 @@ pub fn request_info(buf: &[u8], head: &RequestHead, fields: &[Field]) -> Result<
     } else {
         connection_has(buf, fields, b"close")
     };
-    Ok(RequestInfo { body, host, close, expect_continue })
+    Ok(RequestInfo {
+        body,
+        host,
+        close,
+        expect_continue,
+    })
 }
 
 /// Host syntax check (RFC 9110 §7.2, RFC 3986 §3.2.2): no whitespace, controls, `/`, `@`, `?`, `#` or
 /// `\`; may be empty only in HTTP/1.0 style absolute-form requests, which edge treats as invalid.
 fn valid_host(v: &[u8]) -> bool {
     !v.is_empty()
-        && v.iter().all(|&b| b.is_ascii_graphic() && !matches!(b, b'/' | b'@' | b'?' | b'#' | b'\\' | b'"' | b'<' | b'>'))
+        && v.iter().all(|&b| {
+            b.is_ascii_graphic()
+                && !matches!(b, b'/' | b'@' | b'?' | b'#' | b'\\' | b'"' | b'<' | b'>')
+        })
 }
 
 /// Why a response's framing is rejected: 502 `bad_response`.
@@ -172,14 +191,22 @@ pub struct BadResponse;
 ///
 /// # Errors
 /// [`BadResponse`] for malformed or differing Content-Length values, or CL together with TE.
-pub fn response_body(buf: &[u8], head: &ResponseHead, fields: &[Field], head_request: bool) -> Result<Body, BadResponse> {
+pub fn response_body(
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    head_request: bool,
+) -> Result<Body, BadResponse> {
     if head_request || head.status < 200 || head.status == 204 || head.status == 304 {
         return Ok(Body::None);
     }
     let chunked_last = {
         let mut any = false;
         let mut last = false;
-        for f in fields.iter().filter(|f| f.kind == FieldKind::TransferEncoding) {
+        for f in fields
+            .iter()
+            .filter(|f| f.kind == FieldKind::TransferEncoding)
+        {
             for coding in list_elements(f.value(buf)) {
                 any = true;
                 last = coding.eq_ignore_ascii_case(b"chunked");
@@ -216,7 +243,9 @@ pub fn keep_alive_timeout(buf: &[u8], fields: &[Field]) -> Option<u64> {
         .flat_map(|f| list_elements(f.value(buf)))
         .find_map(|p| {
             let (k, v) = p.split_at(p.iter().position(|&b| b == b'=')?);
-            super::head::trim(k).eq_ignore_ascii_case(b"timeout").then(|| parse_content_length(super::head::trim(&v[1..])))?
+            super::head::trim(k)
+                .eq_ignore_ascii_case(b"timeout")
+                .then(|| parse_content_length(super::head::trim(&v[1..])))?
         })
 }
 
@@ -227,34 +256,96 @@ mod tests {
 
     fn req(text: &str) -> Result<RequestInfo, FramingError> {
         let mut f = Fields::new();
-        let h = parse_request(text.as_bytes(), 100, &mut f).unwrap().unwrap();
+        let h = parse_request(text.as_bytes(), 100, &mut f)
+            .unwrap()
+            .unwrap();
         request_info(text.as_bytes(), &h, &f)
     }
 
     #[test]
     fn request_framing_table() {
         use FramingError::*;
-        assert_eq!(req("GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().body, Body::None);
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n").unwrap().body, Body::Length(5));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n").unwrap().body, Body::Length(5));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n").unwrap().body, Body::Length(5));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"), Err(BadFraming));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"), Err(BadFraming));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n"), Err(BadFraming));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().body, Body::Chunked);
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,Chunked,\r\n\r\n").unwrap().body, Body::Chunked);
+        assert_eq!(
+            req("GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().body,
+            Body::None
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+                .unwrap()
+                .body,
+            Body::Length(5)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
+                .unwrap()
+                .body,
+            Body::Length(5)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n")
+                .unwrap()
+                .body,
+            Body::Length(5)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+            Err(BadFraming)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"),
+            Err(BadFraming)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n"),
+            Err(BadFraming)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap()
+                .body,
+            Body::Chunked
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,Chunked,\r\n\r\n")
+                .unwrap()
+                .body,
+            Body::Chunked
+        );
         assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), Err(BadFraming));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"), Err(BadFraming));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"), Err(BadFraming));
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), Err(TransferCoding));
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            Err(BadFraming)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"),
+            Err(BadFraming)
+        );
+        assert_eq!(
+            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            Err(TransferCoding)
+        );
         assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"), Err(TransferCoding));
-        assert_eq!(req("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), Err(BadFraming));
+        assert_eq!(
+            req("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(BadFraming)
+        );
         assert_eq!(req("GET / HTTP/1.1\r\n\r\n"), Err(BadHost));
-        assert_eq!(req("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), Err(BadHost));
+        assert_eq!(
+            req("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            Err(BadHost)
+        );
         assert_eq!(req("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n"), Err(BadHost));
         assert!(req("GET / HTTP/1.0\r\n\r\n").unwrap().close);
-        assert!(!req("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap().close);
-        assert!(req("GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, Close\r\n\r\n").unwrap().close);
+        assert!(
+            !req("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+                .unwrap()
+                .close
+        );
+        assert!(
+            req("GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, Close\r\n\r\n")
+                .unwrap()
+                .close
+        );
     }
 
     fn res(text: &str, head_req: bool) -> Result<Body, BadResponse> {
@@ -265,15 +356,51 @@ mod tests {
 
     #[test]
     fn response_framing_table() {
-        assert_eq!(res("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", false), Ok(Body::Length(3)));
-        assert_eq!(res("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", true), Ok(Body::None));
-        assert_eq!(res("HTTP/1.1 204 No Content\r\n\r\n", false), Ok(Body::None));
-        assert_eq!(res("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", false), Ok(Body::None));
-        assert_eq!(res("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false), Ok(Body::Chunked));
-        assert_eq!(res("HTTP/1.1 200 OK\r\n\r\n", false), Ok(Body::CloseDelimited));
-        assert_eq!(res("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false), Ok(Body::CloseDelimited));
-        assert_eq!(res("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false), Err(BadResponse));
-        assert_eq!(res("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", false), Err(BadResponse));
+        assert_eq!(
+            res("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", false),
+            Ok(Body::Length(3))
+        );
+        assert_eq!(
+            res("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", true),
+            Ok(Body::None)
+        );
+        assert_eq!(
+            res("HTTP/1.1 204 No Content\r\n\r\n", false),
+            Ok(Body::None)
+        );
+        assert_eq!(
+            res(
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                false
+            ),
+            Ok(Body::None)
+        );
+        assert_eq!(
+            res(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false
+            ),
+            Ok(Body::Chunked)
+        );
+        assert_eq!(
+            res("HTTP/1.1 200 OK\r\n\r\n", false),
+            Ok(Body::CloseDelimited)
+        );
+        assert_eq!(
+            res("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false),
+            Ok(Body::CloseDelimited)
+        );
+        assert_eq!(
+            res("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false),
+            Err(BadResponse)
+        );
+        assert_eq!(
+            res(
+                "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false
+            ),
+            Err(BadResponse)
+        );
     }
 
     #[test]

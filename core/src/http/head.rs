@@ -158,7 +158,11 @@ fn collect(buf: &[u8], headers: &[httparse::Header<'_>], fields: &mut Fields) {
 ///
 /// # Errors
 /// [`HeadError`] as above.
-pub fn parse_request(buf: &[u8], max_fields: usize, fields: &mut Fields) -> Result<Option<RequestHead>, HeadError> {
+pub fn parse_request(
+    buf: &[u8],
+    max_fields: usize,
+    fields: &mut Fields,
+) -> Result<Option<RequestHead>, HeadError> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut req = httparse::Request::new(&mut storage[..max_fields.min(MAX_FIELDS)]);
     match req.parse(buf) {
@@ -190,7 +194,11 @@ pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<Response
     match res.parse(buf) {
         Ok(httparse::Status::Complete(len)) => {
             let reason = res.reason.unwrap_or("").as_bytes();
-            let start = if reason.is_empty() { 0 } else { offset(buf, reason) };
+            let start = if reason.is_empty() {
+                0
+            } else {
+                offset(buf, reason)
+            };
             let head = ResponseHead {
                 len,
                 status: res.code.unwrap_or(0),
@@ -210,13 +218,19 @@ pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<Response
 /// head limit is hit.
 pub fn request_line_complete(buf: &[u8]) -> bool {
     // Leading empty lines are allowed before the request line (RFC 9112 §2.2).
-    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
     buf[start..].contains(&b'\n')
 }
 
 /// Iterates the comma-separated elements of a field value (RFC 9110 §5.6.1), trimmed, empty ones skipped.
 pub fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(trim).filter(|e| !e.is_empty())
+    value
+        .split(|&b| b == b',')
+        .map(trim)
+        .filter(|e| !e.is_empty())
 }
 
 /// Trims optional whitespace (SP / HTAB) from both ends.
@@ -252,10 +266,22 @@ mod tests {
     #[test]
     fn partial_and_invalid_heads() {
         let mut f = Fields::new();
-        assert_eq!(parse_request(b"GET / HTTP/1.1\r\nHost: x\r\n", 100, &mut f), Ok(None));
-        assert_eq!(parse_request(b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", 100, &mut f).unwrap_err(), HeadError::Invalid);
-        assert_eq!(parse_request(b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 100, &mut f).unwrap_err(), HeadError::Invalid);
-        assert_eq!(parse_request(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", 1, &mut f).unwrap_err(), HeadError::TooManyFields);
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nHost: x\r\n", 100, &mut f),
+            Ok(None)
+        );
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", 100, &mut f).unwrap_err(),
+            HeadError::Invalid
+        );
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 100, &mut f).unwrap_err(),
+            HeadError::Invalid
+        );
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", 1, &mut f).unwrap_err(),
+            HeadError::TooManyFields
+        );
     }
 
     #[test]

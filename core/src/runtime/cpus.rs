@@ -12,7 +12,9 @@ pub fn affinity_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
         }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 
@@ -23,8 +25,16 @@ pub fn cgroup_cpu_limit() -> Option<usize> {
     if let Some(text) = v2 {
         return parse_cpu_max(&text);
     }
-    let quota: i64 = std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").ok()?.trim().parse().ok()?;
-    let period: i64 = std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.cfs_period_us").ok()?.trim().parse().ok()?;
+    let quota: i64 = std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let period: i64 = std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     (quota > 0 && period > 0).then(|| (quota as u64).div_ceil(period as u64) as usize)
 }
 
@@ -66,7 +76,9 @@ pub fn plan(workers: Workers, pin: PinWorkers) -> (usize, Vec<Option<usize>>) {
         PinWorkers::Always => !mask.is_empty(),
         PinWorkers::Auto => mask.len() == n,
     };
-    let cpus = (0..n).map(|i| pinned.then(|| mask[i % mask.len()])).collect();
+    let cpus = (0..n)
+        .map(|i| pinned.then(|| mask[i % mask.len()]))
+        .collect();
     (n, cpus)
 }
 

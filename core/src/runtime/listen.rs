@@ -38,12 +38,20 @@ fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
 ///
 /// # Errors
 /// [`ListenError::InUse`] when another process holds the address.
-pub fn reuseport_listeners(addr: SocketAddr, n: usize, backlog: u32) -> Result<(Vec<Socket>, SocketAddr), ListenError> {
+pub fn reuseport_listeners(
+    addr: SocketAddr,
+    n: usize,
+    backlog: u32,
+) -> Result<(Vec<Socket>, SocketAddr), ListenError> {
     let other = |e| ListenError::Other(addr, e);
     if addr.port() != 0 {
         let probe = socket(addr, false).map_err(other)?;
         if let Err(e) = probe.bind(&addr.into()) {
-            return Err(if e.kind() == io::ErrorKind::AddrInUse { ListenError::InUse(addr) } else { other(e) });
+            return Err(if e.kind() == io::ErrorKind::AddrInUse {
+                ListenError::InUse(addr)
+            } else {
+                other(e)
+            });
         }
     }
     let mut bound = addr;
@@ -57,8 +65,13 @@ pub fn reuseport_listeners(addr: SocketAddr, n: usize, backlog: u32) -> Result<(
                 other(e)
             }
         })?;
-        s.listen(backlog.min(i32::MAX as u32) as i32).map_err(other)?;
-        bound = s.local_addr().map_err(other)?.as_socket().expect("inet socket");
+        s.listen(backlog.min(i32::MAX as u32) as i32)
+            .map_err(other)?;
+        bound = s
+            .local_addr()
+            .map_err(other)?
+            .as_socket()
+            .expect("inet socket");
         out.push(s);
     }
     Ok((out, bound))
@@ -68,12 +81,18 @@ pub fn reuseport_listeners(addr: SocketAddr, n: usize, backlog: u32) -> Result<(
 pub fn raise_fd_limit() -> u64 {
     // SAFETY: getrlimit/setrlimit on a local struct.
     unsafe {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 1024;
         }
         if lim.rlim_cur < lim.rlim_max {
-            let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
                 lim.rlim_cur = lim.rlim_max;
             }
@@ -111,7 +130,10 @@ mod tests {
     fn port_held_by_another_socket_is_in_use() {
         let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = other.local_addr().unwrap();
-        assert!(matches!(reuseport_listeners(addr, 1, 16), Err(ListenError::InUse(_))));
+        assert!(matches!(
+            reuseport_listeners(addr, 1, 16),
+            Err(ListenError::InUse(_))
+        ));
     }
 
     #[test]

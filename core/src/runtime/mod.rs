@@ -45,10 +45,17 @@ impl IoDriver {
 /// # Errors
 /// With `io_uring` forced, the kernel's reason when a ring cannot be set up.
 pub fn choose_driver(setting: IoDriverSetting) -> Result<(IoDriver, Option<io::Error>), io::Error> {
+    // Probed on a thread of its own: a ring's teardown queues task work that interrupts the creating
+    // thread's next blocking syscall with EINTR.
+    let probe = || {
+        thread::spawn(|| io_uring::IoUring::new(8).map(drop))
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("probe panicked")))
+    };
     match setting {
         IoDriverSetting::Epoll => Ok((IoDriver::Epoll, None)),
-        IoDriverSetting::IoUring => io_uring::IoUring::new(8).map(|_| (IoDriver::IoUring, None)),
-        IoDriverSetting::Auto => match io_uring::IoUring::new(8) {
+        IoDriverSetting::IoUring => probe().map(|()| (IoDriver::IoUring, None)),
+        IoDriverSetting::Auto => match probe() {
             Ok(_) => Ok((IoDriver::IoUring, None)),
             Err(e) => Ok((IoDriver::Epoll, Some(e))),
         },
@@ -122,7 +129,9 @@ impl Shared {
 
     /// Records that worker `id` is alive (called from its own timer task only).
     pub fn beat(&self, id: usize) {
-        self.heartbeats[id].0.store(self.now_ms(), Ordering::Relaxed);
+        self.heartbeats[id]
+            .0
+            .store(self.now_ms(), Ordering::Relaxed);
     }
 
     /// Readiness: not draining and every worker's heartbeat younger than [`HEARTBEAT_STALE`].
@@ -132,7 +141,9 @@ impl Shared {
         }
         let now = self.now_ms();
         let stale = HEARTBEAT_STALE.as_millis() as u64;
-        self.heartbeats.iter().all(|h| now.saturating_sub(h.0.load(Ordering::Relaxed)) <= stale)
+        self.heartbeats
+            .iter()
+            .all(|h| now.saturating_sub(h.0.load(Ordering::Relaxed)) <= stale)
     }
 
     /// Number of workers.
@@ -188,10 +199,21 @@ impl Supervisor {
         listeners: Vec<socket2::Socket>,
         cpus: Vec<Option<usize>>,
     ) -> Result<Supervisor, String> {
-        let mut sup = Supervisor { shared, driver, main, slots: Vec::new() };
+        let mut sup = Supervisor {
+            shared,
+            driver,
+            main,
+            slots: Vec::new(),
+        };
         let (tx, rx) = mpsc::channel();
         for (i, (listener, cpu)) in listeners.into_iter().zip(cpus).enumerate() {
-            sup.slots.push(Slot { cpu, listener, handle: None, backoff: Duration::from_secs(1), restart_at: None });
+            sup.slots.push(Slot {
+                cpu,
+                listener,
+                handle: None,
+                backoff: Duration::from_secs(1),
+                restart_at: None,
+            });
             sup.spawn(i, tx.clone())?;
         }
         for _ in 0..sup.slots.len() {
@@ -206,20 +228,37 @@ impl Supervisor {
 
     fn spawn(&mut self, id: usize, ready: mpsc::Sender<Result<(), String>>) -> Result<(), String> {
         let slot = &mut self.slots[id];
-        let fd = slot.listener.try_clone().map_err(|e| format!("worker {id}: cannot dup listener: {e}"))?;
-        let env = WorkerEnv { id, cpu: slot.cpu, listener: fd.into(), shared: self.shared.clone(), ready };
+        let fd = slot
+            .listener
+            .try_clone()
+            .map_err(|e| format!("worker {id}: cannot dup listener: {e}"))?;
+        let env = WorkerEnv {
+            id,
+            cpu: slot.cpu,
+            listener: fd.into(),
+            shared: self.shared.clone(),
+            ready,
+        };
         let (main, driver) = (self.main.clone(), self.driver);
         let handle = thread::Builder::new()
             .name(format!("edge-worker-{id}"))
             .spawn(move || {
                 if let Some(cpu) = env.cpu {
                     if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
-                        tracing::warn!(event = "worker.pin_failed", worker = id, cpu, "could not pin worker to its CPU");
+                        tracing::warn!(
+                            event = "worker.pin_failed",
+                            worker = id,
+                            cpu,
+                            "could not pin worker to its CPU"
+                        );
                     }
                 }
                 let ready = env.ready.clone();
                 if let Err(e) = block_on(driver, main(env)) {
-                    let _ = ready.send(Err(format!("worker {id}: cannot build the {} runtime: {e}", driver.as_str())));
+                    let _ = ready.send(Err(format!(
+                        "worker {id}: cannot build the {} runtime: {e}",
+                        driver.as_str()
+                    )));
                 }
             })
             .map_err(|e| format!("worker {id}: cannot start thread: {e}"))?;
@@ -240,7 +279,13 @@ impl Supervisor {
                 slot.backoff = (slot.backoff * 2).min(Duration::from_secs(30));
                 slot.restart_at = Some(Instant::now() + delay);
                 let panicked = matches!(result, Some(Err(_)));
-                tracing::error!(event = "worker.died", worker = id, panicked, restart_in_ms = delay.as_millis() as u64, "worker thread ended; restarting");
+                tracing::error!(
+                    event = "worker.died",
+                    worker = id,
+                    panicked,
+                    restart_in_ms = delay.as_millis() as u64,
+                    "worker thread ended; restarting"
+                );
             }
             if slot.restart_at.is_some_and(|t| Instant::now() >= t) {
                 slot.restart_at = None;

@@ -9,18 +9,38 @@ fn edge_cmd() -> Command {
 #[test]
 fn check_passes_on_the_default_config_file() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/edge.toml");
-    let out = edge_cmd().args(["--check", "--config", path]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = edge_cmd()
+        .args(["--check", "--config", path])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let printed = String::from_utf8(out.stdout).unwrap();
-    assert!(printed.contains("[server]") && printed.contains("listen = \"127.0.0.1:8080\""), "{printed}");
+    assert!(
+        printed.contains("[server]") && printed.contains("listen = \"127.0.0.1:8080\""),
+        "{printed}"
+    );
 }
 
 #[test]
 fn unknown_config_key_exits_2_naming_file_and_key() {
     let dir = crate::harness::TempDir::new();
     let path = dir.0.join("bad.toml");
-    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\nmax_conections = 5\n").unwrap();
-    let out = edge_cmd().arg("--check").arg("--config").arg(&path).output().unwrap();
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\nmax_conections = 5\n",
+    )
+    .unwrap();
+    let out = edge_cmd()
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("max_conections"), "{err}");
@@ -35,7 +55,8 @@ fn unknown_config_key_exits_2_naming_file_and_key() {
 fn print_default_config_is_the_deploy_file() {
     let out = edge_cmd().arg("--print-default-config").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
-    let want = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/edge.toml")).unwrap();
+    let want = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/edge.toml"))
+        .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
 }
 
@@ -44,22 +65,47 @@ fn traffic_port_held_by_another_process_exits_2() {
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = other.local_addr().unwrap().to_string();
     let out = edge_cmd()
-        .args(["--listen", &addr, "--admin-listen", "", "--upstream", "127.0.0.1:9", "--io-driver", "epoll"])
+        .args([
+            "--listen",
+            &addr,
+            "--admin-listen",
+            "",
+            "--upstream",
+            "127.0.0.1:9",
+            "--io-driver",
+            "epoll",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use"));
 }
 
 #[test]
 fn healthcheck_subcommand_reports_status() {
     let origin = crate::harness::Origin::fixed(b"x");
-    let proxy = crate::harness::Edge::start(&crate::harness::config(crate::harness::Driver::Epoll, origin.addr, "", ""));
+    let proxy = crate::harness::Edge::start(&crate::harness::config(
+        crate::harness::Driver::Epoll,
+        origin.addr,
+        "",
+        "",
+    ));
     let url = format!("http://{}/_health", proxy.addr);
-    let ok = edge_cmd().args(["healthcheck", "--url", &url]).status().unwrap();
+    let ok = edge_cmd()
+        .args(["healthcheck", "--url", &url])
+        .status()
+        .unwrap();
     assert_eq!(ok.code(), Some(0));
     let url = format!("http://{}/nothing-listens-here", origin.addr);
     let _ = url;
-    let down = edge_cmd().args(["healthcheck", "--url", "http://127.0.0.1:9/_health"]).status().unwrap();
+    let down = edge_cmd()
+        .args(["healthcheck", "--url", "http://127.0.0.1:9/_health"])
+        .status()
+        .unwrap();
     assert_ne!(down.code(), Some(0));
 }

@@ -36,8 +36,20 @@ impl Driver {
         if self == Driver::Epoll {
             return true;
         }
-        match io_uring::IoUring::new(8) {
-            Ok(_) => true,
+        // Probed once, on a thread of its own: a ring's teardown queues task work that interrupts the
+        // creating thread's next blocking syscall with EINTR, which would break the test's own reads.
+        static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+        let probe = PROBE.get_or_init(|| {
+            thread::spawn(|| {
+                io_uring::IoUring::new(8)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+            .join()
+            .unwrap()
+        });
+        match probe {
+            Ok(()) => true,
             Err(e) => {
                 eprintln!("SKIP io_uring case: the kernel refuses io_uring here ({e})");
                 false
@@ -62,7 +74,11 @@ pub struct TempDir(pub std::path::PathBuf);
 impl TempDir {
     pub fn new() -> Self {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!("edge-it-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let p = std::env::temp_dir().join(format!(
+            "edge-it-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -141,12 +157,22 @@ impl Edge {
                 Ok(line) if line.contains("startup.ready") => {
                     let addr = field(&line, "traffic=").parse().unwrap();
                     let admin = field(&line, "admin=").parse().unwrap();
-                    return Edge { child, addr, admin, log, log_rx: Mutex::new(rx), _dir: dir };
+                    return Edge {
+                        child,
+                        addr,
+                        admin,
+                        log,
+                        log_rx: Mutex::new(rx),
+                        _dir: dir,
+                    };
                 }
                 Ok(_) => {}
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("edge did not become ready; log:\n{}", log.lock().unwrap().join("\n"));
+                    panic!(
+                        "edge did not become ready; log:\n{}",
+                        log.lock().unwrap().join("\n")
+                    );
                 }
             }
         }
@@ -224,11 +250,23 @@ impl Drop for Edge {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if thread::panicking() {
+            // The reader thread sees EOF once the process is gone; collect what it still had in flight.
+            let rx = self.log_rx.lock().unwrap();
+            while rx.recv_timeout(Duration::from_secs(2)).is_ok() {}
+            eprintln!(
+                "--- edge log ---\n{}\n--- end of edge log ---",
+                self.log().join("\n")
+            );
+        }
     }
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let start = line.find(key).unwrap_or_else(|| panic!("no {key} in {line}")) + key.len();
+    let start = line
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + key.len();
     let rest = &line[start..];
     rest.split_whitespace().next().unwrap().trim_matches('"')
 }
@@ -237,7 +275,9 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
 pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter(|l| {
+            l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' '))
+        })
         .filter(|l| labels.iter().all(|want| l.contains(want)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -256,7 +296,10 @@ pub struct Seen {
 
 impl Seen {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -269,12 +312,21 @@ pub struct Reply {
 
 impl Reply {
     pub fn ok(body: &[u8]) -> Reply {
-        let mut b = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        let mut b =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
         b.extend_from_slice(body);
-        Reply { bytes: b, close: false, delay: Duration::ZERO }
+        Reply {
+            bytes: b,
+            close: false,
+            delay: Duration::ZERO,
+        }
     }
     pub fn raw(bytes: &[u8], close: bool) -> Reply {
-        Reply { bytes: bytes.to_vec(), close, delay: Duration::ZERO }
+        Reply {
+            bytes: bytes.to_vec(),
+            close,
+            delay: Duration::ZERO,
+        }
     }
     pub fn delayed(mut self, d: Duration) -> Reply {
         self.delay = d;
@@ -307,7 +359,11 @@ impl Origin {
                 thread::spawn(move || origin_conn(s, id, &*h, &seen));
             }
         });
-        Origin { addr, accepted, seen }
+        Origin {
+            addr,
+            accepted,
+            seen,
+        }
     }
 
     /// An origin answering 200 with `body` to everything.
@@ -320,14 +376,21 @@ impl Origin {
     }
 
     pub fn last(&self) -> Seen {
-        self.seen.lock().unwrap().last().cloned().expect("origin saw no request")
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("origin saw no request")
     }
 }
 
 fn origin_conn(mut s: TcpStream, id: usize, h: &Handler, seen: &Mutex<Vec<Seen>>) {
     let mut buf = Vec::new();
     loop {
-        let Some((req, used)) = read_request(&mut s, &mut buf) else { return };
+        let Some((req, used)) = read_request(&mut s, &mut buf) else {
+            return;
+        };
         buf.drain(..used);
         let mut req = req;
         req.conn_id = id;
@@ -352,11 +415,24 @@ fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
                 method: req.method.unwrap().into(),
                 target: req.path.unwrap().into(),
                 minor: req.version.unwrap(),
-                headers: req.headers.iter().map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned())).collect(),
+                headers: req
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
+                    .collect(),
                 ..Seen::default()
             };
-            let cl = seen.header("content-length").map(|v| v.parse::<usize>().unwrap());
-            let chunked = seen.header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
+            let cl = seen
+                .header("content-length")
+                .map(|v| v.parse::<usize>().unwrap());
+            let chunked = seen
+                .header("transfer-encoding")
+                .is_some_and(|v| v.contains("chunked"));
             let mut pos = n;
             if let Some(cl) = cl {
                 while buf.len() < n + cl {
@@ -377,7 +453,13 @@ fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
 
 fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
     let mut tmp = [0u8; 65536];
-    let n = s.read(&mut tmp).ok()?;
+    let n = match s.read(&mut tmp) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("read error on {:?}: {e}", s.peer_addr());
+            return None;
+        }
+    };
     if n == 0 {
         return None;
     }
@@ -433,7 +515,10 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -471,7 +556,16 @@ impl Client {
                 let mut r = Response {
                     status: res.code.unwrap(),
                     minor: res.version.unwrap(),
-                    headers: res.headers.iter().map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned())).collect(),
+                    headers: res
+                        .headers
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.name.to_string(),
+                                String::from_utf8_lossy(h.value).into_owned(),
+                            )
+                        })
+                        .collect(),
                     ..Response::default()
                 };
                 self.buf.drain(..n);
@@ -481,7 +575,10 @@ impl Client {
                 if head_request || r.status == 204 || r.status == 304 {
                     return Some(r);
                 }
-                if let Some(cl) = r.header("content-length").map(|v| v.parse::<usize>().unwrap()) {
+                if let Some(cl) = r
+                    .header("content-length")
+                    .map(|v| v.parse::<usize>().unwrap())
+                {
                     while self.buf.len() < cl {
                         fill(&mut self.s, &mut self.buf)?;
                     }

@@ -8,7 +8,12 @@ use std::{
 use crate::harness::{config, Client, Edge, Origin, Reply, Seen};
 
 fn echo(req: &Seen) -> Reply {
-    let mut b = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n", req.body.len(), req.method).into_bytes();
+    let mut b = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
+        req.body.len(),
+        req.method
+    )
+    .into_bytes();
     b.extend_from_slice(&req.body);
     Reply::raw(&b, false)
 }
@@ -34,7 +39,13 @@ both_drivers!(post_content_length_body_is_byte_exact, |d| {
     let edge = Edge::start(&config(d, origin.addr, "", ""));
     let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let mut c = Client::connect(edge.addr);
-    c.send(format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+    c.send(
+        format!(
+            "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
     c.send(&body);
     let r = c.read_response(false).unwrap();
     assert_eq!(r.status, 200);
@@ -66,9 +77,11 @@ both_drivers!(chunked_request_body_of_several_mib_is_streamed, |d| {
 });
 
 both_drivers!(chunked_and_close_delimited_responses, |d| {
-    let origin = Origin::start(|req| match req.target.as_str() {
+    let origin = Origin::start(|req| {
+        match req.target.as_str() {
         "/chunked" => Reply::raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n", false),
         _ => Reply::raw(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end", true),
+    }
     });
     let edge = Edge::start(&config(d, origin.addr, "", ""));
     let mut c = Client::connect(edge.addr);
@@ -77,7 +90,10 @@ both_drivers!(chunked_and_close_delimited_responses, |d| {
     assert_eq!(r.body, b"hello, world");
     // Close-delimited upstream body: re-chunked for an HTTP/1.1 client, and the connection stays usable.
     let r = c.get("/close");
-    assert!(r.chunked, "close-delimited body should be forwarded chunked to HTTP/1.1");
+    assert!(
+        r.chunked,
+        "close-delimited body should be forwarded chunked to HTTP/1.1"
+    );
     assert_eq!(r.body, b"until the end");
     assert_eq!(c.get("/chunked").body, b"hello, world");
     // HTTP/1.0 client: close-delimited.
@@ -116,7 +132,11 @@ both_drivers!(keep_alive_reuses_one_upstream_connection, |d| {
     for _ in 0..100 {
         assert_eq!(c.get("/").status, 200);
     }
-    assert_eq!(origin.accepted(), 1, "100 sequential requests should reuse one upstream connection");
+    assert_eq!(
+        origin.accepted(),
+        1,
+        "100 sequential requests should reuse one upstream connection"
+    );
     assert_eq!(edge.metric("edge_upstream_requests_total", &[]), 100.0);
 });
 
@@ -165,7 +185,10 @@ both_drivers!(health_answers_fast_behind_slow_requests, |d| {
         let took = t.elapsed();
         assert_eq!(r.status, 200);
         assert_eq!(r.body, b"ok");
-        assert!(took < Duration::from_millis(50), "health took {took:?} behind 15 slow requests");
+        assert!(
+            took < Duration::from_millis(50),
+            "health took {took:?} behind 15 slow requests"
+        );
     }
     for c in &mut slow {
         assert_eq!(c.read_response(false).unwrap().body, b"slow");
@@ -188,8 +211,13 @@ both_drivers!(upstream_down_gives_502_and_proxy_keeps_serving, |d| {
     let r = c.get("/live/x");
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"alive");
-    assert_eq!(edge.metric("edge_upstream_errors_total", &["kind=\"refused\""]), 1.0);
-    assert!(edge.wait_log("upstream.error", Duration::from_secs(2)).is_some());
+    assert_eq!(
+        edge.metric("edge_upstream_errors_total", &["kind=\"refused\""]),
+        1.0
+    );
+    assert!(edge
+        .wait_log("upstream.error", Duration::from_secs(2))
+        .is_some());
     let mut c2 = Client::connect(edge.addr);
     assert_eq!(c2.get("/_health").status, 200);
     c2.s.flush().unwrap();
