@@ -55,7 +55,10 @@ struct Conn {
     rb: RecvBuf,
     fields: Fields,
     served: u64,
+    /// Method and target of the current request (at most 256 bytes), for log lines.
     log_line: Vec<u8>,
+    /// Request id of the current request, for log lines.
+    log_id: Vec<u8>,
 }
 
 /// Serves one downstream connection until it closes. `over_capacity` connections get only their first
@@ -68,6 +71,7 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
         fields: Fields::new(),
         served: 0,
         log_line: Vec::new(),
+        log_id: Vec::new(),
     };
     if over_capacity {
         return shed(&w, c).await;
@@ -235,6 +239,8 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         .unwrap_or(upstream.config.request_timeout)
         .0;
     let id = RequestId::of(buf, &c.fields, w.next_request_id());
+    c.log_id.clear();
+    id.write(buf, &c.fields, &mut c.log_id);
     let idempotent = matches!(
         method,
         b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
@@ -270,17 +276,11 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         }
         Outcome::ClientGone => Next::Close,
         Outcome::Failed { failure, body_done } => {
-            // The request head was consumed by the exchange; the id is logged from the log line only.
-            let id = id_text(w, &id);
-            record_and_answer(w, c, failure, !body_done || close, started, &id).await
+            let id = std::mem::take(&mut c.log_id);
+            let next = record_and_answer(w, c, failure, !body_done || close, started, &id).await;
+            c.log_id = id;
+            next
         }
-    }
-}
-
-fn id_text(_w: &Worker, id: &RequestId) -> Vec<u8> {
-    match id {
-        RequestId::Generated(p, wk, n) => format!("{p:08x}-{wk}-{n:x}").into_bytes(),
-        RequestId::Given(_) => b"(client)".to_vec(),
     }
 }
 

@@ -233,7 +233,7 @@ pub async fn exchange(
             threshold,
         };
         let head_deadline = req.request_timeout.map(|t| act.last_sent + t);
-        match read_response_head(&mut conn, fields, req.is_head, &mut act, head_deadline).await {
+        match read_response_head(&mut conn, fields, &mut act, head_deadline).await {
             Ok((len, status)) => break (conn, len, status, act),
             Err(e) if retryable && e.retry_safe => {
                 attempt += 1;
@@ -530,7 +530,6 @@ async fn stream_request_body(
 async fn read_response_head(
     conn: &mut UpstreamConn,
     fields: &mut Fields,
-    _is_head: bool,
     act: &mut Activity,
     head_deadline: Option<Instant>,
 ) -> Result<(usize, u16), UpstreamError> {

@@ -68,6 +68,25 @@ impl Failure {
         matches!(self, Failure::Invalid(_) | Failure::RequestTimeout)
     }
 
+    /// A short name of the failure kind for `request.failed` lines.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Failure::Invalid(r) => r.as_str(),
+            Failure::RequestTimeout => "request_timeout",
+            Failure::NoRoute => "no_route",
+            Failure::Upstream(e) => match e.kind {
+                UpstreamErrorKind::Refused => "upstream_refused",
+                UpstreamErrorKind::ConnectTimeout => "upstream_connect_timeout",
+                UpstreamErrorKind::Reset => "upstream_reset",
+                UpstreamErrorKind::ClosedEarly => "upstream_closed_early",
+                UpstreamErrorKind::BadResponse => "upstream_bad_response",
+                UpstreamErrorKind::WriteTimeout => "upstream_write_timeout",
+                UpstreamErrorKind::RequestTimeout => "upstream_request_timeout",
+                UpstreamErrorKind::Zombie => "upstream_zombie",
+            },
+        }
+    }
+
     fn text(self) -> &'static str {
         match self {
             Failure::Invalid(r) => match r {
@@ -111,6 +130,10 @@ impl Failure {
         let line = String::from_utf8_lossy(req.line);
         let id = String::from_utf8_lossy(req.id);
         let status = self.status();
+        if self != Failure::NoRoute && w.log_limit.allow() {
+            let (method, path) = line.split_once(' ').unwrap_or((&line, ""));
+            tracing::info!(event = "request.failed", worker = w.id, method, path, status, kind = self.kind(), request_id = %id);
+        }
         match self {
             Failure::Invalid(r) => {
                 w.metrics.invalid(r).increment(1);

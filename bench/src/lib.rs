@@ -1,0 +1,25 @@
+//! edge-bench: the test origin, the load generator and the scenarios that drive the real `edge`
+//! binary as a black box (DESIGN.md, Layout, Benchmark method and Fault matrix).
+//!
+//! Modules by job:
+//! - [`origin`]: the thread-per-core monoio test origin ([`origin::spawn_origin`] runs it
+//!   in-process);
+//! - [`load`]: the bounded keep-alive load generator;
+//! - [`edge_proc`]: finding, building, starting, health-waiting and stopping the `edge` child;
+//! - [`stack`]: origin + edge on free loopback ports, as every scenario sets them up;
+//! - [`demo`], [`hol`]: the `demo` and `hol` subcommands;
+//! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
+//!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
+
+pub mod chunked;
+pub mod demo;
+pub mod edge_proc;
+pub mod hol;
+pub mod http;
+pub mod load;
+pub mod origin;
+pub mod probe;
+pub mod stack;
+pub mod stop;
+pub mod table;
+pub mod wire;

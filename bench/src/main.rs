@@ -1,0 +1,219 @@
+//! The `edge-bench` command line: parses arguments and dispatches to the library's subcommands.
+//! Exit codes: 0 success, 1 a failed invariant or a runtime error, 2 bad arguments (clap).
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use edge_bench::demo::{self, DemoOptions};
+use edge_bench::hol::{self, HolOptions};
+use edge_bench::load::{run_load, LoadOptions};
+use edge_bench::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
+use edge_bench::table::{ms, Table};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "edge-bench",
+    version,
+    about = "Test origin, load generator and scenarios for edge"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the HTTP/1.1 test origin until killed.
+    Origin {
+        /// Address to listen on (port 0 picks a free port; the real one is printed).
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Delay every response except /fast…; /slow… waits this or 3 s when unset.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        delay: Option<Duration>,
+        /// Response body size in bytes.
+        #[arg(long, default_value_t = DEFAULT_BODY.len())]
+        body_bytes: usize,
+        /// Frame responses with chunked transfer coding instead of Content-Length.
+        #[arg(long)]
+        chunked: bool,
+        /// Worker threads, each with its own runtime and SO_REUSEPORT listener.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Pin workers to these CPUs (comma-separated, worker i gets the i-th, wrapping).
+        #[arg(long, value_delimiter = ',')]
+        cpus: Vec<usize>,
+    },
+    /// Run a bounded keep-alive load against an HTTP/1.1 server and print the result.
+    Load {
+        /// Server address.
+        #[arg(long)]
+        target: SocketAddr,
+        /// Request path.
+        #[arg(long, default_value = "/fast")]
+        path: String,
+        /// Host header (default: the target address).
+        #[arg(long)]
+        host: Option<String>,
+        /// Concurrent keep-alive connections.
+        #[arg(long, short = 'c', default_value_t = 64)]
+        connections: usize,
+        /// Generator threads (monoio runtimes).
+        #[arg(long, short = 't', default_value_t = 1)]
+        threads: usize,
+        /// How long to send requests.
+        #[arg(long, short = 'd', default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Limit per request, and the grace after the duration.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+        /// Pin threads to these CPUs (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        cpus: Vec<usize>,
+    },
+    /// Origin + real edge + 10 s of load + health probes behind slow requests (Quick start).
+    Demo {
+        /// Load duration.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
+        /// Keep-alive load connections.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Load generator threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+    },
+    /// Health probes behind 1, 15, 64 and 128 slow requests (head-of-line blocking).
+    Hol {
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
+        /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.cmd) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("edge-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one subcommand; `Ok(false)` means it ran and its check failed.
+fn run(cmd: Cmd) -> io::Result<bool> {
+    match cmd {
+        Cmd::Origin {
+            listen,
+            delay,
+            body_bytes,
+            chunked,
+            workers,
+            cpus,
+        } => {
+            let origin = spawn_origin(OriginOptions {
+                listen,
+                delay,
+                body_bytes,
+                chunked,
+                workers,
+                cpus,
+            })?;
+            println!("origin listening on {}", origin.addr());
+            io::stdout().flush()?;
+            origin.wait();
+            Ok(true)
+        }
+        Cmd::Load {
+            target,
+            path,
+            host,
+            connections,
+            threads,
+            duration,
+            timeout,
+            cpus,
+        } => {
+            let opts = LoadOptions {
+                target,
+                host,
+                path,
+                connections,
+                threads,
+                duration,
+                request_timeout: timeout,
+                cpus,
+            };
+            let r = run_load(&opts)?;
+            let mut t = Table::new(&["measure", "value"]);
+            t.row(["requests".to_string(), r.responses.to_string()]);
+            t.row(["requests/s".to_string(), format!("{:.0}", r.req_per_sec())]);
+            t.row(["non-2xx/3xx".to_string(), r.non_2xx.to_string()]);
+            let e = r.errors;
+            t.row(["errors".to_string(), e.total().to_string()]);
+            for (kind, n) in [
+                ("connect", e.connect),
+                ("closed", e.closed),
+                ("io", e.io),
+                ("timeout", e.timeout),
+                ("bad response", e.bad_response),
+            ] {
+                if n > 0 {
+                    t.row([format!("  {kind}"), n.to_string()]);
+                }
+            }
+            for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+                t.row([name.to_string(), ms(r.latency(q))]);
+            }
+            t.row(["max".to_string(), ms(r.latency_max())]);
+            print!("{}", t.render());
+            Ok(r.responses > 0)
+        }
+        Cmd::Demo {
+            duration,
+            edge_bin,
+            connections,
+            threads,
+            io_driver,
+        } => demo::run(&DemoOptions {
+            duration,
+            edge_bin,
+            connections,
+            threads,
+            edge_args: driver_args(io_driver),
+            ..DemoOptions::default()
+        }),
+        Cmd::Hol {
+            edge_bin,
+            io_driver,
+        } => hol::run(&HolOptions {
+            edge_bin,
+            edge_args: driver_args(io_driver),
+            ..HolOptions::default()
+        }),
+    }
+}
+
+/// edge arguments selecting an io driver, or none.
+fn driver_args(io_driver: Option<String>) -> Vec<String> {
+    io_driver
+        .map(|d| vec!["--io-driver".to_string(), d])
+        .unwrap_or_default()
+}
