@@ -14,7 +14,7 @@ use monoio::{
 /// Size of a pooled buffer, bytes.
 pub const BUF_SIZE: usize = 16 * 1024;
 /// Buffers kept in one worker's free list; more are freed.
-const POOL_MAX: usize = 1024;
+const POOL_MAX: usize = 64;
 
 thread_local! {
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };

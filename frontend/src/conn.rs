@@ -94,7 +94,9 @@ async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
     let until = Instant::now() + w.cfg.config.server.timeouts.idle.0;
     let idle = w.idle.enter();
     let read = timeout_at(until, async {
-        c.stream.readable(true).await?;
+        // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
+        // would then wait holding a buffer.
+        c.stream.readable(false).await?;
         c.rb.fill(&mut c.stream).await
     });
     let ready = monoio::select! {

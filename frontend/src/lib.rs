@@ -208,6 +208,9 @@ fn wait_signal(timeout: Duration) -> Option<i32> {
     }
 }
 
+/// How often the supervisor returns free heap memory to the kernel.
+const TRIM_EVERY: Duration = Duration::from_secs(2);
+
 /// Supervises workers until a signal, then drains (DESIGN.md "Drain and upgrade").
 fn supervise(
     sup: &mut Supervisor,
@@ -215,11 +218,19 @@ fn supervise(
     resolved: &Resolved,
     listeners: &[socket2::Socket],
 ) -> i32 {
+    let mut next_trim = Instant::now() + TRIM_EVERY;
     let sig = loop {
         if let Some(s) = wait_signal(Duration::from_millis(100)) {
             break s;
         }
         sup.check();
+        if Instant::now() >= next_trim {
+            next_trim = Instant::now() + TRIM_EVERY;
+            // Give freed heap pages back to the kernel: after a burst, buffers freed between long-lived small
+            // allocations would otherwise stay resident (glibc only trims the top of a heap on free).
+            // SAFETY: malloc_trim has no preconditions.
+            unsafe { libc::malloc_trim(0) };
+        }
     };
     let t = &resolved.config.server.timeouts;
     shared.draining.store(true, Ordering::Relaxed);

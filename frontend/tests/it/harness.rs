@@ -199,6 +199,46 @@ impl Edge {
         }
     }
 
+    /// Waits (at most `limit`) for a log line containing every one of `needles`; returns it.
+    pub fn wait_log_all(&self, needles: &[&str], limit: Duration) -> Option<String> {
+        let hit = |l: &String| needles.iter().all(|n| l.contains(n));
+        if let Some(l) = self.log().into_iter().find(hit) {
+            return Some(l);
+        }
+        let rx = self.log_rx.lock().unwrap();
+        let until = Instant::now() + limit;
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(l) if hit(&l) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// How many log lines so far contain `needle`.
+    pub fn count_log(&self, needle: &str) -> usize {
+        self.log().iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Polls (every 20 ms, at most `limit`) until `pred(metric(name, labels))` holds; returns the last value.
+    pub fn wait_metric_where(
+        &self,
+        name: &str,
+        labels: &[&str],
+        limit: Duration,
+        pred: impl Fn(f64) -> bool,
+    ) -> f64 {
+        let until = Instant::now() + limit;
+        loop {
+            let v = self.metric(name, labels);
+            if pred(v) || Instant::now() > until {
+                return v;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The admin `/metrics` text.
     pub fn metrics(&self) -> String {
         let r = Client::connect(self.admin).get("/metrics");
@@ -341,6 +381,8 @@ pub struct Origin {
     pub addr: SocketAddr,
     pub accepted: Arc<AtomicUsize>,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections whose handling thread has finished (the peer closed, or the origin did).
+    pub closed: Arc<AtomicUsize>,
 }
 
 impl Origin {
@@ -349,21 +391,79 @@ impl Origin {
         let addr = l.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let closed = Arc::new(AtomicUsize::new(0));
         let handler: Arc<Handler> = Arc::new(handler);
-        let (acc, seen2) = (accepted.clone(), seen.clone());
+        let (acc, seen2, closed2) = (accepted.clone(), seen.clone(), closed.clone());
         thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(s) = s else { continue };
                 let id = acc.fetch_add(1, Ordering::SeqCst) + 1;
-                let (h, seen) = (handler.clone(), seen2.clone());
-                thread::spawn(move || origin_conn(s, id, &*h, &seen));
+                let (h, seen, closed) = (handler.clone(), seen2.clone(), closed2.clone());
+                thread::spawn(move || {
+                    origin_conn(s, id, &*h, &seen);
+                    closed.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
         Origin {
             addr,
             accepted,
             seen,
+            closed,
         }
+    }
+
+    /// A fully scripted origin: each accepted connection is handed to `f` (with its 1-based id) on a
+    /// thread of its own; `closed` counts the calls of `f` that returned. `seen` stays empty.
+    pub fn script(f: impl Fn(TcpStream, usize) + Send + Sync + 'static) -> Origin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let f: Arc<dyn Fn(TcpStream, usize) + Send + Sync> = Arc::new(f);
+        let (acc, closed2) = (accepted.clone(), closed.clone());
+        thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                let id = acc.fetch_add(1, Ordering::SeqCst) + 1;
+                let (f, closed) = (f.clone(), closed2.clone());
+                thread::spawn(move || {
+                    f(s, id);
+                    closed.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Origin {
+            addr,
+            accepted,
+            seen: Arc::new(Mutex::new(Vec::new())),
+            closed,
+        }
+    }
+
+    /// An origin that accepts, reads whatever arrives and never answers; it closes its side only when the
+    /// peer closes (or after 60 s, so no test can leak it for longer).
+    pub fn silent() -> Origin {
+        Origin::script(|mut s, _| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+            let mut b = [0u8; 65536];
+            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        })
+    }
+
+    /// Connections whose handling finished (see `closed`).
+    pub fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Requests seen whole so far.
+    pub fn seen_count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Polls (every 5 ms, at most `limit`) until `cond(self)` holds; returns whether it did.
+    pub fn wait_until(&self, limit: Duration, cond: impl Fn(&Origin) -> bool) -> bool {
+        wait_until(limit, || cond(self))
     }
 
     /// An origin answering 200 with `body` to everything.
@@ -598,11 +698,122 @@ impl Client {
         }
     }
 
+    /// Connects with a custom read timeout.
+    pub fn connect_timeout(addr: SocketAddr, read_timeout: Duration) -> Client {
+        let c = Client::connect(addr);
+        c.s.set_read_timeout(Some(read_timeout)).unwrap();
+        c
+    }
+
+    /// Sets the read timeout of later reads.
+    pub fn set_timeout(&mut self, d: Duration) {
+        self.s.set_read_timeout(Some(d)).unwrap();
+    }
+
+    /// Bytes received but not consumed by a parsed response yet.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Takes the bytes received but not consumed by a parsed response yet.
+    pub fn take_buffered(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Reads only a response head (1xx skipped); its body stays buffered. `None` on EOF before a head.
+    pub fn read_head(&mut self) -> Option<Response> {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 128];
+            let mut res = httparse::Response::new(&mut headers);
+            if let Ok(httparse::Status::Complete(n)) = res.parse(&self.buf) {
+                let r = Response {
+                    status: res.code.unwrap(),
+                    minor: res.version.unwrap(),
+                    headers: res
+                        .headers
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.name.to_string(),
+                                String::from_utf8_lossy(h.value).into_owned(),
+                            )
+                        })
+                        .collect(),
+                    ..Response::default()
+                };
+                self.buf.drain(..n);
+                if (100..200).contains(&r.status) {
+                    continue;
+                }
+                return Some(r);
+            }
+            fill(&mut self.s, &mut self.buf)?;
+        }
+    }
+
+    /// Reads (buffered bytes first) until the peer closes, at most `limit`. Returns the bytes and when the
+    /// connection ended (`None`: still open at `limit`). A reset counts as closed.
+    pub fn read_until_closed(&mut self, limit: Duration) -> (Vec<u8>, Option<Duration>) {
+        let start = Instant::now();
+        let mut out = std::mem::take(&mut self.buf);
+        let mut tmp = vec![0u8; 65536];
+        loop {
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return (out, None);
+            }
+            self.s.set_read_timeout(Some(left)).unwrap();
+            match self.s.read(&mut tmp) {
+                Ok(0) => return (out, Some(start.elapsed())),
+                Ok(n) => out.extend_from_slice(&tmp[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return (out, Some(start.elapsed())),
+            }
+        }
+    }
+
+    /// How long until the server closes the connection (reading and discarding), at most `limit`;
+    /// `None` when it is still open then.
+    pub fn time_until_closed(&mut self, limit: Duration) -> Option<Duration> {
+        self.read_until_closed(limit).1
+    }
+
     /// Whether the server closed the connection (EOF within the read timeout).
     pub fn closed_by_peer(&mut self) -> bool {
         let mut b = [0u8; 1];
         matches!(self.s.read(&mut b), Ok(0) | Err(_))
     }
+}
+
+/// Polls `cond` every 5 ms for at most `limit`; returns whether it held.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Asserts `took` is within `slack` of `target` (and never below half the target: a deadline that fires
+/// early is as wrong as one that fires late).
+#[track_caller]
+pub fn assert_about(what: &str, took: Duration, target: Duration, slack: Duration) {
+    let low = target.saturating_sub(slack).max(target / 2);
+    let high = target + slack;
+    assert!(
+        took >= low && took <= high,
+        "{what}: took {took:?}, expected {target:?} (within {low:?}..={high:?})"
+    );
 }
 
 /// Runs `f` for each available driver.
@@ -611,5 +822,93 @@ pub fn each_driver(f: impl Fn(Driver)) {
         if d.available() {
             f(d);
         }
+    }
+}
+
+/// Asserts the shape every error response shares (DESIGN.md "Status codes"): the status, a
+/// `Content-Length` matching a non-empty text body, and `Connection: close` exactly when `close`.
+#[track_caller]
+pub fn assert_error_response(what: &str, r: &Response, status: u16, close: bool) {
+    assert_eq!(r.status, status, "{what}: status (body {:?})", r.text());
+    let cl = r
+        .header("content-length")
+        .unwrap_or_else(|| panic!("{what}: no Content-Length in {:?}", r.headers));
+    assert_eq!(
+        cl.parse::<usize>().ok(),
+        Some(r.body.len()),
+        "{what}: Content-Length"
+    );
+    assert!(!r.body.is_empty(), "{what}: empty error body");
+    assert!(
+        r.body
+            .iter()
+            .all(|b| b.is_ascii_graphic() || b" \t\r\n".contains(b)),
+        "{what}: error body is not short text: {:?}",
+        r.text()
+    );
+    let says_close = r
+        .header("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    assert_eq!(
+        says_close, close,
+        "{what}: Connection: close expected {close}, headers {:?}",
+        r.headers
+    );
+}
+
+/// Writes bytes to a socket `chunk` at a time, the first at once and then one chunk every `every`, on a
+/// thread of its own, until all are written, a write fails, or the drip is stopped (or dropped).
+pub struct Drip {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    written: Arc<AtomicUsize>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Drip {
+    pub fn start(s: &TcpStream, bytes: Vec<u8>, chunk: usize, every: Duration) -> Drip {
+        let mut w = s.try_clone().unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let written = Arc::new(AtomicUsize::new(0));
+        let (stop2, written2) = (stop.clone(), written.clone());
+        let handle = thread::spawn(move || {
+            for (i, part) in bytes.chunks(chunk.max(1)).enumerate() {
+                if i > 0 {
+                    thread::sleep(every);
+                }
+                if stop2.load(Ordering::SeqCst) || w.write_all(part).is_err() {
+                    return;
+                }
+                written2.fetch_add(part.len(), Ordering::SeqCst);
+            }
+        });
+        Drip {
+            stop,
+            written,
+            handle: Some(handle),
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> usize {
+        self.written.load(Ordering::SeqCst)
+    }
+
+    /// Stops dripping; returns the bytes written.
+    pub fn stop(mut self) -> usize {
+        self.halt();
+        self.written()
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Drip {
+    fn drop(&mut self) {
+        self.halt();
     }
 }

@@ -24,5 +24,9 @@ macro_rules! both_drivers {
     };
 }
 
+mod capacity;
 mod cli;
+mod deadlines;
+mod drops;
+mod limits;
 mod proxy;

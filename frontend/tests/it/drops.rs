@@ -1,0 +1,183 @@
+//! Upstream failures (DESIGN.md "Status codes"): a body cut short after the head was sent is truncated
+//! (and the client connection closed), a malformed response head is 502 `bad_response`, an upstream that
+//! never answers is 504 at the route's `request_timeout`. Nothing stays in flight afterwards.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{assert_about, assert_error_response, config, Client, Edge, Origin, Reply};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn assert_settled(edge: &Edge) {
+    assert_eq!(
+        edge.wait_metric("edge_requests_in_flight", &[], 0.0),
+        0.0,
+        "edge_requests_in_flight did not return to 0"
+    );
+    assert_eq!(
+        edge.wait_metric("edge_connections_active", &[], 0.0),
+        0.0,
+        "edge_connections_active did not return to 0"
+    );
+}
+
+both_drivers!(upstream_close_mid_body_truncates_and_closes, |d| {
+    let origin = Origin::start(|req| {
+        let mut b = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
+        b.extend(std::iter::repeat_n(b'h', 500));
+        if req.target == "/chunked" {
+            b = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3e8\r\n"
+                .to_vec();
+            b.extend(std::iter::repeat_n(b'c', 500));
+        }
+        Reply::raw(&b, true)
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+
+    // Content-Length response: the client sees the head, half the body, then the close.
+    let mut c = Client::connect(edge.addr);
+    c.send(b"GET /length HTTP/1.1\r\nHost: x\r\n\r\n");
+    let r = c.read_head().expect("response head");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("1000"));
+    let (body, closed) = c.read_until_closed(5 * SEC);
+    assert!(
+        closed.is_some(),
+        "client connection not closed after a truncated body"
+    );
+    assert_eq!(body.len(), 500, "body bytes before the close");
+    assert_eq!(
+        edge.wait_metric("edge_responses_truncated_total", &[], 1.0),
+        1.0
+    );
+    assert!(
+        edge.wait_log("response.truncated", 2 * SEC).is_some(),
+        "no response.truncated log line"
+    );
+
+    // Chunked response: the data that arrived, and no last-chunk.
+    let mut c = Client::connect(edge.addr);
+    c.send(b"GET /chunked HTTP/1.1\r\nHost: x\r\n\r\n");
+    let r = c.read_head().expect("response head");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    let (body, closed) = c.read_until_closed(5 * SEC);
+    assert!(
+        closed.is_some(),
+        "client connection not closed after a truncated body"
+    );
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.starts_with("5\r\nhello\r\n"), "{text:?}");
+    assert!(
+        !text.contains("\r\n0\r\n\r\n"),
+        "a truncated chunked body must not end with the last-chunk: {text:?}"
+    );
+    assert_eq!(
+        edge.wait_metric("edge_responses_truncated_total", &[], 2.0),
+        2.0
+    );
+    assert_settled(&edge);
+});
+
+both_drivers!(malformed_upstream_head_gives_502_bad_response, |d| {
+    let origin = Origin::start(|req| match req.target.as_str() {
+        "/garbage" => Reply::raw(b"HTTP/1.1 2x0 Weird\r\nContent-Length: 2\r\n\r\nno", true),
+        "/not-http" => Reply::raw(b"SSH-2.0-OpenSSH_9.6\r\n\r\n", true),
+        "/two-lengths" => Reply::raw(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
+            true,
+        ),
+        _ => Reply::ok(b"good"),
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    for (i, path) in ["/garbage", "/not-http", "/two-lengths"].iter().enumerate() {
+        let r = c.get(path);
+        // The request had no body, so the client connection is kept (keep*).
+        assert_error_response(path, &r, 502, false);
+        assert!(r.text().contains("malformed"), "{path}: {}", r.text());
+        assert_eq!(
+            edge.wait_metric(
+                "edge_upstream_errors_total",
+                &["kind=\"bad_response\""],
+                (i + 1) as f64
+            ),
+            (i + 1) as f64,
+            "{path}: edge_upstream_errors_total{{kind=\"bad_response\"}}"
+        );
+        // Same connection still serves.
+        assert_eq!(c.get("/good").body, b"good", "after {path}");
+    }
+    assert!(edge
+        .wait_log_all(&["upstream.error", "kind=\"bad_response\""], 2 * SEC)
+        .is_some());
+    assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+    drop(c);
+    assert_settled(&edge);
+});
+
+both_drivers!(silent_upstream_gives_504_at_route_request_timeout, |d| {
+    let origin = Origin::silent();
+    let edge = Edge::start(&config(d, origin.addr, "", "request_timeout = \"1s\""));
+    let mut c = Client::connect(edge.addr);
+    let t = Instant::now();
+    let r = c.get("/never");
+    assert_about("504 from a silent upstream", t.elapsed(), SEC, SEC);
+    assert_error_response("silent upstream", &r, 504, false);
+    assert_eq!(
+        edge.wait_metric("edge_upstream_timeouts_total", &["phase=\"request\""], 1.0),
+        1.0
+    );
+    assert!(
+        edge.wait_log_all(&["upstream.timeout", "phase=\"request\""], 2 * SEC)
+            .is_some(),
+        "no upstream.timeout log line"
+    );
+    assert_eq!(
+        edge.metric("edge_upstream_timeouts_total", &["phase=\"zombie\""]),
+        0.0
+    );
+    assert_eq!(
+        edge.metric("edge_upstream_retries_total", &[]),
+        0.0,
+        "retried after a request timeout"
+    );
+    // The timed-out upstream connection is closed, not pooled.
+    assert!(
+        origin.wait_until(3 * SEC, |o| o.closed() == 1),
+        "the timed-out upstream connection is still open"
+    );
+    assert_eq!(origin.accepted(), 1);
+    assert_eq!(edge.wait_metric("edge_requests_in_flight", &[], 0.0), 0.0);
+    drop(c);
+    assert_settled(&edge);
+});
+
+both_drivers!(
+    upstream_closing_without_answer_gives_502_closed_early,
+    |d| {
+        let origin = Origin::start(|req| match req.target.as_str() {
+            "/hang-up" => Reply::raw(b"", true),
+            _ => Reply::ok(b"good"),
+        });
+        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let mut c = Client::connect(edge.addr);
+        // A fresh upstream connection (nothing pooled yet) that closes before any response byte.
+        let r = c.get("/hang-up");
+        assert_error_response("upstream closed before answering", &r, 502, false);
+        assert_eq!(
+            edge.wait_metric(
+                "edge_upstream_errors_total",
+                &["kind=\"closed_early\""],
+                1.0
+            ),
+            1.0
+        );
+        assert!(edge
+            .wait_log_all(&["upstream.error", "kind=\"closed_early\""], 2 * SEC)
+            .is_some());
+        assert_eq!(c.get("/ok").body, b"good");
+        drop(c);
+        assert_settled(&edge);
+    }
+);
