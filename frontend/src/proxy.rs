@@ -168,6 +168,7 @@ pub async fn exchange(
         req.request_timeout,
     );
     let mut attempt = 0;
+    let _active = ActiveGauge::new(&w.metrics.upstream_active);
     let (mut conn, resp_len, status, mut act) = loop {
         let co = match up.checkout(attempt > 0).await {
             Ok(c) => c,
@@ -388,6 +389,22 @@ pub async fn exchange(
     Outcome::Done {
         status,
         keep: !close,
+    }
+}
+
+/// `edge_upstream_connections{state="active"}` for the duration of one exchange.
+struct ActiveGauge<'a>(&'a metrics::Gauge);
+
+impl<'a> ActiveGauge<'a> {
+    fn new(g: &'a metrics::Gauge) -> Self {
+        g.increment(1.0);
+        ActiveGauge(g)
+    }
+}
+
+impl Drop for ActiveGauge<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
     }
 }
 

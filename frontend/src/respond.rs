@@ -57,6 +57,7 @@ impl Failure {
                 | UpstreamErrorKind::WriteTimeout
                 | UpstreamErrorKind::RequestTimeout
                 | UpstreamErrorKind::Zombie => 504,
+                UpstreamErrorKind::QueueTimeout => 503,
                 _ => 502,
             },
         }
@@ -83,6 +84,7 @@ impl Failure {
                 UpstreamErrorKind::WriteTimeout => "upstream_write_timeout",
                 UpstreamErrorKind::RequestTimeout => "upstream_request_timeout",
                 UpstreamErrorKind::Zombie => "upstream_zombie",
+                UpstreamErrorKind::QueueTimeout => "upstream_queue",
             },
         }
     }
@@ -121,6 +123,9 @@ impl Failure {
                     "gateway timeout: upstream did not answer in time\n"
                 }
                 UpstreamErrorKind::Zombie => "gateway timeout: upstream connection went silent\n",
+                UpstreamErrorKind::QueueTimeout => {
+                    "service unavailable: upstream connection limit reached\n"
+                }
             },
         }
     }
@@ -150,6 +155,12 @@ impl Failure {
                 }
             }
             Failure::NoRoute => {}
+            Failure::Upstream(e) if e.kind == UpstreamErrorKind::QueueTimeout => {
+                w.metrics.request_shed().increment(1);
+                if w.log_limit.allow() {
+                    tracing::warn!(event = "request.shed", worker = w.id, status, reason = "upstream_queue", request = %line, request_id = %id);
+                }
+            }
             Failure::Upstream(e) => {
                 let phase = match e.kind {
                     UpstreamErrorKind::ConnectTimeout => Some(UpstreamPhase::Connect),
@@ -234,9 +245,9 @@ pub fn simple(
     }
 }
 
-/// The error response for `f`.
+/// The error response for `f` (503 carries `Retry-After: 1`).
 pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
-    simple(out, f.status(), f.text(), close, false, false);
+    simple(out, f.status(), f.text(), close, f.status() == 503, false);
 }
 
 /// Writes `bytes` to the client under the `send` deadline; `false` when it could not be delivered (then

@@ -51,10 +51,18 @@ pub struct Worker {
 impl Worker {
     /// Builds a worker's state.
     pub fn new(id: usize, shared: Arc<Shared>, cfg: Arc<Resolved>) -> Self {
+        let metrics = WorkerMetrics::register(id);
+        let ejected = metrics
+            .upstream_error(edge_core::metrics::UpstreamErrorKind::Ejected)
+            .clone();
         Worker {
             router: Router::new(&cfg.routes),
-            upstreams: cfg.upstreams.iter().map(|u| Upstream::new(u, id)).collect(),
-            metrics: WorkerMetrics::register(id),
+            upstreams: cfg
+                .upstreams
+                .iter()
+                .map(|u| Upstream::new(u, id, ejected.clone()))
+                .collect(),
+            metrics,
             log_limit: LogLimit::default(),
             idle: Default::default(),
             id_prefix: id_prefix(),

@@ -4,10 +4,13 @@
 
 use std::{cell::Cell, net::SocketAddr, time::Duration};
 
+use monoio::time::Instant;
+
 use edge_core::config::ResolvedUpstream;
 
 use crate::{
     connect::connect,
+    eject::Transition,
     error::UpstreamError,
     pool::{Pool, UpstreamConn},
 };
@@ -18,6 +21,10 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     /// Its idle connections.
     pub pool: Pool,
+    /// Its `max_active` budget.
+    pub slots: std::rc::Rc<crate::permit::Slots>,
+    /// Its connect health (passive ejection).
+    pub health: crate::eject::Health,
 }
 
 /// One upstream, per worker.
@@ -27,6 +34,8 @@ pub struct Upstream {
     /// Endpoints in file order.
     pub endpoints: Vec<Endpoint>,
     next: Cell<usize>,
+    ejected: metrics::Counter,
+    worker: usize,
 }
 
 /// How a checkout went, for the retry counter.
@@ -38,8 +47,9 @@ pub struct Checkout {
 }
 
 impl Upstream {
-    /// Builds the per-worker state of one configured upstream; `offset` staggers round-robin per worker.
-    pub fn new(r: &ResolvedUpstream, offset: usize) -> Self {
+    /// Builds the per-worker state of one configured upstream for `worker` (which also staggers
+    /// round-robin); `ejected` counts passive ejections (`edge_upstream_errors_total{kind="ejected"}`).
+    pub fn new(r: &ResolvedUpstream, worker: usize, ejected: metrics::Counter) -> Self {
         Upstream {
             config: r.config.clone(),
             endpoints: r
@@ -48,16 +58,49 @@ impl Upstream {
                 .map(|&addr| Endpoint {
                     addr,
                     pool: Pool::default(),
+                    slots: Default::default(),
+                    health: Default::default(),
                 })
                 .collect(),
-            next: Cell::new(offset),
+            next: Cell::new(worker),
+            ejected,
+            worker,
         }
     }
 
+    /// The next endpoint in round-robin order that is not ejected.
     fn pick(&self) -> usize {
-        let i = self.next.get() % self.endpoints.len();
+        let start = self.next.get() % self.endpoints.len();
+        let i = if self.endpoints.len() == 1 {
+            0
+        } else {
+            crate::eject::choose(self.endpoints.len(), start, Instant::now(), |i| {
+                &self.endpoints[i].health
+            })
+        };
         self.next.set(i + 1);
         i
+    }
+
+    /// Connects to endpoint `i`, recording the outcome for passive ejection.
+    async fn connect(&self, i: usize) -> Result<monoio::net::TcpStream, UpstreamError> {
+        let ep = &self.endpoints[i];
+        let res = connect(ep.addr, self.config.connect_timeout.0).await;
+        let transition = match &res {
+            Ok(_) => ep.health.succeeded(),
+            Err(_) => ep.health.failed(Instant::now()),
+        };
+        match transition {
+            Transition::Ejected(d) => {
+                self.ejected.increment(1);
+                tracing::warn!(event = "upstream.ejected", worker = self.worker, upstream = %self.config.name, endpoint = %ep.addr, backoff_ms = d.as_millis() as u64, "endpoint ejected after consecutive connect failures");
+            }
+            Transition::Returned => {
+                tracing::info!(event = "upstream.returned", worker = self.worker, upstream = %self.config.name, endpoint = %ep.addr, "ejected endpoint connects again");
+            }
+            Transition::None => {}
+        }
+        res
     }
 
     /// A pooled connection to the next endpoint, or a new one. `fresh` skips the pool (used for the retry
@@ -67,34 +110,52 @@ impl Upstream {
     /// The connect error of the last attempt (retry-safe: nothing was sent).
     pub async fn checkout(&self, fresh: bool) -> Result<Checkout, UpstreamError> {
         let first = self.pick();
+        let permit = self.permit(first).await?;
         if !fresh {
-            if let Some(conn) = self.endpoints[first].pool.take() {
+            if let Some(mut conn) = self.endpoints[first].pool.take() {
+                conn.permit = permit;
                 return Ok(Checkout {
                     conn,
                     retried: false,
                 });
             }
         }
-        let timeout = self.config.connect_timeout.0;
-        match connect(self.endpoints[first].addr, timeout).await {
-            Ok(s) => Ok(Checkout {
-                conn: UpstreamConn::new(s, first),
-                retried: false,
-            }),
+        match self.connect(first).await {
+            Ok(s) => {
+                let mut conn = UpstreamConn::new(s, first);
+                conn.permit = permit;
+                Ok(Checkout {
+                    conn,
+                    retried: false,
+                })
+            }
             Err(e) if self.endpoints.len() < 2 => Err(e),
             Err(e) => {
                 // One retry, on the next endpoint.
+                drop(permit);
                 let second = self.pick();
                 tracing::debug!(event = "upstream.connect_retry", endpoint = %self.endpoints[first].addr, error = %e.kind);
-                let s = connect(self.endpoints[second].addr, timeout)
-                    .await
-                    .map_err(|_| e)?;
+                let permit = self.permit(second).await?;
+                let s = self.connect(second).await.map_err(|_| e)?;
+                let mut conn = UpstreamConn::new(s, second);
+                conn.permit = permit;
                 Ok(Checkout {
-                    conn: UpstreamConn::new(s, second),
+                    conn,
                     retried: true,
                 })
             }
         }
+    }
+
+    /// Waits up to `queue_timeout` for a `max_active` permit of endpoint `i`.
+    async fn permit(&self, i: usize) -> Result<crate::permit::Permit, UpstreamError> {
+        let slots = &self.endpoints[i].slots;
+        monoio::time::timeout(
+            self.config.queue_timeout.0,
+            slots.acquire(self.config.max_active),
+        )
+        .await
+        .map_err(|_| UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout))
     }
 
     /// Returns a connection after a complete, well-framed response. `keep_alive_secs` is the upstream's

@@ -22,6 +22,8 @@ pub enum UpstreamErrorKind {
     RequestTimeout,
     /// Inactive past the zombie threshold: 504 `zombie`.
     Zombie,
+    /// `max_active` reached and no connection freed within `queue_timeout`: 503 `upstream_queue`.
+    QueueTimeout,
 }
 
 /// An upstream failure.
@@ -65,6 +67,7 @@ impl fmt::Display for UpstreamErrorKind {
             UpstreamErrorKind::WriteTimeout => "request write timed out",
             UpstreamErrorKind::RequestTimeout => "no response within request_timeout",
             UpstreamErrorKind::Zombie => "upstream connection inactive past the zombie threshold",
+            UpstreamErrorKind::QueueTimeout => "no upstream connection free within queue_timeout",
         })
     }
 }

@@ -7,7 +7,9 @@
 
 pub mod balance;
 pub mod connect;
+pub mod eject;
 pub mod error;
+pub mod permit;
 pub mod pool;
 pub mod zombie;
 

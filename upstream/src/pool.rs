@@ -19,6 +19,8 @@ pub struct UpstreamConn {
     pub endpoint: usize,
     /// Whether it came from the pool (a failure before any response byte may then be retried).
     pub reused: bool,
+    /// The endpoint's `max_active` permit, held while the connection is in use (not while pooled).
+    pub permit: crate::permit::Permit,
     expires: Instant,
 }
 
@@ -30,6 +32,7 @@ impl UpstreamConn {
             buf: RecvBuf::new(),
             endpoint,
             reused: false,
+            permit: crate::permit::Permit::unlimited(),
             expires: Instant::now(),
         }
     }
@@ -59,6 +62,7 @@ impl Pool {
     /// it may stay idle.
     pub fn put(&self, mut c: UpstreamConn, lifetime: Duration, max_idle: usize) {
         c.buf.release();
+        c.permit = crate::permit::Permit::unlimited();
         if max_idle == 0 || lifetime.is_zero() {
             return;
         }

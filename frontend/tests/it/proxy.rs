@@ -222,3 +222,78 @@ both_drivers!(upstream_down_gives_502_and_proxy_keeps_serving, |d| {
     assert_eq!(c2.get("/_health").status, 200);
     c2.s.flush().unwrap();
 });
+
+both_drivers!(upstream_max_active_queue_timeout_sheds_with_503, |d| {
+    let origin = Origin::start(|req| {
+        if req.target.starts_with("/slow") {
+            Reply::ok(b"slow").delayed(Duration::from_secs(2))
+        } else {
+            Reply::ok(b"fast")
+        }
+    });
+    let cfg = config(d, origin.addr, "", "").replace(
+        "request_timeout = \"10s\"",
+        "request_timeout = \"10s\"\nmax_active = 1\nqueue_timeout = \"300ms\"",
+    );
+    let edge = Edge::start(&cfg);
+    let mut first = Client::connect(edge.addr);
+    first.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    let until = Instant::now() + Duration::from_secs(5);
+    while origin.seen.lock().unwrap().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t = Instant::now();
+    let mut second = Client::connect(edge.addr);
+    let r = second.get("/fast");
+    let took = t.elapsed();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(
+        r.header("connection").is_none(),
+        "the connection is kept: no body was left unread"
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1500),
+        "shed after {took:?}"
+    );
+    assert_eq!(
+        edge.metric("edge_requests_shed_total", &["reason=\"upstream_queue\""]),
+        1.0
+    );
+    assert!(edge
+        .wait_log("request.shed", Duration::from_secs(2))
+        .is_some());
+    // The first request completes, and then the slot is free again.
+    assert_eq!(first.read_response(false).unwrap().body, b"slow");
+    assert_eq!(second.get("/fast").body, b"fast");
+    assert_eq!(
+        edge.wait_metric("edge_upstream_connections", &["state=\"active\""], 0.0),
+        0.0
+    );
+});
+
+both_drivers!(failing_endpoint_is_ejected_while_the_other_serves, |d| {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let origin = Origin::fixed(b"alive");
+    let cfg = config(d, origin.addr, "", "").replace(
+        &format!("endpoints = [\"{}\"]", origin.addr),
+        &format!("endpoints = [\"{dead_addr}\", \"{}\"]", origin.addr),
+    );
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    // Refused connects are retried once on the other endpoint, so every request succeeds; after 5
+    // consecutive failures the dead endpoint is ejected and no longer tried.
+    for _ in 0..20 {
+        assert_eq!(c.get("/").body, b"alive");
+    }
+    assert_eq!(
+        edge.metric("edge_upstream_errors_total", &["kind=\"ejected\""]),
+        1.0
+    );
+    assert!(edge
+        .wait_log("upstream.ejected", Duration::from_secs(2))
+        .is_some());
+    assert!(edge.metric("edge_upstream_retries_total", &[]) >= 5.0);
+});
