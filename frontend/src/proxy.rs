@@ -275,7 +275,8 @@ pub async fn exchange(
         (Body::Chunked | Body::CloseDelimited, false) => OutFraming::Chunked,
         (Body::Chunked | Body::CloseDelimited, true) => OutFraming::Close,
     };
-    let close = req.close || framing == OutFraming::Close;
+    // Draining may have started while the upstream worked on this request.
+    let close = req.close || framing == OutFraming::Close || w.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
     let reusable =
         response_keeps_alive(ubuf, &head, fields) && upstream_body != Body::CloseDelimited;
     let ka = keep_alive_timeout(ubuf, fields);

@@ -43,6 +43,8 @@ pub struct Worker {
     pub log_limit: LogLimit,
     /// Idle connections, least recently active first (DESIGN.md "Capacity").
     pub idle: crate::evict::IdleList,
+    /// Open connections of this worker.
+    pub open: Cell<usize>,
     /// Random per-process prefix of generated request ids.
     pub id_prefix: u32,
     next_id: Cell<u64>,
@@ -65,6 +67,7 @@ impl Worker {
             metrics,
             log_limit: LogLimit::default(),
             idle: Default::default(),
+            open: Cell::new(0),
             id_prefix: id_prefix(),
             next_id: Cell::new(0),
             id,
@@ -110,12 +113,21 @@ pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
     monoio::spawn(sweep_pools(w.clone()));
     tracing::debug!(event = "worker.started", worker = w.id, cpu = ?env.cpu);
     let _ = env.ready.send(Ok(()));
-    accept_loop(w, listener).await;
+    accept_loop(w.clone(), listener).await;
+    // Draining: the listener is closed; in-flight requests finish (their responses carry
+    // `Connection: close`) while the supervisor bounds the wait with `drain`.
+    while w.open.get() > 0 {
+        monoio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn heartbeat(w: Rc<Worker>) {
     loop {
         w.shared.beat(w.id);
+        if w.shared.closing.load(Ordering::Relaxed) {
+            // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.
+            while w.idle.evict_oldest() {}
+        }
         monoio::time::sleep(HEARTBEAT_EVERY).await;
     }
 }
@@ -156,6 +168,8 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
             }
             Err(e) => {
                 tracing::debug!(event = "accept.error", worker = w.id, error = %e);
+                // Transient (ECONNABORTED, ENOBUFS, ...): pause briefly instead of spinning.
+                monoio::time::sleep(Duration::from_millis(10)).await;
             }
         }
     }
@@ -182,7 +196,9 @@ async fn guarded(
     over: bool,
 ) {
     w.metrics.connections_active.increment(1.0);
+    w.open.set(w.open.get() + 1);
     let res = CatchUnwind(Box::pin(crate::conn::serve(w.clone(), stream, peer, over))).await;
+    w.open.set(w.open.get() - 1);
     w.metrics.connections_active.decrement(1.0);
     drop(slot);
     if let Err(panic) = res {
@@ -209,5 +225,21 @@ impl<F: Future> Future for CatchUnwind<F> {
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Err(e) => Poll::Ready(Err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_connection_future_is_caught_and_the_runtime_goes_on() {
+        let out = edge_core::runtime::block_on(edge_core::runtime::IoDriver::Epoll, async {
+            let caught = CatchUnwind(Box::pin(async { panic!("boom in one connection") })).await;
+            let survivor = monoio::spawn(async { 7 }).await;
+            (caught.is_err(), survivor)
+        })
+        .unwrap();
+        assert_eq!(out, (true, 7));
     }
 }

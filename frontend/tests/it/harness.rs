@@ -270,6 +270,16 @@ impl Edge {
     /// Sends SIGTERM and waits (at most `limit`) for the exit code.
     pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
         unsafe { libc_kill(self.child.id() as i32, 15) };
+        self.wait_exit(limit)
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        unsafe { libc_kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits (at most `limit`) for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
         let until = Instant::now() + limit;
         while Instant::now() < until {
             if let Ok(Some(s)) = self.child.try_wait() {

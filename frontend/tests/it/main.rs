@@ -26,6 +26,7 @@ macro_rules! both_drivers {
 
 mod capacity;
 mod cli;
+mod lifecycle;
 mod deadlines;
 mod drops;
 mod limits;
