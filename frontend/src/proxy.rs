@@ -19,7 +19,7 @@ use edge_core::{
     http::{
         chunked::ChunkedDecoder,
         framing::{keep_alive_timeout, response_body, response_keeps_alive, Body, RequestInfo},
-        head::{parse_response, Fields, RequestHead},
+        head::{parse_response, Fields, RequestHead, ResponseHead},
     },
     metrics::{InboundPhase, InvalidReason},
 };
@@ -169,7 +169,7 @@ pub async fn exchange(
     );
     let mut attempt = 0;
     let _active = ActiveGauge::new(&w.metrics.upstream_active);
-    let (mut conn, resp_len, status, mut act) = loop {
+    let (mut conn, head, mut act) = loop {
         let co = match up.checkout(attempt > 0).await {
             Ok(c) => c,
             Err(e) => {
@@ -235,7 +235,7 @@ pub async fn exchange(
         };
         let head_deadline = req.request_timeout.map(|t| act.last_sent + t);
         match read_response_head(&mut conn, fields, &mut act, head_deadline).await {
-            Ok((len, status)) => break (conn, len, status, act),
+            Ok(head) => break (conn, head, act),
             Err(e) if retryable && e.retry_safe => {
                 attempt += 1;
                 w.metrics.upstream_retries.increment(1);
@@ -255,10 +255,7 @@ pub async fn exchange(
 
     // Response head: decide framing both ways, rewrite, send with the first body bytes.
     let ubuf = conn.buf.data();
-    let head = match edge_core::http::head::parse_response(ubuf, fields) {
-        Ok(Some(h)) => h,
-        _ => unreachable!("read_response_head returned a complete head"),
-    };
+    let status = head.status;
     let upstream_body = match response_body(ubuf, &head, fields, req.is_head) {
         Ok(b) => b,
         Err(_) => {
@@ -276,7 +273,9 @@ pub async fn exchange(
         (Body::Chunked | Body::CloseDelimited, true) => OutFraming::Close,
     };
     // Draining may have started while the upstream worked on this request.
-    let close = req.close || framing == OutFraming::Close || w.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
+    let close = req.close
+        || framing == OutFraming::Close
+        || w.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
     let reusable =
         response_keeps_alive(ubuf, &head, fields) && upstream_body != Body::CloseDelimited;
     let ka = keep_alive_timeout(ubuf, fields);
@@ -290,8 +289,7 @@ pub async fn exchange(
         close,
         client_10 && !close,
     );
-    debug_assert_eq!(head.len, resp_len);
-    conn.buf.consume(resp_len);
+    conn.buf.consume(head.len);
 
     let mut relay = Relay::new(upstream_body, framing);
     let complete = relay.take_available(&mut conn.buf, &mut out.0);
@@ -544,13 +542,14 @@ async fn stream_request_body(
     Ok(())
 }
 
-/// Reads until a complete final (non-1xx) response head is buffered; returns its length and status.
+/// Reads until a complete final (non-1xx) response head is buffered at the start of `conn.buf`, with its
+/// fields in `fields`.
 async fn read_response_head(
     conn: &mut UpstreamConn,
     fields: &mut Fields,
     act: &mut Activity,
     head_deadline: Option<Instant>,
-) -> Result<(usize, u16), UpstreamError> {
+) -> Result<ResponseHead, UpstreamError> {
     let mut received_any = false;
     loop {
         match parse_response(conn.buf.data(), fields) {
@@ -562,7 +561,7 @@ async fn read_response_head(
                 conn.buf.consume(h.len);
                 continue;
             }
-            Ok(Some(h)) => return Ok((h.len, h.status)),
+            Ok(Some(h)) => return Ok(h),
             Ok(None) if conn.buf.len() < MAX_RESPONSE_HEAD => {}
             Ok(None) | Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::BadResponse)),
         }

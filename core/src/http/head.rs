@@ -4,7 +4,7 @@
 //!
 //! Parsing allocates nothing once the caller's [`Fields`] vector has grown to its working size.
 
-use std::ops::Range;
+use std::{mem::MaybeUninit, ops::Range};
 
 /// Offsets of one header field inside the head buffer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,9 +163,15 @@ pub fn parse_request(
     max_fields: usize,
     fields: &mut Fields,
 ) -> Result<Option<RequestHead>, HeadError> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut req = httparse::Request::new(&mut storage[..max_fields.min(MAX_FIELDS)]);
-    match req.parse(buf) {
+    // Uninitialised field storage: initialising 256 headers per parse would cost more than parsing.
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut req = httparse::Request::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    match config.parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        &mut storage[..max_fields.min(MAX_FIELDS)],
+    ) {
         Ok(httparse::Status::Complete(len)) => {
             let method = req.method.unwrap_or("").as_bytes();
             let target = req.path.unwrap_or("").as_bytes();
@@ -189,9 +195,10 @@ pub fn parse_request(
 /// # Errors
 /// [`HeadError`]; callers answer 502 `bad_response` for either.
 pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<ResponseHead>, HeadError> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut res = httparse::Response::new(&mut storage);
-    match res.parse(buf) {
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut res = httparse::Response::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    match config.parse_response_with_uninit_headers(&mut res, buf, &mut storage) {
         Ok(httparse::Status::Complete(len)) => {
             let reason = res.reason.unwrap_or("").as_bytes();
             let start = if reason.is_empty() {
