@@ -174,9 +174,30 @@ pub fn start(resolved: Resolved) -> i32 {
         "edge is serving"
     );
 
+    sd_notify("READY=1");
     let code = supervise(&mut sup, &shared, &resolved, &listeners);
     sup.join(Duration::from_millis(200));
     code
+}
+
+/// Tells systemd (Type=notify) about a state change when `NOTIFY_SOCKET` is set; a no-op otherwise.
+fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let bytes = path.as_encoded_bytes();
+    let res = if let Some(name) = bytes.strip_prefix(b"@") {
+        // Abstract socket namespace.
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name).and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+    } else {
+        sock.send_to(state.as_bytes(), &path)
+    };
+    if let Err(e) = res {
+        tracing::warn!(event = "startup.sd_notify_failed", error = %e);
+    }
 }
 
 /// Blocks SIGTERM/SIGINT in this thread (and so in the worker threads it starts) so the supervisor can
@@ -234,6 +255,7 @@ fn supervise(
     };
     let t = &resolved.config.server.timeouts;
     shared.draining.store(true, Ordering::Relaxed);
+    sd_notify("STOPPING=1");
     tracing::info!(
         event = "server.draining",
         signal = sig,
