@@ -92,34 +92,45 @@ async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
     }
     c.rb.release();
     let until = Instant::now() + w.cfg.config.server.timeouts.idle.0;
-    let idle = w.idle.enter();
-    let read = timeout_at(until, async {
-        // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
-        // would then wait holding a buffer.
-        c.stream.readable(false).await?;
-        c.rb.fill(&mut c.stream).await
-    });
+    // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
+    // connection is about to serve a request. On io_uring a read in flight would already have taken the
+    // bytes out of the socket, so an eviction check could no longer see them.
+    let idle = w.idle.enter(std::os::fd::AsRawFd::as_raw_fd(&c.stream));
+    // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
+    // would then wait holding a buffer.
+    let readable = timeout_at(until, c.stream.readable(false));
+    // Eviction first: the evicted connection's slot was already given to a new one.
     let ready = monoio::select! {
-        r = read => Some(r),
+        biased;
         () = idle => None,
+        r = readable => Some(r),
+    };
+    let timed_out = |w: &Worker, c: &Conn| {
+        w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
+        tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
+        false
     };
     match ready {
         None => {
             w.metrics.evicted.increment(1);
             tracing::debug!(event = "connection.evicted", worker = w.id, peer = %c.peer);
-            false
+            return false;
         }
-        Some(Err(_)) => {
-            w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
-            tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
-            false
+        Some(Err(_)) => return timed_out(w, c),
+        Some(Ok(Err(e))) => {
+            tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "wait for readability failed");
+            return false;
         }
-        Some(Ok(Ok(0))) => {
+        Some(Ok(Ok(()))) => {}
+    }
+    match timeout_at(until, c.rb.fill(&mut c.stream)).await {
+        Err(_) => timed_out(w, c),
+        Ok(Ok(0)) => {
             tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, "client closed while idle");
             false
         }
-        Some(Ok(Ok(_))) => true,
-        Some(Ok(Err(e))) => {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
             tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "read failed while idle");
             false
         }
@@ -137,7 +148,14 @@ async fn read_head(
     loop {
         match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
             Ok(Some(h)) if h.len > max_head => {
-                return Err(Failure::Invalid(InvalidReason::HeadTooLarge))
+                // 414 when the request line alone is over the limit (RFC 9112 §3), else 431.
+                let line_over = !request_line_complete(&c.rb.data()[..max_head]);
+                let reason = if line_over {
+                    InvalidReason::UriTooLong
+                } else {
+                    InvalidReason::HeadTooLarge
+                };
+                return Err(Failure::Invalid(reason));
             }
             Ok(Some(h)) => return Ok(Some(h)),
             Ok(None) if c.rb.len() >= max_head => {

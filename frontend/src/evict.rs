@@ -9,6 +9,7 @@
 use std::{
     cell::{Cell, RefCell},
     future::Future,
+    os::fd::RawFd,
     pin::Pin,
     task::{Context, Poll, Waker},
 };
@@ -18,9 +19,13 @@ const NIL: u32 = u32::MAX;
 struct Entry {
     prev: u32,
     next: u32,
+    fd: RawFd,
     evicted: bool,
     waker: Option<Waker>,
 }
+
+/// Oldest idle entries examined per eviction before giving up.
+const SCAN: usize = 16;
 
 /// One worker's idle connections, oldest first.
 #[derive(Default)]
@@ -34,12 +39,14 @@ pub struct IdleList {
 
 impl IdleList {
     /// Registers a connection as idle (newest). The returned guard resolves when the connection is
-    /// evicted and unregisters it on drop.
-    pub fn enter(&self) -> Idle<'_> {
+    /// evicted and unregisters it on drop. `fd` is the connection's socket, checked for pending input
+    /// before it is evicted.
+    pub fn enter(&self, fd: RawFd) -> Idle<'_> {
         let mut slab = self.slab.borrow_mut();
         let entry = Entry {
             prev: self.tail.get().unwrap_or(NIL),
             next: NIL,
+            fd,
             evicted: false,
             waker: None,
         };
@@ -78,12 +85,26 @@ impl IdleList {
         self.len.set(self.len.get() - 1);
     }
 
-    /// Evicts the least recently active idle connection; `false` when none is idle.
+    /// Evicts the least recently active idle connection that has no request bytes waiting (one whose
+    /// request already arrived is about to be served, not idle); `false` when none is evictable.
     pub fn evict_oldest(&self) -> bool {
-        let Some(i) = self.head.get() else {
-            return false;
-        };
         let mut slab = self.slab.borrow_mut();
+        let mut cursor = self.head.get();
+        let mut scanned = 0;
+        let i = loop {
+            let Some(i) = cursor else { return false };
+            if scanned == SCAN {
+                return false;
+            }
+            scanned += 1;
+            if !has_pending_input(slab[i as usize].fd) {
+                break i;
+            }
+            cursor = match slab[i as usize].next {
+                NIL => None,
+                n => Some(n),
+            };
+        };
         self.unlink(&mut slab, i);
         let e = &mut slab[i as usize];
         e.evicted = true;
@@ -102,6 +123,25 @@ impl IdleList {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Whether bytes are waiting on the socket (a peek; EOF and errors count as nothing pending: closing such a
+/// connection loses nothing).
+fn has_pending_input(fd: RawFd) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    let mut b = 0u8;
+    // SAFETY: a one-byte non-blocking peek into a local on a socket the connection owns.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
 }
 
 /// A connection's registration in the idle list; as a future it completes when the connection is evicted.
@@ -150,9 +190,9 @@ mod tests {
     #[test]
     fn evicts_oldest_first_and_reuses_slots() {
         let list = IdleList::default();
-        let mut a = list.enter();
-        let mut b = list.enter();
-        let mut c = list.enter();
+        let mut a = list.enter(-1);
+        let mut b = list.enter(-1);
+        let mut c = list.enter(-1);
         assert_eq!(list.len(), 3);
         drop(b);
         assert!(list.evict_oldest());
@@ -163,7 +203,7 @@ mod tests {
         assert!(!list.evict_oldest());
         drop((a, c));
         assert_eq!(list.len(), 0);
-        b = list.enter();
+        b = list.enter(-1);
         assert_eq!(list.slab.borrow().len(), 3, "slots are reused");
         assert!(!is_evicted(&mut b));
     }

@@ -182,7 +182,9 @@ pub fn start(resolved: Resolved) -> i32 {
 
 /// Tells systemd (Type=notify) about a state change when `NOTIFY_SOCKET` is set; a no-op otherwise.
 fn sd_notify(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
     let sock = match std::os::unix::net::UnixDatagram::unbound() {
         Ok(s) => s,
         Err(_) => return,
@@ -191,7 +193,8 @@ fn sd_notify(state: &str) {
     let res = if let Some(name) = bytes.strip_prefix(b"@") {
         // Abstract socket namespace.
         use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name).and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
     } else {
         sock.send_to(state.as_bytes(), &path)
     };

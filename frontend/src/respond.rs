@@ -236,6 +236,10 @@ pub fn simple(
     if retry_after {
         out.extend_from_slice(b"Retry-After: 1\r\n");
     }
+    if status == 405 {
+        // RFC 9110 §15.5.6: a 405 lists the methods the target supports.
+        out.extend_from_slice(b"Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE\r\n");
+    }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }

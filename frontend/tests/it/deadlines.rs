@@ -338,3 +338,38 @@ both_drivers!(slow_but_steady_reader_is_not_cut_off_at_send, |d| {
     drop(c);
     assert_settled(&edge);
 });
+
+both_drivers!(request_deadline_is_armed_by_each_requests_first_byte, |d| {
+    let origin = Origin::fixed(b"ok");
+    let edge = Edge::start(&config(
+        d,
+        origin.addr,
+        &timeouts("idle = \"10s\"\nrequest = \"2s\""),
+        "",
+    ));
+    let mut c = Client::connect(edge.addr);
+    assert_eq!(c.get("/first").status, 200);
+    // Keep-alive idle time (the scenario itself, not a wait for edge) does not count against the next
+    // request's deadline: it starts with that request's first byte.
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    c.send(b"GET /second HTTP/1.1\r\nHost: x\r\n");
+    let r = c.read_response(false).expect("a 408");
+    assert_about(
+        "408 for the second request's stalled head",
+        t.elapsed(),
+        2 * SEC,
+        SEC,
+    );
+    assert_error_response("second request stalled", &r, 408, true);
+    assert_eq!(
+        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"request\""], 1.0),
+        1.0
+    );
+    assert_eq!(
+        edge.metric("edge_inbound_timeouts_total", &["phase=\"idle\""]),
+        0.0
+    );
+    drop(c);
+    assert_settled(&edge);
+});

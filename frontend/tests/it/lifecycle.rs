@@ -12,7 +12,12 @@ both_drivers!(sigterm_drains_in_flight_requests_then_exits_0, |d| {
             Reply::ok(b"fast")
         }
     });
-    let cfg = config(d, origin.addr, "[server.timeouts]\ndrain_delay = \"1s\"\ndrain = \"10s\"", "");
+    let cfg = config(
+        d,
+        origin.addr,
+        "[server.timeouts]\ndrain_delay = \"1s\"\ndrain = \"10s\"",
+        "",
+    );
     let mut edge = Edge::start(&cfg);
     let mut idle = Client::connect(edge.addr);
     assert_eq!(idle.get("/fast").status, 200);
@@ -24,7 +29,9 @@ both_drivers!(sigterm_drains_in_flight_requests_then_exits_0, |d| {
     }
     let t0 = Instant::now();
     edge.signal(15);
-    assert!(edge.wait_log("server.draining", Duration::from_secs(2)).is_some());
+    assert!(edge
+        .wait_log("server.draining", Duration::from_secs(2))
+        .is_some());
     // Readiness is 503 during drain; requests are still served, with Connection: close.
     let mut probe = Client::connect(edge.addr);
     let r = probe.get("/_health");

@@ -335,6 +335,12 @@ both_drivers!(head_over_limits_gets_431, |d| {
                 431,
                 "head_too_large",
             ),
+            case(
+                "unfinished head over max_head_bytes",
+                format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}", "a".repeat(5000)),
+                431,
+                "head_too_large",
+            ),
         ],
     );
 });
@@ -442,6 +448,36 @@ both_drivers!(content_length_over_max_body_gets_413_before_the_body, |d| {
         .wait_log_all(&["request.invalid", "reason=\"body_too_large\""], 2 * SEC)
         .is_some());
     assert_eq!(origin.accepted(), 0, "the origin was contacted");
+});
+
+both_drivers!(chunked_body_over_max_body_sent_whole_gets_413, |d| {
+    let mut body = format!("{:x}\r\n{}\r\n", 1100, "q".repeat(1100));
+    body.push_str("0\r\n\r\n");
+    check_all(
+        d,
+        LIMITS,
+        &[case(
+            "chunked body of 1100 bytes over max_body_bytes = 1KiB",
+            post("Transfer-Encoding: chunked\r\n", &body),
+            413,
+            "body_too_large",
+        )],
+    );
+});
+
+both_drivers!(expect_continue_over_max_body_gets_413_without_100, |d| {
+    let origin = Origin::start(echo);
+    let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
+    let mut c = Client::connect(edge.addr);
+    c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4096\r\n\r\n");
+    let (bytes, closed) = c.read_until_closed(3 * SEC);
+    assert!(closed.is_some(), "connection not closed after the 413");
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.starts_with("HTTP/1.1 413 "),
+        "expected a 413 and no 100 Continue first: {text:?}"
+    );
+    assert_eq!(origin.accepted(), 0);
 });
 
 both_drivers!(

@@ -26,8 +26,8 @@ macro_rules! both_drivers {
 
 mod capacity;
 mod cli;
-mod lifecycle;
 mod deadlines;
 mod drops;
+mod lifecycle;
 mod limits;
 mod proxy;
