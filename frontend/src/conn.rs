@@ -352,12 +352,12 @@ async fn record_and_answer(
         tracing::info!(event = "response.undelivered", worker = w.id, status = f.status(), cause = ?e, "error response could not be delivered");
         return Next::Close;
     }
-    if !close {
-        Next::Keep
-    } else if f.closes() {
+    if close {
+        // There may be unread input (a body edge did not read): a lingering close lets the client read
+        // this response instead of a reset.
         Next::Linger
     } else {
-        Next::Close
+        Next::Keep
     }
 }
 

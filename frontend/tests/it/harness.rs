@@ -128,6 +128,7 @@ impl Edge {
     }
 
     pub fn start_args(config: &str, args: &[&str]) -> Edge {
+        raise_fd_limit();
         let dir = TempDir::new();
         let path = dir.0.join("edge.toml");
         std::fs::write(&path, config).unwrap();
@@ -310,6 +311,19 @@ impl Drop for Edge {
             );
         }
     }
+}
+
+/// Raises this test process's soft RLIMIT_NOFILE to the hard limit once (capacity tests hold hundreds of
+/// client and origin sockets; CI machines often start with a soft limit of 1024).
+pub fn raise_fd_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    });
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
