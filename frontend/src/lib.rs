@@ -11,6 +11,7 @@ pub mod conn;
 pub mod evict;
 pub mod forward;
 pub mod proxy;
+pub mod relay;
 pub mod respond;
 pub mod route;
 pub mod worker;

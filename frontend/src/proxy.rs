@@ -12,16 +12,15 @@
 //! Retries (at most one): a reused pooled connection that fails before any response byte, for an
 //! idempotent request whose body was sent whole with the head, is retried on a fresh connection.
 
-use std::{io::Write, time::Duration};
+use std::time::Duration;
 
 use edge_core::{
     buf::{RecvBuf, SendBuf},
     http::{
-        chunked::ChunkedDecoder,
         framing::{keep_alive_timeout, response_body, response_keeps_alive, Body, RequestInfo},
         head::{parse_response, Fields, RequestHead, ResponseHead},
     },
-    metrics::{InboundPhase, InvalidReason},
+    metrics::InboundPhase,
 };
 use edge_upstream::{zombie, Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind};
 use monoio::{
@@ -32,6 +31,7 @@ use monoio::{
 
 use crate::{
     forward::{self, OutFraming, RequestId, RequestRewrite},
+    relay::{BadBody, RequestBody, ResponseBody},
     respond::{Failure, SendFailure},
     worker::Worker,
 };
@@ -140,7 +140,7 @@ pub async fn exchange(
     rb.consume(req.head.len);
 
     // Body bytes that arrived with the head go out in the same write.
-    let mut body = BodyReader::new(req.info.body, max_body);
+    let mut body = RequestBody::new(req.info.body, max_body);
     if let Err(f) = body.take_available(rb, &mut out.0) {
         return Outcome::Failed {
             failure: f,
@@ -291,11 +291,11 @@ pub async fn exchange(
     );
     conn.buf.consume(head.len);
 
-    let mut relay = Relay::new(upstream_body, framing);
+    let mut relay = ResponseBody::new(upstream_body, framing);
     let complete = relay.take_available(&mut conn.buf, &mut out.0);
     let complete = match complete {
         Ok(c) => c,
-        Err(()) => {
+        Err(BadBody) => {
             return Outcome::Failed {
                 failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
                 body_done: true,
@@ -342,14 +342,14 @@ pub async fn exchange(
                 let res = if relay.passthrough() {
                     let n = match relay.scan(conn.buf.data()) {
                         Ok(n) => n,
-                        Err(()) => {
+                        Err(BadBody) => {
                             w.metrics
                                 .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
                                 .increment(1);
                             return truncated(w, status, "malformed chunked body from upstream");
                         }
                     };
-                    complete = relay.done;
+                    complete = relay.done();
                     match timeout(w.send_timeout(), conn.buf.write_prefix(client, n)).await {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(_)) => Err(SendFailure::Closed),
@@ -358,15 +358,12 @@ pub async fn exchange(
                 } else {
                     match relay.take_available(&mut conn.buf, &mut out.0) {
                         Ok(c) => complete = c,
-                        Err(()) => {
+                        Err(BadBody) => {
                             w.metrics
                                 .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
                                 .increment(1);
                             return truncated(w, status, "malformed chunked body from upstream");
                         }
-                    }
-                    if complete && upstream_body == Body::CloseDelimited {
-                        relay.finish(&mut out.0);
                     }
                     flush_client(client, &mut out, w.send_timeout()).await
                 };
@@ -509,7 +506,7 @@ async fn stream_request_body(
     client: &mut TcpStream,
     rb: &mut RecvBuf,
     conn: &mut UpstreamConn,
-    body: &mut BodyReader,
+    body: &mut RequestBody,
     write_timeout: Duration,
     deadline: Instant,
 ) -> Result<(), BodyFailure> {
@@ -588,176 +585,6 @@ async fn read_response_head(
                 act.last_received = Some(Instant::now());
             }
         }
-    }
-}
-
-/// Tracks how much request body is left and validates chunked framing as bytes pass.
-struct BodyReader {
-    kind: Body,
-    left: u64,
-    decoder: ChunkedDecoder,
-    seen: u64,
-    max: u64,
-    done: bool,
-}
-
-impl BodyReader {
-    fn new(kind: Body, max: u64) -> Self {
-        let left = if let Body::Length(n) = kind { n } else { 0 };
-        BodyReader {
-            kind,
-            left,
-            decoder: ChunkedDecoder::new(),
-            seen: 0,
-            max,
-            done: matches!(kind, Body::None) || left == 0 && kind != Body::Chunked,
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.done
-    }
-
-    /// How many bytes at the start of `data` belong to the body.
-    fn scan(&mut self, data: &[u8]) -> Result<usize, Failure> {
-        match self.kind {
-            Body::Length(_) => {
-                let n = self.left.min(data.len() as u64) as usize;
-                self.left -= n as u64;
-                self.done = self.left == 0;
-                Ok(n)
-            }
-            Body::Chunked => {
-                let mut seen = self.seen;
-                let p = self
-                    .decoder
-                    .feed(data, |r| seen += r.len() as u64)
-                    .map_err(|_| Failure::Invalid(InvalidReason::BadChunk))?;
-                self.seen = seen;
-                if self.seen > self.max {
-                    return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
-                }
-                self.done = p.done;
-                Ok(p.consumed)
-            }
-            Body::None | Body::CloseDelimited => {
-                self.done = true;
-                Ok(0)
-            }
-        }
-    }
-
-    /// Moves the body bytes already in `rb` to `out`.
-    fn take_available(&mut self, rb: &mut RecvBuf, out: &mut Vec<u8>) -> Result<(), Failure> {
-        if self.done {
-            return Ok(());
-        }
-        let n = self.scan(rb.data())?;
-        out.extend_from_slice(&rb.data()[..n]);
-        rb.consume(n);
-        Ok(())
-    }
-}
-
-/// Carries the response body from the upstream's framing to the client's.
-struct Relay {
-    upstream: Body,
-    client: OutFraming,
-    left: u64,
-    decoder: ChunkedDecoder,
-    done: bool,
-}
-
-impl Relay {
-    fn new(upstream: Body, client: OutFraming) -> Self {
-        let left = if let Body::Length(n) = upstream { n } else { 0 };
-        Relay {
-            upstream,
-            client,
-            left,
-            decoder: ChunkedDecoder::new(),
-            done: upstream == Body::None,
-        }
-    }
-
-    /// Bytes can go to the client exactly as received (no re-framing).
-    fn passthrough(&self) -> bool {
-        match self.upstream {
-            Body::Length(_) => true,
-            Body::Chunked => self.client == OutFraming::Chunked,
-            Body::CloseDelimited => self.client == OutFraming::Close,
-            Body::None => true,
-        }
-    }
-
-    /// For pass-through framing: how many bytes at the start of `data` belong to the body.
-    fn scan(&mut self, data: &[u8]) -> Result<usize, ()> {
-        match self.upstream {
-            Body::Length(_) => {
-                let n = self.left.min(data.len() as u64) as usize;
-                self.left -= n as u64;
-                self.done = self.left == 0;
-                Ok(n)
-            }
-            Body::Chunked => {
-                let p = self.decoder.feed(data, |_| {}).map_err(|_| ())?;
-                self.done = p.done;
-                Ok(p.consumed)
-            }
-            Body::CloseDelimited => Ok(data.len()),
-            Body::None => {
-                self.done = true;
-                Ok(0)
-            }
-        }
-    }
-
-    /// Moves what is buffered into `out` in the client's framing; returns whether the body is complete
-    /// (close-delimited bodies complete only at EOF).
-    fn take_available(&mut self, b: &mut RecvBuf, out: &mut Vec<u8>) -> Result<bool, ()> {
-        if self.done {
-            return Ok(true);
-        }
-        if self.passthrough() {
-            let n = self.scan(b.data())?;
-            out.extend_from_slice(&b.data()[..n]);
-            b.consume(n);
-            return Ok(self.done);
-        }
-        let data = b.data();
-        let n = match (self.upstream, self.client) {
-            (Body::Chunked, _) => {
-                // HTTP/1.0 client: de-chunk.
-                let mut ranges_out = std::mem::take(out);
-                let p = self
-                    .decoder
-                    .feed(data, |r| ranges_out.extend_from_slice(&data[r]))
-                    .map_err(|_| ())?;
-                *out = ranges_out;
-                self.done = p.done;
-                p.consumed
-            }
-            _ => {
-                // Close-delimited upstream body to an HTTP/1.1 client: re-chunk.
-                if !data.is_empty() {
-                    let _ = write!(out, "{:x}\r\n", data.len());
-                    out.extend_from_slice(data);
-                    out.extend_from_slice(b"\r\n");
-                }
-                data.len()
-            }
-        };
-        b.consume(n);
-        Ok(self.done)
-    }
-
-    /// The end of a close-delimited body: the last chunk when re-chunking.
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.client == OutFraming::Chunked && self.upstream == Body::CloseDelimited && !self.done
-        {
-            out.extend_from_slice(b"0\r\n\r\n");
-        }
-        self.done = true;
     }
 }
 

@@ -2,6 +2,7 @@
 //! ([`head`]), the framing decisions of RFC 9112 §6.3 ([`framing`]), and the chunked decoder
 //! ([`chunked`]). All sans-IO.
 
+pub mod body;
 pub mod chunked;
 pub mod framing;
 pub mod head;

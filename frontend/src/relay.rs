@@ -1,0 +1,147 @@
+//! The two body pumps of an exchange, on top of core's sans-IO [`BodyScanner`]: [`RequestBody`] passes
+//! the client's body upstream as it is (validating chunked framing and `max_body_bytes` on the way), and
+//! [`ResponseBody`] carries the upstream's body to the client in the client's framing (as is; de-chunked
+//! for an HTTP/1.0 client; re-chunked when the upstream delimits by closing).
+
+use std::io::Write;
+
+use edge_core::{
+    buf::RecvBuf,
+    http::{body::BodyScanner, framing::Body},
+    metrics::InvalidReason,
+};
+
+use crate::{forward::OutFraming, respond::Failure};
+
+/// The client's request body on its way upstream.
+pub struct RequestBody {
+    scan: BodyScanner,
+    seen: u64,
+    max: u64,
+}
+
+impl RequestBody {
+    /// `max` is `max_body_bytes` (checked here for chunked bodies; a too-large Content-Length is refused
+    /// before the exchange starts).
+    pub fn new(kind: Body, max: u64) -> Self {
+        RequestBody {
+            scan: BodyScanner::new(kind),
+            seen: 0,
+            max,
+        }
+    }
+
+    /// Whether the whole body has passed.
+    pub fn done(&self) -> bool {
+        self.scan.is_done()
+    }
+
+    /// How many bytes at the start of `data` belong to the body.
+    ///
+    /// # Errors
+    /// 400 `bad_chunk` for malformed chunked framing; 413 once the payload exceeds `max`.
+    pub fn scan(&mut self, data: &[u8]) -> Result<usize, Failure> {
+        let mut seen = 0;
+        let n = self
+            .scan
+            .scan(data, |r| seen += r.len() as u64)
+            .map_err(|_| Failure::Invalid(InvalidReason::BadChunk))?;
+        self.seen += seen;
+        if self.seen > self.max {
+            return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
+        }
+        Ok(n)
+    }
+
+    /// Moves the body bytes already in `rb` to `out` (they go upstream with the head).
+    ///
+    /// # Errors
+    /// As [`RequestBody::scan`].
+    pub fn take_available(&mut self, rb: &mut RecvBuf, out: &mut Vec<u8>) -> Result<(), Failure> {
+        let n = self.scan(rb.data())?;
+        out.extend_from_slice(&rb.data()[..n]);
+        rb.consume(n);
+        Ok(())
+    }
+}
+
+/// Malformed framing in the upstream's response body (502 before the head is sent, truncation after).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadBody;
+
+/// The upstream's response body on its way to the client.
+pub struct ResponseBody {
+    scan: BodyScanner,
+    client: OutFraming,
+}
+
+impl ResponseBody {
+    /// A relay from the upstream's framing to the client's.
+    pub fn new(upstream: Body, client: OutFraming) -> Self {
+        ResponseBody {
+            scan: BodyScanner::new(upstream),
+            client,
+        }
+    }
+
+    /// Whether the whole body has passed.
+    pub fn done(&self) -> bool {
+        self.scan.is_done()
+    }
+
+    /// Bytes go to the client exactly as received (no re-framing), so they can be written straight from
+    /// the receive buffer.
+    pub fn passthrough(&self) -> bool {
+        match self.scan.kind() {
+            Body::Chunked => self.client == OutFraming::Chunked,
+            Body::CloseDelimited => self.client == OutFraming::Close,
+            Body::Length(_) | Body::None => true,
+        }
+    }
+
+    /// For pass-through framing: how many bytes at the start of `data` belong to the body.
+    ///
+    /// # Errors
+    /// [`BadBody`] for malformed chunked framing.
+    pub fn scan(&mut self, data: &[u8]) -> Result<usize, BadBody> {
+        self.scan.scan(data, |_| {}).map_err(|_| BadBody)
+    }
+
+    /// Moves what is buffered into `out` in the client's framing; returns whether the body is complete
+    /// (a close-delimited body completes only at EOF, see [`ResponseBody::finish`]).
+    ///
+    /// # Errors
+    /// [`BadBody`] for malformed chunked framing.
+    pub fn take_available(&mut self, b: &mut RecvBuf, out: &mut Vec<u8>) -> Result<bool, BadBody> {
+        let data = b.data();
+        let rechunk =
+            self.scan.kind() == Body::CloseDelimited && self.client == OutFraming::Chunked;
+        let n = if self.passthrough() {
+            let n = self.scan(data)?;
+            out.extend_from_slice(&data[..n]);
+            n
+        } else if rechunk {
+            if !data.is_empty() {
+                let _ = write!(out, "{:x}\r\n", data.len());
+                out.extend_from_slice(data);
+                out.extend_from_slice(b"\r\n");
+            }
+            self.scan(data)?
+        } else {
+            // Chunked upstream body to an HTTP/1.0 client: de-chunk.
+            self.scan
+                .scan(data, |r| out.extend_from_slice(&data[r]))
+                .map_err(|_| BadBody)?
+        };
+        b.consume(n);
+        Ok(self.done())
+    }
+
+    /// The upstream closed a close-delimited body: it is complete (with the last chunk when re-chunking).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.client == OutFraming::Chunked && !self.done() {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        self.scan.finish();
+    }
+}
