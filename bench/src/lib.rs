@@ -8,17 +8,29 @@
 //! - [`edge_proc`]: finding, building, starting, health-waiting and stopping the `edge` child;
 //! - [`stack`]: origin + edge on free loopback ports, as every scenario sets them up;
 //! - [`demo`], [`hol`]: the `demo` and `hol` subcommands;
+//! - [`idle_wedge`], [`inbound`] (`partial`, `drip`), [`idle_memory`]: the capacity, inbound
+//!   deadline and idle-memory scenarios, with shared helpers in [`scenario`];
+//! - [`compare`] ([`compare_target`], [`compare_wrk`], [`compare_report`]): the `compare`
+//!   subcommand, edge against nginx, HAProxy and direct under wrk;
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
 pub mod chunked;
+pub mod compare;
+pub mod compare_report;
+pub mod compare_target;
+pub mod compare_wrk;
 pub mod demo;
 pub mod edge_proc;
 pub mod hol;
 pub mod http;
+pub mod idle_memory;
+pub mod idle_wedge;
+pub mod inbound;
 pub mod load;
 pub mod origin;
 pub mod probe;
+pub mod scenario;
 pub mod stack;
 pub mod stop;
 pub mod table;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use edge_bench::compare::{self, CompareArgs};
 use edge_bench::demo::{self, DemoOptions};
 use edge_bench::hol::{self, HolOptions};
 use edge_bench::load::{run_load, LoadOptions};
@@ -94,6 +95,8 @@ enum Cmd {
         #[arg(long)]
         io_driver: Option<String>,
     },
+    /// Side-by-side throughput: edge (io_uring, epoll), nginx, HAProxy and direct under wrk.
+    Compare(CompareArgs),
     /// Health probes behind 1, 15, 64 and 128 slow requests (head-of-line blocking).
     Hol {
         /// The edge binary (default: next to edge-bench, else built with cargo).
@@ -102,6 +105,54 @@ enum Cmd {
         /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
         #[arg(long)]
         io_driver: Option<String>,
+    },
+    /// Health probes while more silent sockets than max_connections are held open (eviction).
+    IdleWedge {
+        /// How long to probe.
+        #[arg(long, default_value = "45s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Silent sockets held open (re-opened when edge closes them).
+        #[arg(long, default_value_t = 300)]
+        idle_sockets: usize,
+        /// edge's server.max_connections.
+        #[arg(long, default_value_t = 256)]
+        max_connections: usize,
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
+        /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+    },
+    /// A request body that stops short (and a head without its end): 408 at the request deadline.
+    Partial {
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
+        /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+    },
+    /// A request head dripped one byte per 200 ms: 408 at the deadline, not restarted per read.
+    Drip {
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
+        /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+    },
+    /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
+    IdleMemory {
+        /// Idle keep-alive connections (client and edge each need this many fds).
+        #[arg(long, default_value_t = edge_bench::idle_memory::DEFAULT_CONNECTIONS)]
+        connections: usize,
+        /// Measure only this io driver (io_uring or epoll); both in turn when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
     },
 }
 
@@ -200,6 +251,7 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             edge_args: driver_args(io_driver),
             ..DemoOptions::default()
         }),
+        Cmd::Compare(args) => compare::run(&args),
         Cmd::Hol {
             edge_bin,
             io_driver,
@@ -208,6 +260,49 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             edge_args: driver_args(io_driver),
             ..HolOptions::default()
         }),
+        Cmd::IdleWedge {
+            duration,
+            idle_sockets,
+            max_connections,
+            edge_bin,
+            io_driver,
+        } => edge_bench::idle_wedge::run(&edge_bench::idle_wedge::IdleWedgeOptions {
+            edge_bin,
+            duration,
+            idle_sockets,
+            max_connections,
+            edge_args: driver_args(io_driver),
+            ..Default::default()
+        }),
+        Cmd::Partial {
+            edge_bin,
+            io_driver,
+        } => edge_bench::inbound::run_partial(&edge_bench::inbound::InboundOptions {
+            edge_bin,
+            edge_args: driver_args(io_driver),
+            ..Default::default()
+        }),
+        Cmd::Drip {
+            edge_bin,
+            io_driver,
+        } => edge_bench::inbound::run_drip(&edge_bench::inbound::InboundOptions {
+            edge_bin,
+            edge_args: driver_args(io_driver),
+            ..Default::default()
+        }),
+        Cmd::IdleMemory {
+            connections,
+            io_driver,
+            edge_bin,
+        } => {
+            let defaults = edge_bench::idle_memory::IdleMemoryOptions::default();
+            edge_bench::idle_memory::run(&edge_bench::idle_memory::IdleMemoryOptions {
+                edge_bin,
+                connections,
+                drivers: io_driver.map_or(defaults.drivers.clone(), |d| vec![d]),
+                ..defaults
+            })
+        }
     }
 }
 

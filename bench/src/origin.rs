@@ -259,6 +259,15 @@ fn worker_main(
             match listener.accept().await {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
+                    // Accepted sockets must not leak into processes edge-bench starts later (wrk, proxies).
+                    // SAFETY: fcntl on a descriptor this task owns.
+                    unsafe {
+                        libc::fcntl(
+                            std::os::fd::AsRawFd::as_raw_fd(&stream),
+                            libc::F_SETFD,
+                            libc::FD_CLOEXEC,
+                        )
+                    };
                     let (stop, worker, active) = (stop.clone(), worker.clone(), active.clone());
                     active.set(active.get() + 1);
                     monoio::spawn(async move {

@@ -1,0 +1,473 @@
+//! `edge-bench compare`: side-by-side throughput of edge (io_uring and epoll), nginx, HAProxy and
+//! "direct to origin" under the same wrk load (DESIGN.md, Benchmark method).
+//!
+//! Method:
+//! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
+//!   CPU, pinned to the load CPU set; see [`start_origin`] for why not in-process); edge-bench's
+//!   own threads are pinned to the load CPU set too;
+//! - every proxy is started once, pinned to the proxy CPU set with `taskset`, health-checked
+//!   through the proxy (`GET /fast` answers 200), warmed up with one unmeasured wrk run, and kept
+//!   running across all rounds (only the target under test gets load; idle proxies sleep);
+//! - rounds interleave the targets (A B C … A B C …); each run is
+//!   `taskset -c LOAD wrk -t1 -cN -dD --latency http://TARGET/fast`;
+//! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
+//!   (process and direct children: the nginx worker), sampled right before wrk starts and right
+//!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
+//!   load-bound (see [`crate::compare_report`]);
+//! - at the end every proxy is stopped by its own pid (SIGTERM, SIGKILL after a grace), all in
+//!   parallel, and the tables print: every run, per-target medians, edge-versus-others ratios.
+//!
+//! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
+//! died, or a wrk run failed.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::compare_report::{ratio_table, rounds_table, summary_table, Sample, LOAD_BOUND_UTIL};
+use crate::compare_target::{
+    clock_ticks_per_sec, cpus_allowed, start_origin, Binaries, Target, TargetKind, HAPROXY_BIN,
+    LOAD_PATH, NGINX_BIN,
+};
+use crate::compare_wrk::{run_wrk, wrk_seconds, WrkSpec};
+use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
+
+/// How long a proxy gets to answer its first request through to the origin.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause between two runs (lets sockets of the previous run close).
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Options of `edge-bench compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// Rounds; every round runs every target once, in order.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Length of each measured run (wrk -d, whole seconds).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// wrk keep-alive connections (-c).
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Targets, in the order each round runs them.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "edge-io_uring,edge-epoll,nginx,haproxy,direct"
+    )]
+    pub targets: Vec<TargetKind>,
+    /// CPUs of the proxy under test (list or ranges: 0 or 0,2 or 0-1).
+    #[arg(long, default_value = "0")]
+    pub proxy_cpus: String,
+    /// CPUs of wrk, the origin and edge-bench itself.
+    #[arg(long, default_value = "1")]
+    pub load_cpus: String,
+    /// Unmeasured wrk run per target after it starts; 0s skips it.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// The edge binary (default: next to edge-bench, else built with cargo).
+    #[arg(long)]
+    pub edge_bin: Option<PathBuf>,
+    /// nginx executable.
+    #[arg(long, default_value = NGINX_BIN)]
+    pub nginx_bin: PathBuf,
+    /// HAProxy executable.
+    #[arg(long, default_value = HAPROXY_BIN)]
+    pub haproxy_bin: PathBuf,
+    /// wrk executable.
+    #[arg(long, default_value = "/usr/bin/wrk")]
+    pub wrk_bin: PathBuf,
+}
+
+/// Parses a CPU list such as `1`, `0,2` or `0-3` into sorted, distinct CPU numbers.
+///
+/// # Errors
+/// A message naming the bad element.
+pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("bad CPU list element {part:?} in {s:?}");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.is_empty() {
+        return Err(format!("empty CPU list {s:?}"));
+    }
+    Ok(cpus)
+}
+
+/// A CPU list as `taskset -c` takes it.
+fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// CPUs this process may run on.
+fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
+/// Pins the calling thread (and threads and children it starts later) to `cpus`.
+fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpus < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// First line of `bin arg` (stdout, else stderr), for the versions line.
+fn version_of(bin: &Path, arg: &str) -> String {
+    std::process::Command::new(bin)
+        .arg(arg)
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| format!("{} (no version)", bin.display()))
+}
+
+fn require_file(p: &Path, what: &str) -> io::Result<()> {
+    if p.is_file() {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{what} not found at {}", p.display()),
+        ))
+    }
+}
+
+/// Runs the comparison and prints its tables; `Ok(false)` when a target failed to start, died,
+/// or a wrk run failed (the remaining targets still run and print).
+///
+/// # Errors
+/// Bad options, missing executables, origin start failures.
+pub fn run(args: &CompareArgs) -> io::Result<bool> {
+    let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    let proxy_cpus = parse_cpus(&args.proxy_cpus).map_err(invalid)?;
+    let load_cpus = parse_cpus(&args.load_cpus).map_err(invalid)?;
+    let allowed = allowed_cpus()?;
+    if let Some(c) = proxy_cpus
+        .iter()
+        .chain(&load_cpus)
+        .find(|c| !allowed.contains(c))
+    {
+        return Err(invalid(format!(
+            "CPU {c} is not in this process's affinity mask {}",
+            cpu_list(&allowed)
+        )));
+    }
+    if args.rounds == 0 || args.connections == 0 {
+        return Err(invalid(
+            "--rounds and --connections must be at least 1".into(),
+        ));
+    }
+    let mut kinds: Vec<TargetKind> = Vec::new();
+    for k in &args.targets {
+        if !kinds.contains(k) {
+            kinds.push(*k);
+        }
+    }
+    if kinds.is_empty() {
+        return Err(invalid("no targets".into()));
+    }
+    require_file(&args.wrk_bin, "wrk")?;
+    if kinds.contains(&TargetKind::Nginx) {
+        require_file(&args.nginx_bin, "nginx")?;
+    }
+    if kinds.contains(&TargetKind::Haproxy) {
+        require_file(&args.haproxy_bin, "haproxy")?;
+    }
+    let edge = if kinds.iter().any(|k| k.is_edge()) {
+        locate_edge_bin(args.edge_bin.as_deref())?
+    } else {
+        PathBuf::from("edge")
+    };
+    let bins = Binaries {
+        edge,
+        nginx: args.nginx_bin.clone(),
+        haproxy: args.haproxy_bin.clone(),
+    };
+    let (proxy_list, load_list) = (cpu_list(&proxy_cpus), cpu_list(&load_cpus));
+    if proxy_cpus.iter().any(|c| load_cpus.contains(c)) {
+        println!("warning: proxy CPUs {proxy_list} overlap load CPUs {load_list}");
+    }
+
+    // Everything edge-bench starts from here on (reader threads, children before their
+    // taskset) inherits the load CPU set.
+    pin_current_thread(&load_cpus)?;
+    let (mut origin, origin_addr) = start_origin(&load_list, load_cpus.len(), START_TIMEOUT)?;
+    println!(
+        "origin: edge-bench origin (pid {}, {} worker(s) on CPU {load_list}) on {origin_addr}",
+        origin.pid(),
+        load_cpus.len(),
+    );
+    let mut failures: Vec<String> = Vec::new();
+    let mut targets: Vec<Target> = Vec::new();
+    for &k in &kinds {
+        match Target::start(k, &bins, origin_addr, &proxy_list, START_TIMEOUT) {
+            Ok(t) => targets.push(t),
+            Err(e) => {
+                eprintln!("{e}");
+                failures.push(format!("{} failed to start: {e}", k.name()));
+            }
+        }
+    }
+    let placement = placement(&targets, &proxy_list, &load_list, origin.pid());
+    print!("{placement}");
+    let mut versions = vec![version_of(&args.wrk_bin, "-v")];
+    if kinds.iter().any(|k| k.is_edge()) {
+        versions.push(format!(
+            "{} ({})",
+            version_of(&bins.edge, "--version"),
+            bins.edge.display()
+        ));
+    }
+    if kinds.contains(&TargetKind::Nginx) {
+        versions.push(version_of(&bins.nginx, "-v"));
+    }
+    if kinds.contains(&TargetKind::Haproxy) {
+        versions.push(version_of(&bins.haproxy, "-v"));
+    }
+    println!("versions: {}", versions.join("; "));
+
+    let spec = |duration| WrkSpec {
+        wrk: &args.wrk_bin,
+        cpus: &load_list,
+        connections: args.connections,
+        duration,
+    };
+    let measured = spec(args.duration);
+    println!(
+        "wrk: taskset -c {load_list} {} -t1 -c{} -d{}s --latency http://TARGET{LOAD_PATH}; {} round(s), targets in order: {}",
+        args.wrk_bin.display(),
+        args.connections,
+        wrk_seconds(args.duration),
+        args.rounds,
+        targets.iter().map(|t| t.kind.name()).collect::<Vec<_>>().join(" ")
+    );
+    if !args.warmup.is_zero() {
+        let warm = spec(args.warmup);
+        for t in &targets {
+            let url = format!("http://{}{LOAD_PATH}", t.addr);
+            if let Err(e) = run_wrk(&warm, &url, || {}) {
+                failures.push(format!("{} warm-up: {e}", t.kind.name()));
+            }
+        }
+    }
+
+    let hz = clock_ticks_per_sec();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut dead = vec![false; targets.len()];
+    for round in 1..=args.rounds {
+        if let Some(st) = origin.exited()? {
+            failures.push(format!("the origin exited before round {round} ({st})"));
+            break;
+        }
+        for (i, t) in targets.iter_mut().enumerate() {
+            if dead[i] {
+                continue;
+            }
+            if let Err(e) = t.check_alive() {
+                eprintln!("{e}");
+                failures.push(format!("round {round}: {e}"));
+                dead[i] = true;
+                continue;
+            }
+            let url = format!("http://{}{LOAD_PATH}", t.addr);
+            let mut before = Ok(None);
+            let run = run_wrk(&measured, &url, || before = t.usage());
+            let after = t.usage();
+            let sample = run.and_then(|run| {
+                let (cpu, wait) = match (before?, after?) {
+                    (Some(b), Some(a)) => (
+                        Some(Duration::from_micros(
+                            a.cpu_ticks.saturating_sub(b.cpu_ticks) * 1_000_000 / hz,
+                        )),
+                        Some(Duration::from_nanos(a.wait_ns.saturating_sub(b.wait_ns))),
+                    ),
+                    _ => (None, None),
+                };
+                Ok(Sample {
+                    round,
+                    kind: t.kind,
+                    wrk: run.result,
+                    wall: run.wall,
+                    cpu,
+                    wait,
+                })
+            });
+            match sample {
+                Ok(s) => {
+                    let pct =
+                        |v: Option<f64>| v.map_or("-".into(), |u| format!("{:.0} %", u * 100.0));
+                    println!(
+                        "round {round}/{} {:<14} {:>8.0} req/s  p99 {:>9}  CPU {} (runq wait {}){}",
+                        args.rounds,
+                        s.kind.name(),
+                        s.wrk.req_per_sec,
+                        crate::table::ms(s.wrk.p99),
+                        pct(s.utilisation()),
+                        pct(s.wait_share()),
+                        if s.load_bound() { "  load-bound" } else { "" }
+                    );
+                    samples.push(s);
+                }
+                Err(e) => {
+                    eprintln!("round {round} {}: {e}", t.kind.name());
+                    failures.push(format!("round {round} {}: {e}", t.kind.name()));
+                }
+            }
+            let _ = io::stdout().flush();
+            std::thread::sleep(SETTLE);
+        }
+    }
+    for (i, t) in targets.iter_mut().enumerate() {
+        if !dead[i] {
+            if let Err(e) = t.check_alive() {
+                failures.push(e.to_string());
+            }
+        }
+    }
+    stop_all(targets);
+    if let Some(st) = origin.exited()? {
+        failures.push(format!("the origin exited during the runs ({st})"));
+    }
+    let _ = origin.stop(STOP_GRACE);
+
+    println!("\nevery run:");
+    print!("{}", rounds_table(&samples).render());
+    println!(
+        "\nmedians over {} round(s) of {} s, {} connections (load-bound rounds left out):",
+        args.rounds,
+        wrk_seconds(args.duration),
+        args.connections
+    );
+    print!("{}", summary_table(&samples, &kinds).render());
+    if kinds.iter().any(|k| k.is_edge()) {
+        println!("\nedge / other (above 1x: edge served more req/s; below 1x: edge spent less CPU per request):");
+        print!("{}", ratio_table(&samples, &kinds).render());
+    }
+    println!(
+        "\nCPU util = proxy CPU time (utime+stime, all threads; nginx master+worker) / wall time of the run; \
+         under {:.0} % of one CPU a round is load-bound. runq wait = time the proxy was runnable but its CPU ran \
+         something else. * = every round load-bound (medians over all rounds).",
+        LOAD_BOUND_UTIL * 100.0
+    );
+    print!("{placement}");
+    if failures.is_empty() {
+        Ok(true)
+    } else {
+        eprintln!("\nfailures:");
+        for f in &failures {
+            eprintln!("  {}", f.lines().next().unwrap_or(""));
+        }
+        Ok(false)
+    }
+}
+
+/// The CPU placement, with each proxy's pids and their actual affinity from `/proc`.
+fn placement(targets: &[Target], proxy: &str, load: &str, origin: u32) -> String {
+    let origin_cpus = cpus_allowed(origin).unwrap_or_else(|| "?".into());
+    let mut s = format!(
+        "CPU placement: proxy under test on CPU {proxy} (edge --workers 1, nginx worker_processes 1, \
+         HAProxy nbthread 1); wrk -t1, the origin and edge-bench on CPU {load}\n  origin: pid {origin} on CPU {origin_cpus}\n"
+    );
+    for t in targets.iter().filter(|t| t.kind.is_proxy()) {
+        let pids: Vec<String> = t
+            .pids()
+            .into_iter()
+            .map(|p| {
+                format!(
+                    "{p} on CPU {}",
+                    cpus_allowed(p).unwrap_or_else(|| "?".into())
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            "  {} on {}: pid {}\n",
+            t.kind.name(),
+            t.addr,
+            pids.join(", pid ")
+        ));
+    }
+    s
+}
+
+/// Stops every proxy (SIGTERM to its own pid, SIGKILL after [`STOP_GRACE`]) in parallel and
+/// removes their scratch directories.
+fn stop_all(targets: Vec<Target>) {
+    std::thread::scope(|scope| {
+        for mut t in targets {
+            scope.spawn(move || {
+                let name = t.kind.name();
+                if let Some(p) = t.process.as_mut() {
+                    let pid = p.pid();
+                    match p.stop(STOP_GRACE) {
+                        Ok(how) => println!("stopped {name} (pid {pid}): {how}"),
+                        Err(e) => eprintln!("stopping {name} (pid {pid}): {e}"),
+                    }
+                }
+                drop(t);
+            });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpus("1"), Ok(vec![1]));
+        assert_eq!(parse_cpus("3,0-1, 1"), Ok(vec![0, 1, 3]));
+        assert!(parse_cpus("").is_err());
+        assert!(parse_cpus("2-1").is_err());
+        assert!(parse_cpus("a").is_err());
+        assert_eq!(cpu_list(&[0, 2]), "0,2");
+    }
+}

@@ -1,0 +1,384 @@
+//! Results of `edge-bench compare`: one [`Sample`] per (round, target), the per-target medians,
+//! the edge-versus-others ratios, and the tables that print them.
+//!
+//! Rules (DESIGN.md, Benchmark method): a proxy round whose proxy used under
+//! [`LOAD_BOUND_UTIL`] of one CPU over the run is *load-bound*: shown, but left out of that
+//! target's medians and of the ratios. `direct` has no proxy, so all its rounds count. When every
+//! round of a target is load-bound its medians are taken over all rounds and marked `*`, so the
+//! table still shows what was measured. Ratios are `edge / other`: above 1 for req/s means edge
+//! served more, below 1 for CPU/request means edge spent less.
+
+use std::time::Duration;
+
+use crate::compare_target::TargetKind;
+use crate::compare_wrk::WrkResult;
+use crate::table::{ms, Table};
+
+/// Under this share of one CPU, a proxy round is load-bound.
+pub const LOAD_BOUND_UTIL: f64 = 0.85;
+
+/// One measured run of one target.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Round number, from 1.
+    pub round: usize,
+    /// Which target.
+    pub kind: TargetKind,
+    /// What wrk reported.
+    pub wrk: WrkResult,
+    /// Wall time around the wrk process.
+    pub wall: Duration,
+    /// CPU time the proxy (all threads, plus nginx's worker) used over the run; `None` for direct.
+    pub cpu: Option<Duration>,
+    /// Time the proxy's threads were runnable but waiting for a CPU over the run.
+    pub wait: Option<Duration>,
+}
+
+impl Sample {
+    /// Proxy CPU time over wall time (1.0 = one CPU busy all the run).
+    pub fn utilisation(&self) -> Option<f64> {
+        let wall = self.wall.as_secs_f64();
+        self.cpu
+            .filter(|_| wall > 0.0)
+            .map(|c| c.as_secs_f64() / wall)
+    }
+
+    /// Proxy run-queue wait over wall time: the share of the run its CPU was taken by others.
+    pub fn wait_share(&self) -> Option<f64> {
+        let wall = self.wall.as_secs_f64();
+        self.wait
+            .filter(|_| wall > 0.0)
+            .map(|w| w.as_secs_f64() / wall)
+    }
+
+    /// Proxy CPU microseconds per completed request.
+    pub fn cpu_us_per_req(&self) -> Option<f64> {
+        self.cpu
+            .filter(|_| self.wrk.requests > 0)
+            .map(|c| c.as_secs_f64() * 1e6 / self.wrk.requests as f64)
+    }
+
+    /// A proxy round where the proxy was not the bottleneck.
+    pub fn load_bound(&self) -> bool {
+        self.utilisation().is_some_and(|u| u < LOAD_BOUND_UTIL)
+    }
+
+    /// Counts as a result: requests completed and not load-bound.
+    pub fn counted(&self) -> bool {
+        self.wrk.requests > 0 && !self.load_bound()
+    }
+}
+
+/// Medians of one target over its counted rounds.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Which target.
+    pub kind: TargetKind,
+    /// Rounds run.
+    pub rounds: usize,
+    /// Load-bound rounds.
+    pub load_bound: usize,
+    /// Socket errors plus non-2xx answers over all rounds.
+    pub errors: u64,
+    /// No round counted; the medians are over all rounds.
+    pub all_load_bound: bool,
+    /// Median requests/s.
+    pub req_per_sec: f64,
+    /// Median of the rounds' p50.
+    pub p50: Duration,
+    /// Median of the rounds' p99.
+    pub p99: Duration,
+    /// Median proxy CPU µs per request.
+    pub cpu_us_per_req: Option<f64>,
+    /// Median proxy CPU utilisation.
+    pub utilisation: Option<f64>,
+    /// Median run-queue wait share.
+    pub wait_share: Option<f64>,
+}
+
+/// The median of `v` (mean of the middle two for an even count); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
+}
+
+/// The samples of `kind` that count (all of them when none does).
+fn used(samples: &[Sample], kind: TargetKind) -> (Vec<&Sample>, bool) {
+    let all: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
+    let counted: Vec<&Sample> = all.iter().copied().filter(|s| s.counted()).collect();
+    if counted.is_empty() {
+        (all, true)
+    } else {
+        (counted, false)
+    }
+}
+
+/// The summary of `kind`, or `None` when it has no samples.
+pub fn summarize(samples: &[Sample], kind: TargetKind) -> Option<Summary> {
+    let all: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let (used, all_load_bound) = used(samples, kind);
+    let med = |f: &dyn Fn(&Sample) -> Option<f64>| {
+        median(&used.iter().filter_map(|s| f(s)).collect::<Vec<_>>())
+    };
+    let secs = |v: Option<f64>| Duration::from_secs_f64(v.unwrap_or(0.0).max(0.0));
+    Some(Summary {
+        kind,
+        rounds: all.len(),
+        load_bound: all.iter().filter(|s| s.load_bound()).count(),
+        errors: all.iter().map(|s| s.wrk.errors()).sum(),
+        all_load_bound,
+        req_per_sec: med(&|s| Some(s.wrk.req_per_sec)).unwrap_or(0.0),
+        p50: secs(med(&|s| Some(s.wrk.p50.as_secs_f64()))),
+        p99: secs(med(&|s| Some(s.wrk.p99.as_secs_f64()))),
+        cpu_us_per_req: med(&|s| s.cpu_us_per_req()),
+        utilisation: med(&|s| s.utilisation()),
+        wait_share: med(&|s| s.wait_share()),
+    })
+}
+
+/// edge against one other target.
+#[derive(Debug, Clone)]
+pub struct Ratio {
+    /// The edge target.
+    pub edge: TargetKind,
+    /// The target compared with.
+    pub other: TargetKind,
+    /// Median req/s of edge over median req/s of the other.
+    pub req_per_sec: f64,
+    /// Median over rounds (both counted) of the same-round req/s ratio.
+    pub per_round: Option<f64>,
+    /// Median CPU µs/request of edge over the other's (proxies only).
+    pub cpu_per_req: Option<f64>,
+    /// Either side's medians come from load-bound rounds only.
+    pub load_bound: bool,
+}
+
+/// Ratios of every edge target against every non-edge target present.
+pub fn ratios(samples: &[Sample], kinds: &[TargetKind]) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for &e in kinds.iter().filter(|k| k.is_edge()) {
+        let Some(es) = summarize(samples, e) else {
+            continue;
+        };
+        for &o in kinds.iter().filter(|k| !k.is_edge()) {
+            let Some(os) = summarize(samples, o) else {
+                continue;
+            };
+            let same_round: Vec<f64> = samples
+                .iter()
+                .filter(|s| s.kind == e && s.counted())
+                .filter_map(|s| {
+                    let other = samples
+                        .iter()
+                        .find(|x| x.kind == o && x.round == s.round && x.counted())?;
+                    Some(s.wrk.req_per_sec / other.wrk.req_per_sec)
+                })
+                .collect();
+            let cpu_per_req = match (es.cpu_us_per_req, os.cpu_us_per_req) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            };
+            out.push(Ratio {
+                edge: e,
+                other: o,
+                req_per_sec: if os.req_per_sec > 0.0 {
+                    es.req_per_sec / os.req_per_sec
+                } else {
+                    f64::NAN
+                },
+                per_round: median(&same_round),
+                cpu_per_req,
+                load_bound: es.all_load_bound || os.all_load_bound,
+            });
+        }
+    }
+    out
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |u| format!("{:.0} %", u * 100.0))
+}
+
+fn us(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |c| format!("{c:.2}"))
+}
+
+fn x(v: Option<f64>) -> String {
+    v.filter(|r| r.is_finite())
+        .map_or("-".to_string(), |r| format!("{r:.2}x"))
+}
+
+/// Every run, in the order it ran.
+pub fn rounds_table(samples: &[Sample]) -> Table {
+    let mut t = Table::new(&[
+        "round",
+        "target",
+        "req/s",
+        "p50",
+        "p99",
+        "CPU µs/req",
+        "CPU util",
+        "runq wait",
+        "note",
+    ]);
+    for s in samples {
+        let mut note = Vec::new();
+        if s.load_bound() {
+            let starved = s.utilisation().unwrap_or(0.0) + s.wait_share().unwrap_or(0.0);
+            note.push(if starved >= LOAD_BOUND_UTIL {
+                "load-bound (CPU shared: see runq wait)".to_string()
+            } else {
+                "load-bound".to_string()
+            });
+        }
+        if s.wrk.errors() > 0 {
+            note.push(format!("errors: {}", s.wrk.error_detail()));
+        }
+        t.row([
+            s.round.to_string(),
+            s.kind.name().to_string(),
+            format!("{:.0}", s.wrk.req_per_sec),
+            ms(s.wrk.p50),
+            ms(s.wrk.p99),
+            us(s.cpu_us_per_req()),
+            pct(s.utilisation()),
+            pct(s.wait_share()),
+            note.join("; "),
+        ]);
+    }
+    t
+}
+
+/// Per-target medians.
+pub fn summary_table(samples: &[Sample], kinds: &[TargetKind]) -> Table {
+    let mut t = Table::new(&[
+        "target",
+        "req/s",
+        "p50",
+        "p99",
+        "CPU µs/req",
+        "CPU util",
+        "runq wait",
+        "load-bound",
+        "errors",
+    ]);
+    for s in kinds.iter().filter_map(|&k| summarize(samples, k)) {
+        let mark = if s.all_load_bound { " *" } else { "" };
+        t.row([
+            format!("{}{mark}", s.kind.name()),
+            format!("{:.0}", s.req_per_sec),
+            ms(s.p50),
+            ms(s.p99),
+            us(s.cpu_us_per_req),
+            pct(s.utilisation),
+            pct(s.wait_share),
+            if s.kind.is_proxy() {
+                format!("{}/{}", s.load_bound, s.rounds)
+            } else {
+                "n/a".to_string()
+            },
+            s.errors.to_string(),
+        ]);
+    }
+    t
+}
+
+/// edge over nginx, HAProxy and direct.
+pub fn ratio_table(samples: &[Sample], kinds: &[TargetKind]) -> Table {
+    let mut t = Table::new(&[
+        "ratio",
+        "req/s (medians)",
+        "req/s (same-round median)",
+        "CPU µs/req",
+    ]);
+    for r in ratios(samples, kinds) {
+        let mark = if r.load_bound { " *" } else { "" };
+        t.row([
+            format!("{}/{}{mark}", r.edge.name(), r.other.name()),
+            x(Some(r.req_per_sec)),
+            x(r.per_round),
+            x(r.cpu_per_req),
+        ]);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(round: usize, kind: TargetKind, rps: f64, cpu_ms: Option<u64>) -> Sample {
+        Sample {
+            round,
+            kind,
+            wrk: WrkResult {
+                requests: (rps * 10.0) as u64,
+                window: Duration::from_secs(10),
+                req_per_sec: rps,
+                p50: Duration::from_micros(1000),
+                p99: Duration::from_micros(3000),
+                socket_errors: 0,
+                socket_detail: String::new(),
+                non_2xx: 0,
+            },
+            wall: Duration::from_secs(10),
+            cpu: cpu_ms.map(Duration::from_millis),
+            wait: cpu_ms.map(|_| Duration::ZERO),
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+
+    #[test]
+    fn load_bound_rounds_are_left_out() {
+        use TargetKind::*;
+        let s = vec![
+            sample(1, EdgeEpoll, 60_000.0, Some(9_900)),
+            sample(1, Nginx, 50_000.0, Some(9_800)),
+            sample(1, Direct, 120_000.0, None),
+            sample(2, EdgeEpoll, 30_000.0, Some(5_000)), // 50 %: load-bound
+            sample(2, Nginx, 40_000.0, Some(9_900)),
+            sample(2, Direct, 100_000.0, None),
+        ];
+        assert!(s[3].load_bound() && !s[3].counted() && s[2].counted());
+        assert!((s[0].utilisation().unwrap() - 0.99).abs() < 1e-9);
+        let e = summarize(&s, EdgeEpoll).unwrap();
+        assert_eq!((e.rounds, e.load_bound, e.all_load_bound), (2, 1, false));
+        assert_eq!(e.req_per_sec, 60_000.0);
+        assert!((e.cpu_us_per_req.unwrap() - 16.5).abs() < 1e-9);
+        let n = summarize(&s, Nginx).unwrap();
+        assert_eq!(n.req_per_sec, 45_000.0);
+        let r = ratios(&s, &[EdgeEpoll, Nginx, Direct]);
+        assert_eq!(r.len(), 2);
+        assert!((r[0].req_per_sec - 60.0 / 45.0).abs() < 1e-9);
+        assert!((r[0].per_round.unwrap() - 1.2).abs() < 1e-9);
+        assert!(r[0].cpu_per_req.is_some() && r[1].cpu_per_req.is_none());
+        assert!((r[1].req_per_sec - 60.0 / 110.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn all_load_bound_is_marked() {
+        let s = vec![sample(1, TargetKind::Haproxy, 10_000.0, Some(1_000))];
+        let h = summarize(&s, TargetKind::Haproxy).unwrap();
+        assert!(h.all_load_bound && h.req_per_sec == 10_000.0);
+        let text = summary_table(&s, &[TargetKind::Haproxy]).render();
+        assert!(text.contains("haproxy *"), "{text}");
+    }
+}
