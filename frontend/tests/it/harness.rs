@@ -51,7 +51,13 @@ impl Driver {
         match probe {
             Ok(()) => true,
             Err(e) => {
-                eprintln!("SKIP io_uring case: the kernel refuses io_uring here ({e})");
+                // Written straight to the process's stderr (not eprintln!, which libtest captures for
+                // passing tests) so the skip and its reason show in the CI log.
+                let _ = std::io::Write::write_all(
+                    &mut std::io::stderr(),
+                    format!("SKIP io_uring case: the kernel refuses io_uring here ({e})\n")
+                        .as_bytes(),
+                );
                 false
             }
         }
