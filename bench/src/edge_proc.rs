@@ -241,9 +241,9 @@ fn spawn_reader(
         })
 }
 
-/// Finds the `edge` binary: `explicit` when given; else `edge` next to this executable (same
-/// cargo profile); else builds it with `cargo build --release -p edge-frontend --bin edge` in
-/// this workspace and uses the result.
+/// Finds the `edge` binary: `explicit` when given; under `cargo run` in this workspace, the result of
+/// `cargo build --release -p edge-frontend --bin edge` (a no-op when up to date); else `edge` next to
+/// this executable (same cargo profile); else it builds it as above.
 ///
 /// # Errors
 /// `NotFound` for a missing explicit path or when the build produced no binary; the build's own
@@ -258,6 +258,11 @@ pub fn locate_edge_bin(explicit: Option<&Path>) -> io::Result<PathBuf> {
                 format!("--edge-bin {}: no such file", p.display()),
             ))
         };
+    }
+    // Under `cargo run` (CARGO is set) in the workspace, always ask cargo: it rebuilds edge when its
+    // sources changed and is a no-op otherwise, so the demo never runs a stale proxy.
+    if std::env::var_os("CARGO").is_some() && workspace_root().join("Cargo.toml").is_file() {
+        return build_edge();
     }
     let exe = std::env::current_exe()?;
     if let Some(sibling) = exe.parent().map(|d| d.join("edge")) {
@@ -279,7 +284,7 @@ fn build_edge() -> io::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = workspace_root();
     println!(
-        "edge binary not found next to edge-bench; building it: cargo build --release -p edge-frontend --bin edge (in {})",
+        "building edge (a no-op when it is up to date): cargo build --release -p edge-frontend --bin edge (in {})",
         root.display()
     );
     let out = Command::new(&cargo)
