@@ -307,6 +307,7 @@ pub async fn linger_close(stream: TcpStream) {
 /// next second carries a summary of how many were suppressed.
 #[derive(Default)]
 pub struct LogLimit {
+    worker: usize,
     window: Cell<u64>,
     count: Cell<u32>,
     suppressed: Cell<u64>,
@@ -315,21 +316,17 @@ pub struct LogLimit {
 impl LogLimit {
     const PER_SECOND: u32 = 20;
 
+    /// A limiter for worker `worker`'s warn lines.
+    pub fn new(worker: usize) -> Self {
+        LogLimit {
+            worker,
+            ..Default::default()
+        }
+    }
+
     /// Whether a warn line may be written now.
     pub fn allow(&self) -> bool {
-        let sec = coarse_secs();
-        if sec != self.window.get() {
-            self.window.set(sec);
-            self.count.set(0);
-            let s = self.suppressed.replace(0);
-            if s > 0 {
-                tracing::warn!(
-                    event = "log.suppressed",
-                    suppressed = s,
-                    "warn-level drop logs were rate-limited"
-                );
-            }
-        }
+        self.roll(coarse_secs());
         let c = self.count.get() + 1;
         self.count.set(c);
         if c > Self::PER_SECOND {
@@ -337,6 +334,31 @@ impl LogLimit {
             false
         } else {
             true
+        }
+    }
+
+    /// Writes the summary of a finished window that suppressed lines; called from the worker's timer so
+    /// the summary appears even when no further warn line follows.
+    pub fn flush(&self) {
+        if self.suppressed.get() > 0 {
+            self.roll(coarse_secs());
+        }
+    }
+
+    fn roll(&self, sec: u64) {
+        if sec == self.window.get() {
+            return;
+        }
+        self.window.set(sec);
+        self.count.set(0);
+        let s = self.suppressed.replace(0);
+        if s > 0 {
+            tracing::warn!(
+                event = "log.suppressed",
+                worker = self.worker,
+                suppressed = s,
+                "warn-level drop logs were rate-limited"
+            );
         }
     }
 }

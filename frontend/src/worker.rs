@@ -65,7 +65,7 @@ impl Worker {
                 .map(|u| Upstream::new(u, id, ejected.clone()))
                 .collect(),
             metrics,
-            log_limit: LogLimit::default(),
+            log_limit: LogLimit::new(id),
             idle: Default::default(),
             open: Cell::new(0),
             id_prefix: id_prefix(),
@@ -124,6 +124,7 @@ pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
 async fn heartbeat(w: Rc<Worker>) {
     loop {
         w.shared.beat(w.id);
+        w.log_limit.flush();
         if w.shared.closing.load(Ordering::Relaxed) {
             // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.
             while w.idle.evict_oldest() {}

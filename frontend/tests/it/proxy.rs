@@ -297,3 +297,86 @@ both_drivers!(failing_endpoint_is_ejected_while_the_other_serves, |d| {
         .is_some());
     assert!(edge.metric("edge_upstream_retries_total", &[]) >= 5.0);
 });
+
+both_drivers!(slow_requests_log_request_slow_with_duration, |d| {
+    let origin = Origin::start(|_| Reply::ok(b"late").delayed(Duration::from_millis(1200)));
+    let cfg = config(d, origin.addr, "", "").replace("[log]\n", "[log]\nslow_request = \"1s\"\n");
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    assert_eq!(c.get("/late").status, 200);
+    let line = edge
+        .wait_log("request.slow", Duration::from_secs(2))
+        .expect("request.slow line");
+    assert!(
+        line.contains("status=200") && line.contains("duration_ms="),
+        "{line}"
+    );
+    // The duration histogram saw it in the 2.5 s bucket but not in the 1 s one.
+    let m = edge.metrics();
+    let bucket = |le: &str| {
+        crate::harness::metric_sum(
+            &m,
+            "edge_request_duration_seconds_bucket",
+            &[&format!("le=\"{le}\"")],
+        )
+    };
+    assert_eq!(bucket("1"), 0.0, "{m}");
+    assert_eq!(bucket("2.5"), 1.0, "{m}");
+    assert_eq!(bucket("60"), 1.0, "{m}");
+});
+
+both_drivers!(warn_logs_are_rate_limited_with_a_summary, |d| {
+    let origin = Origin::fixed(b"x");
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    // 60 malformed requests in well under a second: at most 20 request.invalid lines in that second, and
+    // a log.suppressed line (written by the worker's timer) carries the rest.
+    for _ in 0..60 {
+        let mut c = Client::connect(edge.addr);
+        c.send(b"GARBAGE\r\n\r\n");
+        assert_eq!(c.read_response(false).unwrap().status, 400);
+    }
+    assert_eq!(
+        edge.metric("edge_requests_invalid_total", &["reason=\"bad_head\""]),
+        60.0
+    );
+    // Every drop is accounted for: each failure wants two warn/info lines (request.invalid and
+    // request.failed); those not written are counted in log.suppressed summaries.
+    let account = || {
+        let log = edge.log();
+        let written = log
+            .iter()
+            .filter(|l| {
+                l.contains("event=\"request.invalid\"") || l.contains("event=\"request.failed\"")
+            })
+            .count();
+        let suppressed: usize = log
+            .iter()
+            .filter(|l| l.contains("event=\"log.suppressed\""))
+            .map(|l| {
+                l.split("suppressed=")
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+            })
+            .sum();
+        (written, suppressed)
+    };
+    let until = Instant::now() + Duration::from_secs(4);
+    while account().0 + account().1 < 120 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (written, suppressed) = account();
+    assert_eq!(
+        written + suppressed,
+        120,
+        "written {written}, suppressed {suppressed}"
+    );
+    assert!(
+        suppressed > 0 && written <= 60,
+        "written {written}, suppressed {suppressed}"
+    );
+});
