@@ -28,6 +28,7 @@ mod capacity;
 mod cli;
 mod deadlines;
 mod drops;
+mod faults;
 mod lifecycle;
 mod limits;
 mod proxy;
