@@ -80,6 +80,7 @@ pub fn run(opts: &DemoOptions) -> io::Result<bool> {
     let _ = io::stdout().flush();
     let hol = probe_behind_slow(
         stack.traffic,
+        stack.admin,
         opts.slow,
         Duration::from_millis(100),
         Duration::from_millis(2500),

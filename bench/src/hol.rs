@@ -27,6 +27,19 @@ pub const PROBE_LIMIT: Duration = Duration::from_secs(1);
 /// Per-probe timeout: longer than [`PROBE_LIMIT`], so a slow probe is measured, not just failed.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Polls edge's `edge_requests_in_flight` (summed over workers) until it reaches `k` or `until`.
+fn wait_in_flight(admin: SocketAddr, k: usize, until: Instant) {
+    while Instant::now() < until {
+        let in_flight = crate::scenario::fetch_metrics(admin)
+            .map(|m| crate::scenario::metric_sum(&m, "edge_requests_in_flight", &[]))
+            .unwrap_or(0.0);
+        if in_flight >= k as f64 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// One k: the probes and the held slow requests.
 #[derive(Debug, Clone)]
 pub struct HolRound {
@@ -66,16 +79,21 @@ impl HolRound {
     }
 }
 
-/// Holds `k` slow requests open on `traffic`, probes health every `interval` for `window`, then
-/// reads the slow responses (bounded by the slow delay plus 10 s).
+/// Holds `k` slow requests open on `traffic`, waits until edge reports all `k` in flight (its admin
+/// `/metrics`, at most 5 s), probes health every `interval` for `window`, then reads the slow
+/// responses (bounded by the slow delay plus 10 s). Probing starts once the requests wait on the
+/// origin, not while edge is still accepting the burst: the probes measure head-of-line blocking
+/// behind waiting requests.
 pub fn probe_behind_slow(
     traffic: SocketAddr,
+    admin: SocketAddr,
     k: usize,
     interval: Duration,
     window: Duration,
 ) -> HolRound {
     let held = HeldRequests::open(traffic, SLOW_PATH, k, PROBE_TIMEOUT);
     let opened = Instant::now();
+    wait_in_flight(admin, k, opened + Duration::from_secs(5));
     let probes = probe_series(traffic, HEALTH_PATH, interval, window, PROBE_TIMEOUT);
     let held = held.finish(opened + DEFAULT_SLOW + Duration::from_secs(10));
     HolRound { k, probes, held }
@@ -123,6 +141,7 @@ pub fn run(opts: &HolOptions) -> io::Result<bool> {
         );
         rounds.push(probe_behind_slow(
             stack.traffic,
+            stack.admin,
             k,
             opts.interval,
             opts.window,
