@@ -682,53 +682,28 @@ impl Client {
 
     /// Reads one response; `head_request` means no body follows. `None` on EOF before a head.
     pub fn read_response(&mut self, head_request: bool) -> Option<Response> {
-        loop {
-            let mut headers = [httparse::EMPTY_HEADER; 128];
-            let mut res = httparse::Response::new(&mut headers);
-            if let Ok(httparse::Status::Complete(n)) = res.parse(&self.buf) {
-                let mut r = Response {
-                    status: res.code.unwrap(),
-                    minor: res.version.unwrap(),
-                    headers: res
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            (
-                                h.name.to_string(),
-                                String::from_utf8_lossy(h.value).into_owned(),
-                            )
-                        })
-                        .collect(),
-                    ..Response::default()
-                };
-                self.buf.drain(..n);
-                if (100..200).contains(&r.status) {
-                    continue;
-                }
-                if head_request || r.status == 204 || r.status == 304 {
-                    return Some(r);
-                }
-                if let Some(cl) = r
-                    .header("content-length")
-                    .map(|v| v.parse::<usize>().unwrap())
-                {
-                    while self.buf.len() < cl {
-                        fill(&mut self.s, &mut self.buf)?;
-                    }
-                    r.body = self.buf.drain(..cl).collect();
-                } else if r.header("transfer-encoding").is_some() {
-                    r.chunked = true;
-                    let (body, end) = read_chunked(&mut self.s, &mut self.buf, 0)?;
-                    r.body = body;
-                    self.buf.drain(..end);
-                } else {
-                    while fill(&mut self.s, &mut self.buf).is_some() {}
-                    r.body = std::mem::take(&mut self.buf);
-                }
-                return Some(r);
-            }
-            fill(&mut self.s, &mut self.buf)?;
+        let mut r = self.read_head()?;
+        if head_request || r.status == 204 || r.status == 304 {
+            return Some(r);
         }
+        if let Some(cl) = r
+            .header("content-length")
+            .map(|v| v.parse::<usize>().unwrap())
+        {
+            while self.buf.len() < cl {
+                fill(&mut self.s, &mut self.buf)?;
+            }
+            r.body = self.buf.drain(..cl).collect();
+        } else if r.header("transfer-encoding").is_some() {
+            r.chunked = true;
+            let (body, end) = read_chunked(&mut self.s, &mut self.buf, 0)?;
+            r.body = body;
+            self.buf.drain(..end);
+        } else {
+            while fill(&mut self.s, &mut self.buf).is_some() {}
+            r.body = std::mem::take(&mut self.buf);
+        }
+        Some(r)
     }
 
     /// Connects with a custom read timeout.
