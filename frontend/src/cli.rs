@@ -48,10 +48,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Exit 0 when the URL answers 200 (for containers without curl).
+    /// Without --url, probes the configured traffic listener's health_path (from --config and --listen,
+    /// else the embedded default: http://127.0.0.1:8080/_health); an unspecified address (0.0.0.0, ::)
+    /// is probed on loopback.
     Healthcheck {
         /// URL to probe (http only).
-        #[arg(long, default_value = "http://127.0.0.1:8080/_health")]
-        url: String,
+        #[arg(long)]
+        url: Option<String>,
     },
 }
 
@@ -69,8 +72,24 @@ impl Cli {
     }
 }
 
-/// `edge healthcheck`: GET the URL with a 2 s budget; `true` on 200.
-pub fn healthcheck(url: &str) -> Result<bool, String> {
+/// The health URL of a configuration: its traffic listener (loopback when unspecified) and health_path.
+pub fn health_url(r: &edge_core::config::Resolved) -> String {
+    let mut addr = r.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    format!("http://{addr}{}", r.config.server.health_path)
+}
+
+/// `edge healthcheck`: GET the URL with a 2 s budget; `Ok(200)` or the status received.
+///
+/// # Errors
+/// An unsupported URL, or a connect/read failure, in words.
+pub fn healthcheck(url: &str) -> Result<u16, String> {
     use std::{
         io::{Read, Write},
         net::{TcpStream, ToSocketAddrs},
@@ -96,5 +115,8 @@ pub fn healthcheck(url: &str) -> Result<bool, String> {
     .map_err(|e| e.to_string())?;
     let mut head = [0u8; 12];
     s.read_exact(&mut head).map_err(|e| format!("{url}: {e}"))?;
-    Ok(&head[9..12] == b"200")
+    std::str::from_utf8(&head[9..12])
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("{url}: not an HTTP response"))
 }

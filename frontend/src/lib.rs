@@ -47,7 +47,7 @@ pub fn load_config(
             Err(e) => {
                 return Err(vec![ConfigError {
                     file: p.into(),
-                    key: "(file)".into(),
+                    key: String::new(),
                     reason: format!("cannot read: {e}"),
                 }]);
             }
@@ -159,7 +159,12 @@ pub fn start(resolved: Resolved) -> i32 {
         }
     };
     let mask = runtime::cpus::affinity_cpus();
-    tracing::info!(event = "startup.workers", workers, cpus_in_mask = mask.len(), cgroup_cpu_limit = ?runtime::cpus::cgroup_cpu_limit(), pinned = ?cpus);
+    let pinned: Vec<String> = cpus
+        .iter()
+        .map(|c| c.map_or("-".into(), |c| c.to_string()))
+        .collect();
+    let quota = runtime::cpus::cgroup_cpu_limit().map_or("none".into(), |n| n.to_string());
+    tracing::info!(event = "startup.workers", workers, cpus_in_mask = mask.len(), cgroup_cpu_limit = %quota, pinned_cpus = %pinned.join(","));
     tracing::info!(event = "startup.io_driver", io_driver = driver.as_str());
     tracing::info!(event = "startup.limits", max_connections, fd_limit);
     for u in &resolved.upstreams {

@@ -6,9 +6,24 @@ use edge_frontend::{cli::Cli, cli::Command, load_config, EXIT_CONFIG, EXIT_OK, E
 fn main() {
     let cli = Cli::parse();
     if let Some(Command::Healthcheck { url }) = &cli.command {
-        std::process::exit(match edge_frontend::cli::healthcheck(url) {
-            Ok(true) => EXIT_OK,
-            Ok(false) => EXIT_RUNTIME,
+        let url = match url {
+            Some(u) => u.clone(),
+            None => match load_config(cli.config.as_deref(), &cli.overrides()) {
+                Ok(r) => edge_frontend::cli::health_url(&r),
+                Err(errors) => {
+                    for e in &errors {
+                        eprintln!("edge healthcheck: config error: {e}");
+                    }
+                    std::process::exit(EXIT_CONFIG);
+                }
+            },
+        };
+        std::process::exit(match edge_frontend::cli::healthcheck(&url) {
+            Ok(200) => EXIT_OK,
+            Ok(status) => {
+                eprintln!("edge healthcheck: {url} answered {status}");
+                EXIT_RUNTIME
+            }
             Err(e) => {
                 eprintln!("edge healthcheck: {e}");
                 EXIT_RUNTIME

@@ -299,7 +299,11 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: key `{}`: {}", self.file, self.key, self.reason)
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file, self.reason)
+        } else {
+            write!(f, "{}: key `{}`: {}", self.file, self.key, self.reason)
+        }
     }
 }
 

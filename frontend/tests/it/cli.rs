@@ -89,23 +89,49 @@ fn traffic_port_held_by_another_process_exits_2() {
 #[test]
 fn healthcheck_subcommand_reports_status() {
     let origin = crate::harness::Origin::fixed(b"x");
-    let proxy = crate::harness::Edge::start(&crate::harness::config(
-        crate::harness::Driver::Epoll,
-        origin.addr,
-        "",
-        "",
-    ));
+    let cfg = crate::harness::config(crate::harness::Driver::Epoll, origin.addr, "", "");
+    let proxy = crate::harness::Edge::start(&cfg);
     let url = format!("http://{}/_health", proxy.addr);
     let ok = edge_cmd()
         .args(["healthcheck", "--url", &url])
-        .status()
+        .output()
         .unwrap();
-    assert_eq!(ok.code(), Some(0));
-    let url = format!("http://{}/nothing-listens-here", origin.addr);
-    let _ = url;
+    assert_eq!(ok.status.code(), Some(0));
+    // Without --url the configured listener and health_path are probed.
+    let dir = crate::harness::TempDir::new();
+    let path = dir.0.join("hc.toml");
+    std::fs::write(
+        &path,
+        cfg.replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{}\"", proxy.addr),
+        ),
+    )
+    .unwrap();
+    let ok = edge_cmd()
+        .arg("healthcheck")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // A non-200 answer and a refused connect both fail, saying why.
+    let url = format!("http://{}/not-health", proxy.admin);
+    let not_found = edge_cmd()
+        .args(["healthcheck", "--url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(not_found.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&not_found.stderr).contains("answered 404"));
     let down = edge_cmd()
         .args(["healthcheck", "--url", "http://127.0.0.1:9/_health"])
-        .status()
+        .output()
         .unwrap();
-    assert_ne!(down.code(), Some(0));
+    assert_eq!(down.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&down.stderr).contains("refused"));
 }
