@@ -101,6 +101,40 @@ impl RecvBuf {
     /// Not cancel safe: dropping the future loses buffered bytes (and, on io_uring, bytes the kernel took
     /// in the race). After a timeout the caller closes the connection.
     pub async fn fill<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
+        self.prepare();
+        let storage = std::mem::take(&mut self.storage);
+        let (len, cap) = (storage.len(), storage.capacity());
+        let (res, slice) = io.read(storage.slice_mut(len..cap)).await;
+        self.storage = slice.into_inner();
+        res
+    }
+
+    /// Like [`RecvBuf::fill`], but the read can be cancelled through `cancel`.
+    ///
+    /// # Errors
+    /// The read's error; `ECANCELED` when it was cancelled before any byte arrived.
+    ///
+    /// # Cancel safety
+    /// Cancel through the handle's [`monoio::io::Canceller`] and await the future to its end: it then
+    /// returns either the bytes that won the race or `ECANCELED`, and nothing is lost. Dropping it instead
+    /// loses buffered bytes like [`RecvBuf::fill`].
+    pub async fn fill_cancelable<R: monoio::io::CancelableAsyncReadRent>(
+        &mut self,
+        io: &mut R,
+        cancel: monoio::io::CancelHandle,
+    ) -> io::Result<usize> {
+        self.prepare();
+        let storage = std::mem::take(&mut self.storage);
+        let (len, cap) = (storage.len(), storage.capacity());
+        let (res, slice) = io
+            .cancelable_read(storage.slice_mut(len..cap), cancel)
+            .await;
+        self.storage = slice.into_inner();
+        res
+    }
+
+    /// Makes room for a read: takes pooled storage, compacts, grows when full.
+    fn prepare(&mut self) {
         if self.storage.capacity() == 0 {
             self.storage = take();
         }
@@ -112,11 +146,6 @@ impl RecvBuf {
         if self.storage.len() == self.storage.capacity() {
             self.storage.reserve(BUF_SIZE);
         }
-        let storage = std::mem::take(&mut self.storage);
-        let (len, cap) = (storage.len(), storage.capacity());
-        let (res, slice) = io.read(storage.slice_mut(len..cap)).await;
-        self.storage = slice.into_inner();
-        res
     }
 
     /// Writes `data()[..n]` to `io` and consumes it.

@@ -59,6 +59,8 @@ struct Conn {
     log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
     log_id: Vec<u8>,
+    /// Cancels the keep-alive fast-path read (see [`fast_wait`]).
+    cancel: monoio::io::Canceller,
 }
 
 /// Serves one downstream connection until it closes. `over_capacity` connections get only their first
@@ -72,6 +74,7 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
         served: 0,
         log_line: Vec::new(),
         log_id: Vec::new(),
+        cancel: monoio::io::Canceller::new(),
     };
     if over_capacity {
         return shed(&w, c).await;
@@ -90,8 +93,21 @@ async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
     if !c.rb.is_empty() {
         return true; // pipelined bytes already buffered
     }
-    c.rb.release();
     let until = Instant::now() + w.cfg.config.server.timeouts.idle.0;
+    if c.served > 0 {
+        // A keep-alive client usually sends its next request within a round trip: read for it directly
+        // for a short while (one read instead of a readiness wait plus a read), then cancel the read and
+        // wait without a buffer.
+        match fast_wait(c).await {
+            FastWait::Data => return true,
+            FastWait::Closed(why) => {
+                tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, why, "while idle");
+                return false;
+            }
+            FastWait::Idle => {}
+        }
+    }
+    c.rb.release();
     // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
     // connection is about to serve a request. On io_uring a read in flight would already have taken the
     // bytes out of the socket, so an eviction check could no longer see them.
@@ -134,6 +150,39 @@ async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
             tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "read failed while idle");
             false
         }
+    }
+}
+
+/// How long a keep-alive connection reads for its next request before it releases its buffer.
+const FAST_WAIT: Duration = Duration::from_millis(5);
+
+enum FastWait {
+    /// The next request's first bytes arrived.
+    Data,
+    /// The client closed or the read failed.
+    Closed(&'static str),
+    /// Nothing arrived within [`FAST_WAIT`]; the read was cancelled without losing bytes.
+    Idle,
+}
+
+async fn fast_wait(c: &mut Conn) -> FastWait {
+    let handle = c.cancel.handle();
+    let mut read = std::pin::pin!(c.rb.fill_cancelable(&mut c.stream, handle));
+    let res = match monoio::time::timeout(FAST_WAIT, read.as_mut()).await {
+        Ok(res) => res,
+        Err(_) => {
+            // `cancel` hands back a fresh canceller for the next fast wait (an allocation only when a
+            // connection goes idle, not per request).
+            let old = std::mem::take(&mut c.cancel);
+            c.cancel = old.cancel();
+            read.await
+        }
+    };
+    match res {
+        Ok(0) => FastWait::Closed("client closed"),
+        Ok(_) => FastWait::Data,
+        Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => FastWait::Idle,
+        Err(_) => FastWait::Closed("read failed"),
     }
 }
 
