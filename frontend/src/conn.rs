@@ -197,23 +197,11 @@ async fn read_head(
     loop {
         match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
             Ok(Some(h)) if h.len > max_head => {
-                // 414 when the request line alone is over the limit (RFC 9112 §3), else 431.
-                let line_over = !request_line_complete(&c.rb.data()[..max_head]);
-                let reason = if line_over {
-                    InvalidReason::UriTooLong
-                } else {
-                    InvalidReason::HeadTooLarge
-                };
-                return Err(Failure::Invalid(reason));
+                return Err(over_head_limit(&c.rb.data()[..max_head]))
             }
             Ok(Some(h)) => return Ok(Some(h)),
             Ok(None) if c.rb.len() >= max_head => {
-                let reason = if request_line_complete(&c.rb.data()[..max_head]) {
-                    InvalidReason::HeadTooLarge
-                } else {
-                    InvalidReason::UriTooLong
-                };
-                return Err(Failure::Invalid(reason));
+                return Err(over_head_limit(&c.rb.data()[..max_head]))
             }
             Ok(None) => {}
             Err(HeadError::Invalid) => return Err(Failure::Invalid(InvalidReason::BadHead)),
@@ -230,6 +218,16 @@ async fn read_head(
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// A head over `max_head_bytes` (`within` is its first `max_head_bytes`): 414 when the request line alone
+/// does not fit (RFC 9112 §3), else 431.
+fn over_head_limit(within: &[u8]) -> Failure {
+    Failure::Invalid(if request_line_complete(within) {
+        InvalidReason::HeadTooLarge
+    } else {
+        InvalidReason::UriTooLong
+    })
 }
 
 fn framing_failure(e: FramingError) -> Failure {
@@ -307,9 +305,8 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         .request_timeout
         .unwrap_or(upstream.config.request_timeout)
         .0;
-    let id = RequestId::of(buf, &c.fields, w.next_request_id());
     c.log_id.clear();
-    id.write(buf, &c.fields, &mut c.log_id);
+    RequestId::of(buf, &c.fields, w.next_request_id()).write(buf, &c.fields, &mut c.log_id);
     let idempotent = matches!(
         method,
         b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
@@ -323,7 +320,7 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         request_timeout,
         deadline,
         close,
-        id,
+        id: &c.log_id,
     };
 
     w.metrics.in_flight.increment(1.0);

@@ -87,23 +87,16 @@ impl RequestId {
             }
         }
     }
-
-    /// The id as text (for log lines; allocates, so only on the logging path).
-    pub fn text(&self, buf: &[u8], fields: &[Field]) -> String {
-        let mut v = Vec::new();
-        self.write(buf, fields, &mut v);
-        String::from_utf8_lossy(&v).into_owned()
-    }
 }
 
 /// What the forwarded request needs besides the head itself.
-pub struct RequestRewrite {
+pub struct RequestRewrite<'a> {
     /// The client's address.
     pub peer: IpAddr,
     /// Whether the peer is in `trusted_proxies`.
     pub trusted: bool,
-    /// The request id to send.
-    pub id: RequestId,
+    /// The request id to send (written once per request, see [`RequestId::write`]).
+    pub id: &'a [u8],
     /// Body framing to declare upstream (same as the client's: chunked bodies are forwarded as they are).
     pub body: Body,
 }
@@ -114,7 +107,7 @@ pub fn request_head(
     buf: &[u8],
     head: &RequestHead,
     fields: &[Field],
-    rw: &RequestRewrite,
+    rw: &RequestRewrite<'_>,
 ) {
     out.extend_from_slice(&buf[head.method.clone()]);
     out.push(b' ');
@@ -159,7 +152,7 @@ pub fn request_head(
         out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
     }
     out.extend_from_slice(b"X-Request-Id: ");
-    rw.id.write(buf, fields, out);
+    out.extend_from_slice(rw.id);
     out.extend_from_slice(b"\r\n");
     field(out, b"Via", VIA);
     match rw.body {
@@ -238,10 +231,12 @@ mod tests {
         let h = parse_request(text.as_bytes(), 100, &mut f)
             .unwrap()
             .unwrap();
+        let mut id = Vec::new();
+        RequestId::of(text.as_bytes(), &f, (0xabc, 1, 7)).write(text.as_bytes(), &f, &mut id);
         let rw = RequestRewrite {
             peer: "10.0.0.9".parse().unwrap(),
             trusted,
-            id: RequestId::of(text.as_bytes(), &f, (0xabc, 1, 7)),
+            id: &id,
             body: Body::Length(3),
         };
         let mut out = Vec::new();

@@ -30,7 +30,7 @@ use monoio::{
 };
 
 use crate::{
-    forward::{self, OutFraming, RequestId, RequestRewrite},
+    forward::{self, OutFraming, RequestRewrite},
     relay::{BadBody, RequestBody, ResponseBody},
     respond::{Failure, SendFailure},
     worker::Worker,
@@ -58,7 +58,7 @@ pub struct Request<'a> {
     /// Edge will close the client connection after this response.
     pub close: bool,
     /// The request id to forward.
-    pub id: RequestId,
+    pub id: &'a [u8],
 }
 
 /// How the exchange ended.
