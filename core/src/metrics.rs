@@ -127,7 +127,7 @@ label_enum!(
 pub fn set_process_gauges(version: &str, io_driver: &str, max_connections: usize) {
     gauge!("edge_build_info", "version" => version.to_string(), "io_driver" => io_driver.to_string()).set(1.0);
     gauge!("edge_connections_max").set(max_connections as f64);
-    counter!("edge_worker_restarts_total").absolute(0);
+    counter!("edge_worker_restarts_total").increment(0);
 }
 
 /// Counts a worker restart (supervisor thread only).
@@ -240,28 +240,29 @@ impl WorkerMetrics {
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
             worker: w,
         };
-        for c in m
+        // Every label combination exports from the start (0 until it moves). Counters are only touched,
+        // never reset: a restarted worker registers again and its counters must keep counting up.
+        let counters = m
             .invalid
             .iter()
             .chain(&m.requests_shed)
             .chain(&m.connections_shed)
-            .chain(&m.inbound_timeouts)
-        {
-            c.absolute(0);
-        }
-        for c in m.upstream_errors.iter().chain(&m.upstream_timeouts) {
-            c.absolute(0);
-        }
-        for c in [
+            .chain(&m.inbound_timeouts);
+        let counters = counters
+            .chain(&m.upstream_errors)
+            .chain(&m.upstream_timeouts);
+        let singles = [
             &m.truncated,
             &m.connections_total,
             &m.evicted,
             &m.panics,
             &m.upstream_requests,
             &m.upstream_retries,
-        ] {
-            c.absolute(0);
+        ];
+        for c in counters.chain(singles) {
+            c.increment(0);
         }
+        // Gauges describe the worker now: a restarted worker starts with nothing open.
         m.in_flight.set(0.0);
         m.connections_active.set(0.0);
         m.upstream_idle.set(0.0);

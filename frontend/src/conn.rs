@@ -292,6 +292,7 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     if path == server.health_path.as_bytes() {
         return health(w, c, head.len, info.body, is_head, close, started).await;
     }
+    crate::faults::on_request(path);
     let host = info.host.map(|i| c.fields[i].value(buf));
     let Some(route) = w.router.find(target, host) else {
         c.rb.consume(head.len);

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod cli;
 pub mod conn;
 pub mod evict;
+pub mod faults;
 pub mod forward;
 pub mod proxy;
 pub mod relay;

@@ -125,6 +125,7 @@ async fn heartbeat(w: Rc<Worker>) {
     loop {
         w.shared.beat(w.id);
         w.log_limit.flush();
+        crate::faults::on_tick();
         if w.shared.closing.load(Ordering::Relaxed) {
             // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.
             while w.idle.evict_oldest() {}

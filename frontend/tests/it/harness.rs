@@ -134,6 +134,11 @@ impl Edge {
     }
 
     pub fn start_args(config: &str, args: &[&str]) -> Edge {
+        Self::start_env(config, args, &[])
+    }
+
+    /// Starts edge with extra environment variables (e.g. `EDGE_TEST_FAULTS=1`).
+    pub fn start_env(config: &str, args: &[&str], envs: &[(&str, &str)]) -> Edge {
         raise_fd_limit();
         let dir = TempDir::new();
         let path = dir.0.join("edge.toml");
@@ -142,6 +147,7 @@ impl Edge {
             .arg("--config")
             .arg(&path)
             .args(args)
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
