@@ -6,23 +6,13 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    assert_about, assert_error_response, config, Client, Drip, Edge, Origin, Reply, Seen,
+    assert_about, assert_error_response, config, Client, Drip, Edge, Origin, Reply,
 };
 
 const SEC: Duration = Duration::from_secs(1);
 
 fn timeouts(lines: &str) -> String {
     format!("\n[server.timeouts]\n{lines}\n")
-}
-
-fn echo(req: &Seen) -> Reply {
-    let mut b = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-        req.body.len()
-    )
-    .into_bytes();
-    b.extend_from_slice(&req.body);
-    Reply::raw(&b, false)
 }
 
 /// The edge state every test ends in: no connection left open, no request in flight.
@@ -82,20 +72,18 @@ both_drivers!(stalled_head_gets_408_at_request, |d| {
         c.time_until_closed(3 * SEC).is_some(),
         "connection still open after the 408"
     );
-    assert_eq!(
-        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"request\""], 1.0),
-        1.0
-    );
-    assert!(
-        edge.wait_log("request.timeout", 2 * SEC).is_some(),
-        "no request.timeout log line"
+    edge.assert_counted_and_logged(
+        "edge_inbound_timeouts_total",
+        &["phase=\"request\""],
+        1.0,
+        "request.timeout",
     );
     assert_eq!(origin.accepted(), 0, "a stalled head reached the origin");
     assert_settled(&edge);
 });
 
 both_drivers!(stalled_body_gets_408_at_request, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, &timeouts("request = \"2s\""), ""));
     let mut c = Client::connect(edge.addr);
     let t = Instant::now();
@@ -107,11 +95,12 @@ both_drivers!(stalled_body_gets_408_at_request, |d| {
         c.time_until_closed(3 * SEC).is_some(),
         "connection still open after the 408"
     );
-    assert_eq!(
-        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"request\""], 1.0),
-        1.0
+    edge.assert_counted_and_logged(
+        "edge_inbound_timeouts_total",
+        &["phase=\"request\""],
+        1.0,
+        "request.timeout",
     );
-    assert!(edge.wait_log("request.timeout", 2 * SEC).is_some());
     // The origin never got a whole request, and its connection was given up.
     assert_eq!(origin.seen_count(), 0);
     assert!(
@@ -138,11 +127,12 @@ both_drivers!(drip_fed_head_gets_408_at_request_not_later, |d| {
     assert_about("408 for a drip-fed head", took, 2 * SEC, SEC);
     assert!(sent < 40, "{sent} bytes dripped before the 408");
     assert_error_response("drip-fed head", &r, 408, true);
-    assert_eq!(
-        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"request\""], 1.0),
-        1.0
+    edge.assert_counted_and_logged(
+        "edge_inbound_timeouts_total",
+        &["phase=\"request\""],
+        1.0,
+        "request.timeout",
     );
-    assert!(edge.wait_log("request.timeout", 2 * SEC).is_some());
     assert_eq!(origin.accepted(), 0);
     drop(c);
     assert_settled(&edge);
@@ -172,13 +162,11 @@ both_drivers!(client_that_never_reads_is_closed_at_send, |d| {
         edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"send\""], 1.0),
         1.0
     );
-    assert_eq!(
-        edge.wait_metric("edge_responses_truncated_total", &[], 1.0),
-        1.0
-    );
-    assert!(
-        edge.wait_log("response.truncated", 2 * SEC).is_some(),
-        "no response.truncated log line"
+    edge.assert_counted_and_logged(
+        "edge_responses_truncated_total",
+        &[],
+        1.0,
+        "response.truncated",
     );
     // What was already in the socket buffers still arrives, then the connection ends short.
     let (bytes, closed) = c.read_until_closed(10 * SEC);
@@ -201,7 +189,7 @@ both_drivers!(client_that_never_reads_is_closed_at_send, |d| {
 });
 
 both_drivers!(route_client_request_timeout_overrides_request, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let route = "\n[[routes]]\npath_prefix = \"/upload\"\nupstream = \"origin\"\nclient_request_timeout = \"4s\"\n";
     let edge = Edge::start(&config(
         d,
@@ -255,7 +243,7 @@ both_drivers!(route_client_request_timeout_overrides_request, |d| {
 });
 
 both_drivers!(request_deadline_spans_head_and_body, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, &timeouts("request = \"2s\""), ""));
     // Head dripped over about 1.2 s, then the body over about 1.2 s: each part alone is within `request`,
     // together they are not; the deadline is armed once, by the first byte.

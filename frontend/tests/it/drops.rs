@@ -46,13 +46,11 @@ both_drivers!(upstream_close_mid_body_truncates_and_closes, |d| {
         "client connection not closed after a truncated body"
     );
     assert_eq!(body.len(), 500, "body bytes before the close");
-    assert_eq!(
-        edge.wait_metric("edge_responses_truncated_total", &[], 1.0),
-        1.0
-    );
-    assert!(
-        edge.wait_log("response.truncated", 2 * SEC).is_some(),
-        "no response.truncated log line"
+    edge.assert_counted_and_logged(
+        "edge_responses_truncated_total",
+        &[],
+        1.0,
+        "response.truncated",
     );
 
     // Chunked response: the data that arrived, and no last-chunk.

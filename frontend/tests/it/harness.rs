@@ -276,6 +276,20 @@ impl Edge {
         }
     }
 
+    /// Asserts a drop path was counted and logged (DESIGN.md "Status codes"): `metric{labels}` reaches
+    /// `want` and a line with `event` appears, each waited on with a bound.
+    pub fn assert_counted_and_logged(&self, metric: &str, labels: &[&str], want: f64, event: &str) {
+        assert_eq!(
+            self.wait_metric(metric, labels, want),
+            want,
+            "{metric}{labels:?}"
+        );
+        assert!(
+            self.wait_log(event, Duration::from_secs(2)).is_some(),
+            "no {event} log line"
+        );
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -373,12 +387,17 @@ pub struct Seen {
     pub conn_id: usize,
 }
 
+/// The first field named `name` (case-insensitive).
+fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 impl Seen {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
 }
 
@@ -503,6 +522,20 @@ impl Origin {
     /// Polls (every 5 ms, at most `limit`) until `cond(self)` holds; returns whether it did.
     pub fn wait_until(&self, limit: Duration, cond: impl Fn(&Origin) -> bool) -> bool {
         wait_until(limit, || cond(self))
+    }
+
+    /// An origin answering 200 with the request body it received, plus `X-Method: METHOD`.
+    pub fn echo() -> Origin {
+        Origin::start(|req| {
+            let mut b = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
+                req.body.len(),
+                req.method
+            )
+            .into_bytes();
+            b.extend_from_slice(&req.body);
+            Reply::raw(&b, false)
+        })
     }
 
     /// An origin answering 200 with `body` to everything.
@@ -654,10 +687,7 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()

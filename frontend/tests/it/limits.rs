@@ -9,22 +9,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{assert_error_response, config, Client, Driver, Edge, Origin, Reply, Seen};
+use crate::harness::{assert_error_response, config, Client, Driver, Edge, Origin};
 
 const SEC: Duration = Duration::from_secs(1);
 
 const LIMITS: &str =
     "\n[server.limits]\nmax_head_bytes = \"4KiB\"\nmax_headers = 10\nmax_body_bytes = \"1KiB\"\n";
-
-fn echo(req: &Seen) -> Reply {
-    let mut b = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-        req.body.len()
-    )
-    .into_bytes();
-    b.extend_from_slice(&req.body);
-    Reply::raw(&b, false)
-}
 
 /// One request edge must reject.
 struct Case {
@@ -47,7 +37,7 @@ fn case(name: &'static str, bytes: impl AsRef<[u8]>, status: u16, reason: &'stat
 /// invalid request: status, error response shape, `Connection: close` and the close itself, the counter
 /// with its reason (and no other reason), the log line, and an origin that saw nothing.
 fn check_rejected(d: Driver, extra_server: &str, c: &Case) {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, extra_server, ""));
     let mut client = Client::connect(edge.addr);
     client.send(&c.bytes);
@@ -346,7 +336,7 @@ both_drivers!(head_over_limits_gets_431, |d| {
 });
 
 both_drivers!(heads_at_the_limits_pass, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
     let mut c = Client::connect(edge.addr);
     // Exactly max_headers fields.
@@ -422,7 +412,7 @@ both_drivers!(request_line_over_default_limit_gets_414, |d| {
 });
 
 both_drivers!(content_length_over_max_body_gets_413_before_the_body, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
     let mut c = Client::connect(edge.addr);
     let t = Instant::now();
@@ -466,7 +456,7 @@ both_drivers!(chunked_body_over_max_body_sent_whole_gets_413, |d| {
 });
 
 both_drivers!(expect_continue_over_max_body_gets_413_without_100, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
     let mut c = Client::connect(edge.addr);
     c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4096\r\n\r\n");
@@ -483,7 +473,7 @@ both_drivers!(expect_continue_over_max_body_gets_413_without_100, |d| {
 both_drivers!(
     chunked_body_over_max_body_gets_413_and_aborts_upstream,
     |d| {
-        let origin = Origin::start(echo);
+        let origin = Origin::echo();
         let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
         let mut c = Client::connect(edge.addr);
         c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");

@@ -5,18 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{config, Client, Edge, Origin, Reply, Seen};
-
-fn echo(req: &Seen) -> Reply {
-    let mut b = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
-        req.body.len(),
-        req.method
-    )
-    .into_bytes();
-    b.extend_from_slice(&req.body);
-    Reply::raw(&b, false)
-}
+use crate::harness::{config, Client, Edge, Origin, Reply};
 
 both_drivers!(get_round_trips, |d| {
     let origin = Origin::fixed(b"hello, world\n");
@@ -35,7 +24,7 @@ both_drivers!(get_round_trips, |d| {
 });
 
 both_drivers!(post_content_length_body_is_byte_exact, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, "", ""));
     let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let mut c = Client::connect(edge.addr);
@@ -55,7 +44,7 @@ both_drivers!(post_content_length_body_is_byte_exact, |d| {
 });
 
 both_drivers!(chunked_request_body_of_several_mib_is_streamed, |d| {
-    let origin = Origin::start(echo);
+    let origin = Origin::echo();
     let edge = Edge::start(&config(d, origin.addr, "", ""));
     let mut c = Client::connect(edge.addr);
     c.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
