@@ -386,14 +386,9 @@ async fn record_and_answer(
             id,
         },
     );
-    if f.status() >= 500 || f.status() == 408 {
-        tracing::debug!(event = "request.failed", worker = w.id, status = f.status(), request = %String::from_utf8_lossy(&c.log_line));
-    }
     let mut out = SendBuf::take();
     respond::error_response(&mut out.0, f, close);
-    let (r, b) =
-        respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
-    out.0 = b;
+    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     finish(w, c, f.status(), started);
     if let Err(e) = r {
         tracing::info!(event = "response.undelivered", worker = w.id, status = f.status(), cause = ?e, "error response could not be delivered");
@@ -465,9 +460,7 @@ async fn health(
     };
     let mut out = SendBuf::take();
     respond::simple(&mut out.0, status, text, close, !ready, is_head);
-    let (r, b) =
-        respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
-    out.0 = b;
+    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     finish(w, c, status, started);
     if r.is_err() || close {
         Next::Close
@@ -506,8 +499,7 @@ async fn shed(w: &Worker, mut c: Conn) {
         true,
         false,
     );
-    let (r, _) =
-        respond::deliver(&mut c.stream, std::mem::take(&mut out.0), w.send_timeout()).await;
+    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     w.metrics.count_status(503);
     if r.is_ok() {
         respond::linger_close(c.stream).await;

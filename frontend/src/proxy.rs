@@ -32,7 +32,7 @@ use monoio::{
 use crate::{
     forward::{self, OutFraming, RequestRewrite},
     relay::{BadBody, RequestBody, ResponseBody},
-    respond::{Failure, SendFailure},
+    respond::{within_send, Failure, SendFailure},
     worker::Worker,
 };
 
@@ -150,13 +150,13 @@ pub async fn exchange(
     let sent_whole = body.done();
     if req.info.expect_continue && !sent_whole && req.head.minor == 1 {
         // Edge answers 100-continue itself (the Expect field is not forwarded), as nginx does.
-        let (r, _) = crate::respond::deliver(
-            client,
-            b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(),
-            w.send_timeout(),
-        )
-        .await;
-        if let Err(e) = r {
+        let write = async {
+            client
+                .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
+                .await
+                .0
+        };
+        if let Err(e) = within_send(w.send_timeout(), write).await {
             return client_gone(w, e);
         }
     }
@@ -342,28 +342,14 @@ pub async fn exchange(
                 let res = if relay.passthrough() {
                     let n = match relay.scan(conn.buf.data()) {
                         Ok(n) => n,
-                        Err(BadBody) => {
-                            w.metrics
-                                .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
-                                .increment(1);
-                            return truncated(w, status, "malformed chunked body from upstream");
-                        }
+                        Err(BadBody) => return bad_body(w, status),
                     };
                     complete = relay.done();
-                    match timeout(w.send_timeout(), conn.buf.write_prefix(client, n)).await {
-                        Ok(Ok(())) => Ok(()),
-                        Ok(Err(_)) => Err(SendFailure::Closed),
-                        Err(_) => Err(SendFailure::Timeout),
-                    }
+                    within_send(w.send_timeout(), conn.buf.write_prefix(client, n)).await
                 } else {
                     match relay.take_available(&mut conn.buf, &mut out.0) {
                         Ok(c) => complete = c,
-                        Err(BadBody) => {
-                            w.metrics
-                                .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
-                                .increment(1);
-                            return truncated(w, status, "malformed chunked body from upstream");
-                        }
+                        Err(BadBody) => return bad_body(w, status),
                     }
                     flush_client(client, &mut out, w.send_timeout()).await
                 };
@@ -409,14 +395,15 @@ async fn flush_client(
     out: &mut SendBuf,
     send: Duration,
 ) -> Result<(), SendFailure> {
-    if out.0.is_empty() {
-        return Ok(());
-    }
-    match timeout(send, out.flush(client)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err(SendFailure::Closed),
-        Err(_) => Err(SendFailure::Timeout),
-    }
+    within_send(send, out.flush(client)).await
+}
+
+/// Malformed chunked framing in the upstream's body after the head went out: counted and truncated.
+fn bad_body(w: &Worker, status: u16) -> Outcome {
+    w.metrics
+        .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
+        .increment(1);
+    truncated(w, status, "malformed chunked body from upstream")
 }
 
 fn client_gone(w: &Worker, e: SendFailure) -> Outcome {

@@ -7,7 +7,7 @@ use std::{cell::Cell, io::Write, time::Duration};
 use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
 use edge_upstream::{UpstreamError, UpstreamErrorKind};
 use monoio::{
-    io::{AsyncReadRent, AsyncWriteRentExt, Splitable},
+    io::{AsyncReadRent, Splitable},
     net::TcpStream,
     time::Instant,
 };
@@ -254,17 +254,17 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
     simple(out, f.status(), f.text(), close, f.status() == 503, false);
 }
 
-/// Writes `bytes` to the client under the `send` deadline; `false` when it could not be delivered (then
-/// the `send` timeout or the failed write is counted/logged by the caller).
-pub async fn deliver(
-    stream: &mut TcpStream,
-    bytes: Vec<u8>,
+/// Runs one write to the client under the `send` deadline (DESIGN.md "Inbound deadlines": no progress
+/// writing to the client), mapping the outcome to [`SendFailure`]. Every write to a client goes through
+/// here.
+pub async fn within_send<T>(
     send: Duration,
-) -> (Result<(), SendFailure>, Vec<u8>) {
-    match monoio::time::timeout(send, stream.write_all(bytes)).await {
-        Ok((Ok(_), b)) => (Ok(()), b),
-        Ok((Err(_), b)) => (Err(SendFailure::Closed), b),
-        Err(_) => (Err(SendFailure::Timeout), Vec::new()),
+    write: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, SendFailure> {
+    match monoio::time::timeout(send, write).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err(SendFailure::Closed),
+        Err(_) => Err(SendFailure::Timeout),
     }
 }
 
