@@ -243,42 +243,29 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         return Next::Close;
     }
     let started = Instant::now();
+    c.log_line.clear();
+    c.log_id.clear();
     let mut deadline = started + w.cfg.config.server.timeouts.request.0;
     let head = match read_head(w, c, deadline).await {
         Ok(Some(h)) => h,
         Ok(None) => return Next::Close,
-        Err(f) => return fail(w, c, f, false, started).await,
+        Err(f) => return fail(w, c, f, started).await,
     };
     let buf = c.rb.data();
-    c.log_line.clear();
     c.log_line.extend_from_slice(
         &buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)],
     );
     let method = &buf[head.method.clone()];
     if method == b"CONNECT" {
-        return fail(
-            w,
-            c,
-            Failure::Invalid(InvalidReason::Method),
-            false,
-            started,
-        )
-        .await;
+        return fail(w, c, Failure::Invalid(InvalidReason::Method), started).await;
     }
     let info = match request_info(buf, &head, &c.fields) {
         Ok(i) => i,
-        Err(e) => return fail(w, c, framing_failure(e), false, started).await,
+        Err(e) => return fail(w, c, framing_failure(e), started).await,
     };
     if let (Body::Length(n), Some(max)) = (info.body, w.cfg.config.server.limits.max_body_bytes.0) {
         if n > max {
-            return fail(
-                w,
-                c,
-                Failure::Invalid(InvalidReason::BodyTooLarge),
-                false,
-                started,
-            )
-            .await;
+            return fail(w, c, Failure::Invalid(InvalidReason::BodyTooLarge), started).await;
         }
     }
     c.served += 1;
@@ -306,7 +293,6 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         .request_timeout
         .unwrap_or(upstream.config.request_timeout)
         .0;
-    c.log_id.clear();
     RequestId::of(buf, &c.fields, w.next_request_id()).write(buf, &c.fields, &mut c.log_id);
     let idempotent = matches!(
         method,
@@ -343,10 +329,7 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         }
         Outcome::ClientGone => Next::Close,
         Outcome::Failed { failure, body_done } => {
-            let id = std::mem::take(&mut c.log_id);
-            let next = record_and_answer(w, c, failure, !body_done || close, started, &id).await;
-            c.log_id = id;
-            next
+            record_and_answer(w, c, failure, !body_done || close, started).await
         }
     }
 }
@@ -364,21 +347,22 @@ fn finish(w: &Worker, c: &Conn, status: u16, started: Instant) {
     }
 }
 
-/// A failure found while reading or checking the head: answer it; the connection closes when `closes()`
-/// says so (invalid input) or the body was not read.
-async fn fail(w: &Worker, c: &mut Conn, f: Failure, body_done: bool, started: Instant) -> Next {
-    record_and_answer(w, c, f, !body_done || f.closes(), started, b"-").await
+/// A failure found while reading or checking the head, before any body was read: answer it and close.
+async fn fail(w: &Worker, c: &mut Conn, f: Failure, started: Instant) -> Next {
+    record_and_answer(w, c, f, true, started).await
 }
 
+/// Counts and logs `f`, answers it, and decides the connection's fate (`close`, or always for
+/// [`Failure::closes`]).
 async fn record_and_answer(
     w: &Worker,
     c: &mut Conn,
     f: Failure,
     close: bool,
     started: Instant,
-    id: &[u8],
 ) -> Next {
     let close = close || f.closes();
+    let id: &[u8] = if c.log_id.is_empty() { b"-" } else { &c.log_id };
     f.record(
         w,
         &RequestLog {
@@ -415,7 +399,7 @@ async fn fail_after_head(
 ) -> Next {
     let body_done = discard_body(c, body, deadline).await;
     let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
-    record_and_answer(w, c, f, close, started, b"-").await
+    record_and_answer(w, c, f, close, started).await
 }
 
 /// Reads and drops a Content-Length body of at most [`DISCARD_MAX`] bytes; `true` when it was read whole.
