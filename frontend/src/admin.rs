@@ -133,19 +133,7 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
 }
 
 fn response(status: u16, ctype: &str, body: &[u8], close: bool) -> Vec<u8> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Service Unavailable",
-    };
-    let mut v = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{}\r\n",
-        body.len(),
-        if close { "Connection: close\r\n" } else { "" }
-    )
-    .into_bytes();
-    v.extend_from_slice(body);
+    let mut v = Vec::with_capacity(body.len() + 160);
+    crate::respond::local(&mut v, status, ctype, body, close, false, false);
     v
 }

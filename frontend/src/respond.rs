@@ -227,9 +227,31 @@ pub fn simple(
     retry_after: bool,
     head_only: bool,
 ) {
+    local(
+        out,
+        status,
+        "text/plain; charset=utf-8",
+        body.as_bytes(),
+        close,
+        retry_after,
+        head_only,
+    );
+}
+
+/// Writes a complete response edge answers itself (errors, health, admin): Content-Length framing,
+/// `Cache-Control: no-store`, `Retry-After: 1` on request, `Allow` on 405 (RFC 9110 §15.5.6).
+pub fn local(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    close: bool,
+    retry_after: bool,
+    head_only: bool,
+) {
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
         reason_phrase(status),
         body.len()
     );
@@ -237,7 +259,6 @@ pub fn simple(
         out.extend_from_slice(b"Retry-After: 1\r\n");
     }
     if status == 405 {
-        // RFC 9110 §15.5.6: a 405 lists the methods the target supports.
         out.extend_from_slice(b"Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE\r\n");
     }
     if close {
@@ -245,7 +266,7 @@ pub fn simple(
     }
     out.extend_from_slice(b"\r\n");
     if !head_only {
-        out.extend_from_slice(body.as_bytes());
+        out.extend_from_slice(body);
     }
 }
 
