@@ -37,6 +37,8 @@ macro_rules! label_enum {
         impl $name {
             /// Every value, in label order.
             pub const ALL: &'static [$name] = &[$($name::$var),+];
+            /// Every label value, in the same order.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
             /// The label value.
             pub const fn as_str(self) -> &'static str {
                 match self { $($name::$var => $text),+ }
@@ -180,7 +182,6 @@ impl WorkerMetrics {
                     .map(|v| counter!(name, "worker" => w.clone(), label => *v))
                     .collect()
             };
-        let names = |all: &[&'static str]| all.to_vec();
         let m = WorkerMetrics {
             status: RefCell::new(vec![None; 600]),
             duration: histogram!("edge_request_duration_seconds", "worker" => w.clone()),
@@ -188,12 +189,7 @@ impl WorkerMetrics {
             invalid: by(
                 "edge_requests_invalid_total",
                 "reason",
-                &names(
-                    &InvalidReason::ALL
-                        .iter()
-                        .map(|r| r.as_str())
-                        .collect::<Vec<_>>(),
-                ),
+                InvalidReason::NAMES,
             ),
             requests_shed: by(
                 "edge_requests_shed_total",
@@ -210,30 +206,17 @@ impl WorkerMetrics {
             connections_active: gauge!("edge_connections_active", "worker" => w.clone()),
             evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
             panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
-            inbound_timeouts: by(
-                "edge_inbound_timeouts_total",
-                "phase",
-                &InboundPhase::ALL
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>(),
-            ),
+            inbound_timeouts: by("edge_inbound_timeouts_total", "phase", InboundPhase::NAMES),
             upstream_requests: counter!("edge_upstream_requests_total", "worker" => w.clone()),
             upstream_errors: by(
                 "edge_upstream_errors_total",
                 "kind",
-                &UpstreamErrorKind::ALL
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>(),
+                UpstreamErrorKind::NAMES,
             ),
             upstream_timeouts: by(
                 "edge_upstream_timeouts_total",
                 "phase",
-                &UpstreamPhase::ALL
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>(),
+                UpstreamPhase::NAMES,
             ),
             upstream_retries: counter!("edge_upstream_retries_total", "worker" => w.clone()),
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
