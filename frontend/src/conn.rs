@@ -315,12 +315,16 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         proxy::exchange(w, &mut c.stream, &mut c.rb, &mut c.fields, c.peer.ip(), req).await;
     w.metrics.in_flight.decrement(1.0);
     match outcome {
-        Outcome::Done { status, keep } => {
+        Outcome::Done {
+            status,
+            keep,
+            unread_body,
+        } => {
             finish(w, c, status, started);
-            if keep {
-                Next::Keep
-            } else {
-                Next::Close
+            match (keep, unread_body) {
+                (true, _) => Next::Keep,
+                (false, false) => Next::Close,
+                (false, true) => Next::Linger,
             }
         }
         Outcome::Truncated { status } => {

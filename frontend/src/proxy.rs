@@ -25,7 +25,7 @@ use edge_core::{
 use edge_upstream::{zombie, Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind};
 use monoio::{
     io::AsyncWriteRentExt,
-    net::TcpStream,
+    net::{tcp::TcpOwnedWriteHalf, TcpStream},
     time::{timeout, timeout_at, Instant},
 };
 
@@ -69,6 +69,9 @@ pub enum Outcome {
         status: u16,
         /// Connection reusable.
         keep: bool,
+        /// The client may still be sending a body edge did not read (the upstream answered early): close
+        /// with a lingering close.
+        unread_body: bool,
     },
     /// Nothing was sent to the client yet; the caller answers with an error response.
     Failed {
@@ -168,6 +171,9 @@ pub async fn exchange(
         req.request_timeout,
     );
     let mut attempt = 0;
+    // The upstream answered before the whole request body was sent: the response is relayed, then both
+    // connections close (the upstream's is mid-request; the client's has unread body).
+    let mut early = false;
     let _active = ActiveGauge::new(&w.metrics.upstream_active);
     let (mut conn, head, mut act) = loop {
         let co = match up.checkout(attempt > 0).await {
@@ -200,18 +206,21 @@ pub async fn exchange(
             }
         }
         if !sent_whole {
-            match stream_request_body(
+            let (c, sent) = send_body_watching_response(
                 w,
                 client,
                 rb,
-                &mut conn,
+                conn,
+                fields,
                 &mut body,
                 cfg.write_timeout.0,
                 req.deadline,
             )
-            .await
-            {
-                Ok(()) => {}
+            .await;
+            conn = c;
+            match sent {
+                Ok(BodyEnd::Sent) => {}
+                Ok(BodyEnd::Early) => early = true,
                 Err(BodyFailure::Client(f)) => {
                     return Outcome::Failed {
                         failure: f,
@@ -274,10 +283,12 @@ pub async fn exchange(
     };
     // Draining may have started while the upstream worked on this request.
     let close = req.close
+        || early
         || framing == OutFraming::Close
         || w.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
-    let reusable =
-        response_keeps_alive(ubuf, &head, fields) && upstream_body != Body::CloseDelimited;
+    let reusable = !early
+        && response_keeps_alive(ubuf, &head, fields)
+        && upstream_body != Body::CloseDelimited;
     let ka = keep_alive_timeout(ubuf, fields);
     out.0.clear();
     forward::response_head(
@@ -371,6 +382,7 @@ pub async fn exchange(
     Outcome::Done {
         status,
         keep: !close,
+        unread_body: early,
     }
 }
 
@@ -486,13 +498,110 @@ enum BodyFailure {
     Upstream(UpstreamError),
 }
 
+/// How the request-body phase ended.
+enum BodyEnd {
+    /// The whole body was sent.
+    Sent,
+    /// The upstream started its response before the whole body was sent (e.g. a 413 or 401 without
+    /// reading the upload): sending stops, the response bytes are in the connection's buffer.
+    Early,
+}
+
+/// Streams the rest of the request body upstream while watching the upstream for an early response.
+/// The socket is split into halves for this phase (one `Rc` per request whose body outlives its first
+/// read); interim 1xx responses that arrive meanwhile are skipped and sending goes on.
+///
+/// # Cancel safety
+/// The response watch is a cancelable read: when the body finishes first it is cancelled and awaited, so
+/// response bytes that won the race stay in the buffer. When the response wins, the body future is
+/// dropped: the client's connection then closes and the upstream's is not reused, so bytes it held do
+/// not matter.
+#[allow(clippy::too_many_arguments)]
+async fn send_body_watching_response(
+    w: &Worker,
+    client: &mut TcpStream,
+    rb: &mut RecvBuf,
+    conn: UpstreamConn,
+    fields: &mut Fields,
+    body: &mut RequestBody,
+    write_timeout: Duration,
+    deadline: Instant,
+) -> (UpstreamConn, Result<BodyEnd, BodyFailure>) {
+    use std::{future::Future, pin::pin, task::Poll};
+    enum First {
+        Sent(Result<(), BodyFailure>),
+        Received(std::io::Result<usize>),
+    }
+    let (stream, mut parts) = conn.into_parts();
+    let (mut rd, mut wr) = monoio::io::Splitable::into_split(stream);
+    let end = {
+        let mut send = pin!(stream_request_body(
+            w,
+            client,
+            rb,
+            &mut wr,
+            body,
+            write_timeout,
+            deadline
+        ));
+        loop {
+            let canceller = monoio::io::Canceller::new();
+            let first = {
+                let mut watch = pin!(parts.buf.fill_cancelable(&mut rd, canceller.handle()));
+                let first = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = send.as_mut().poll(cx) {
+                        return Poll::Ready(First::Sent(r));
+                    }
+                    watch.as_mut().poll(cx).map(First::Received)
+                })
+                .await;
+                if matches!(first, First::Sent(_)) {
+                    canceller.cancel();
+                    // Bytes that won the race stay buffered; ECANCELED or EOF show up again on the
+                    // response-head read.
+                    let _ = watch.await;
+                }
+                first
+            };
+            match first {
+                First::Sent(r) => break r.map(|()| BodyEnd::Sent),
+                First::Received(Ok(0)) => {
+                    break Err(BodyFailure::Upstream(UpstreamError::new(
+                        UpstreamErrorKind::ClosedEarly,
+                    )))
+                }
+                First::Received(Err(e)) => {
+                    break Err(BodyFailure::Upstream(UpstreamError::from_io(&e)))
+                }
+                First::Received(Ok(_)) if skip_interim(&mut parts.buf, fields) => continue,
+                First::Received(Ok(_)) => break Ok(BodyEnd::Early),
+            }
+        }
+    };
+    let stream = rd
+        .reunite(wr)
+        .unwrap_or_else(|_| unreachable!("both halves come from one stream"));
+    (parts.join(stream), end)
+}
+
+/// Consumes complete interim (1xx other than 101) response heads at the start of `buf`; true when
+/// nothing else is buffered (a partial head counts as something: the response has started).
+fn skip_interim(buf: &mut RecvBuf, fields: &mut Fields) -> bool {
+    loop {
+        match parse_response(buf.data(), fields) {
+            Ok(Some(h)) if (100..200).contains(&h.status) && h.status != 101 => buf.consume(h.len),
+            _ => return buf.is_empty(),
+        }
+    }
+}
+
 /// Streams the rest of the request body: client reads under the `request` deadline, upstream writes
 /// under `write_timeout`.
 async fn stream_request_body(
     w: &Worker,
     client: &mut TcpStream,
     rb: &mut RecvBuf,
-    conn: &mut UpstreamConn,
+    upstream: &mut TcpOwnedWriteHalf,
     body: &mut RequestBody,
     write_timeout: Duration,
     deadline: Instant,
@@ -513,7 +622,7 @@ async fn stream_request_body(
             }
         }
         let n = body.scan(rb.data()).map_err(BodyFailure::Client)?;
-        match timeout(write_timeout, rb.write_prefix(&mut conn.stream, n)).await {
+        match timeout(write_timeout, rb.write_prefix(upstream, n)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(BodyFailure::Upstream(UpstreamError::from_io(&e))),
             Err(_) => {

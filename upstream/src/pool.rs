@@ -36,6 +36,51 @@ impl UpstreamConn {
             expires: Instant::now(),
         }
     }
+
+    /// Takes the socket out, so a phase can read and write it at once (monoio's `into_split`); put it
+    /// back with [`ConnParts::join`].
+    pub fn into_parts(self) -> (TcpStream, ConnParts) {
+        let UpstreamConn {
+            stream,
+            buf,
+            endpoint,
+            reused,
+            permit,
+            expires,
+        } = self;
+        let parts = ConnParts {
+            buf,
+            endpoint,
+            reused,
+            permit,
+            expires,
+        };
+        (stream, parts)
+    }
+}
+
+/// An [`UpstreamConn`] without its socket (see [`UpstreamConn::into_parts`]).
+pub struct ConnParts {
+    /// Bytes received and not yet consumed.
+    pub buf: RecvBuf,
+    endpoint: usize,
+    reused: bool,
+    permit: crate::permit::Permit,
+    expires: Instant,
+}
+
+impl ConnParts {
+    /// The connection again, with its socket.
+    pub fn join(self, stream: TcpStream) -> UpstreamConn {
+        UpstreamConn {
+            stream,
+            buf: self.buf,
+            endpoint: self.endpoint,
+            reused: self.reused,
+            permit: self.permit,
+            expires: self.expires,
+        }
+    }
 }
 
 /// The idle connections of one endpoint.

@@ -9,6 +9,7 @@ use crate::harness::{assert_about, assert_error_response, config, Client, Edge, 
 const SEC: Duration = Duration::from_secs(1);
 
 fn assert_settled(edge: &Edge) {
+    edge.assert_upstream_settled();
     assert_eq!(
         edge.wait_metric("edge_requests_in_flight", &[], 0.0),
         0.0,

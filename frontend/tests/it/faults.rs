@@ -72,6 +72,7 @@ both_drivers!(connect_that_hangs_gives_504_at_connect_timeout, |d| {
     assert!(edge
         .wait_log("upstream.timeout", Duration::from_secs(2))
         .is_some());
+    edge.assert_upstream_settled();
 });
 
 both_drivers!(
@@ -148,4 +149,5 @@ both_drivers!(zombie_upstream_is_cut_at_the_threshold, |d| {
     ] {
         assert!(line.contains(field), "{field} missing in {line}");
     }
+    edge.assert_upstream_settled();
 });

@@ -290,6 +290,20 @@ impl Edge {
         );
     }
 
+    /// No upstream exchange is left active and no request in flight (fault cases end with nothing leaked).
+    pub fn assert_upstream_settled(&self) {
+        assert_eq!(
+            self.wait_metric("edge_upstream_connections", &["state=\"active\""], 0.0),
+            0.0,
+            "an upstream exchange stayed active"
+        );
+        assert_eq!(
+            self.wait_metric("edge_requests_in_flight", &[], 0.0),
+            0.0,
+            "a request stayed in flight"
+        );
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -578,7 +592,7 @@ fn origin_conn(mut s: TcpStream, id: usize, h: &Handler, seen: &Mutex<Vec<Seen>>
 }
 
 /// Reads one request (head + Content-Length or chunked body) from `s`; `None` on EOF.
-fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
+pub fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut req = httparse::Request::new(&mut headers);

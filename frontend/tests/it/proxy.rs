@@ -210,6 +210,7 @@ both_drivers!(upstream_down_gives_502_and_proxy_keeps_serving, |d| {
     let mut c2 = Client::connect(edge.addr);
     assert_eq!(c2.get("/_health").status, 200);
     c2.s.flush().unwrap();
+    edge.assert_upstream_settled();
 });
 
 both_drivers!(upstream_max_active_queue_timeout_sheds_with_503, |d| {
