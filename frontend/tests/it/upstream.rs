@@ -88,6 +88,11 @@ both_drivers!(silent_upstream_is_a_zombie_at_the_cap, |d| {
         edge.metric("edge_upstream_timeouts_total", &["phase=\"request\""]),
         0.0
     );
+    assert_eq!(
+        edge.metric("edge_upstream_retries_total", &[]),
+        0.0,
+        "a zombie is never retried"
+    );
     edge.assert_upstream_settled();
     // Each zombie connection was closed by edge: the origin saw both end.
     assert!(
@@ -474,4 +479,77 @@ both_drivers!(slow_responses_complete_and_release_their_connection, |d| {
         edge.wait_metric("edge_upstream_connections", &["state=\"idle\""], 4.0),
         4.0
     );
+});
+
+both_drivers!(keep_alive_timeout_caps_the_pooled_lifetime, |d| {
+    // The origin announces `Keep-Alive: timeout=2` (and in fact keeps connections open for 10 s): edge
+    // keeps the connection pooled for 2 - 1 = 1 s, not pool_idle_timeout (4 s), then closes it.
+    let origin = Origin::start(|_| {
+        Reply::raw(
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=2\r\nContent-Length: 2\r\n\r\nok",
+            false,
+        )
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    assert_eq!(c.get("/1").body, b"ok");
+    assert_eq!(c.get("/2").body, b"ok");
+    assert_eq!(
+        origin.accepted(),
+        1,
+        "a pooled connection is reused within its lifetime"
+    );
+    let t = Instant::now();
+    assert_eq!(
+        edge.wait_metric("edge_upstream_connections", &["state=\"idle\""], 1.0),
+        1.0
+    );
+    assert_eq!(
+        edge.wait_metric("edge_upstream_connections", &["state=\"idle\""], 0.0),
+        0.0
+    );
+    assert_within("pooled lifetime", t.elapsed(), SEC / 2, 2 * SEC);
+    assert!(
+        origin.wait_until(2 * SEC, |o| o.closed() == 1),
+        "edge did not close it"
+    );
+    assert_eq!(c.get("/3").body, b"ok");
+    assert_eq!(origin.accepted(), 2);
+});
+
+both_drivers!(connect_timeout_retries_on_the_next_endpoint, |d| {
+    // First endpoint: a full backlog, so the connect hangs; second: a live origin. Any method is retried
+    // (nothing was sent), here a POST, once, on the next endpoint.
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    s.listen(0).unwrap();
+    let hanging = s.local_addr().unwrap().as_socket().unwrap();
+    let _fillers: Vec<_> = (0..4)
+        .filter_map(|_| TcpStream::connect_timeout(&hanging, Duration::from_millis(300)).ok())
+        .collect();
+    let origin = Origin::echo();
+    let cfg = config(d, hanging, "", "").replace(
+        &format!("endpoints = [\"{hanging}\"]"),
+        &format!("endpoints = [\"{hanging}\", \"{}\"]", origin.addr),
+    );
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect_timeout(edge.addr, 10 * SEC);
+    let t = Instant::now();
+    c.send(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nbody");
+    let r = c.read_response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"body");
+    // Worker 0 starts round-robin at the first endpoint: the hanging one, for connect_timeout.
+    assert_within("retried request", t.elapsed(), SEC / 2, 3 * SEC);
+    assert_eq!(edge.metric("edge_upstream_retries_total", &[]), 1.0);
+    // The timeout was answered by the retry, not with a 504: it counts as a retry only.
+    assert_eq!(edge.metric("edge_upstream_timeouts_total", &[]), 0.0);
+    assert_eq!(origin.seen_count(), 1);
+    edge.assert_upstream_settled();
 });
