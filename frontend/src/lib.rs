@@ -6,6 +6,8 @@
 //! exchange) with heads rewritten by [`forward`]; every failure is answered through [`respond`].
 
 pub mod admin;
+#[cfg(feature = "count-alloc")]
+pub mod alloc_count;
 pub mod cli;
 pub mod conn;
 pub mod evict;

@@ -3,6 +3,11 @@
 use clap::Parser;
 use edge_frontend::{cli::Cli, cli::Command, load_config, EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME};
 
+/// Bench mode only (`--features count-alloc`): counts allocations per thread (edge-bench alloc).
+#[cfg(feature = "count-alloc")]
+#[global_allocator]
+static ALLOCATOR: edge_frontend::alloc_count::Counting = edge_frontend::alloc_count::Counting;
+
 fn main() {
     let cli = Cli::parse();
     if let Some(Command::Healthcheck { url }) = &cli.command {

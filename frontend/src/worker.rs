@@ -122,7 +122,12 @@ pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
 }
 
 async fn heartbeat(w: Rc<Worker>) {
+    #[cfg(feature = "count-alloc")]
+    let allocations =
+        metrics::counter!("edge_worker_allocations_total", "worker" => w.id.to_string());
     loop {
+        #[cfg(feature = "count-alloc")]
+        allocations.absolute(crate::alloc_count::thread_allocations());
         w.shared.beat(w.id);
         w.log_limit.flush();
         crate::faults::on_tick();
