@@ -464,3 +464,32 @@ both_drivers!(late_byte_on_an_idle_pooled_connection_poisons_it, |d| {
     assert_eq!(r.body, b"conn2", "the poisoned connection was reused");
     assert_eq!(origin.accepted(), 2);
 });
+
+both_drivers!(absolute_form_target_authority_is_the_host, |d| {
+    // RFC 9112 §3.2.2: the target's authority replaces Host; upstream gets origin-form and that Host.
+    let origin = Origin::echo();
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    c.send(b"GET http://real.example:8080/p?q=1 HTTP/1.1\r\nHost: spoofed.example\r\n\r\n");
+    assert_eq!(c.read_response(false).unwrap().status, 200);
+    let seen = origin.last();
+    assert_eq!(seen.target, "/p?q=1");
+    assert_eq!(seen.header("host"), Some("real.example:8080"));
+    assert_eq!(
+        seen.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .count(),
+        1
+    );
+    // A fragment in the target is 400 bad_head.
+    c.send(b"GET /p#frag HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_error_response("fragment", &c.read_response(false).unwrap(), 400, true);
+    edge.assert_counted_and_logged(
+        "edge_requests_invalid_total",
+        &["reason=\"bad_head\""],
+        1.0,
+        "request.invalid",
+    );
+    assert_eq!(origin.seen_count(), 1);
+});
