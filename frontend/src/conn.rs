@@ -272,7 +272,8 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     let server = &w.cfg.config.server;
     let draining = w.shared.draining.load(Ordering::Relaxed);
     let close = info.close || draining || c.served >= server.max_requests_per_connection;
-    let target = &buf[head.target.clone()];
+    // Origin-form (the path of an absolute-form target, whose authority replaces Host: RFC 9112 §3.2.2).
+    let target = &buf[head.path.clone()];
     let is_head = method == b"HEAD";
     let path = target.split(|&b| b == b'?').next().unwrap_or(target);
 
@@ -280,7 +281,10 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         return health(w, c, head.len, info.body, is_head, close, started).await;
     }
     crate::faults::on_request(path);
-    let host = info.host.map(|i| c.fields[i].value(buf));
+    let host = match &head.authority {
+        Some(a) => Some(&buf[a.clone()]),
+        None => info.host.map(|i| c.fields[i].value(buf)),
+    };
     let Some(route) = w.router.find(target, host) else {
         c.rb.consume(head.len);
         return fail_after_head(w, c, Failure::NoRoute, info.body, deadline, started).await;

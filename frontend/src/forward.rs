@@ -111,7 +111,12 @@ pub fn request_head(
 ) {
     out.extend_from_slice(&buf[head.method.clone()]);
     out.push(b' ');
-    out.extend_from_slice(&buf[head.target.clone()]);
+    // Absolute-form goes upstream in origin-form with its authority as Host (RFC 9112 §3.2.2).
+    let path = &buf[head.path.clone()];
+    if !path.starts_with(b"/") && path != b"*" {
+        out.push(b'/');
+    }
+    out.extend_from_slice(path);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let named = connection_names_fields(buf, fields);
     let mut xff_prev = false;
@@ -131,6 +136,12 @@ pub fn request_head(
             }
             FieldKind::XForwardedProto => proto_kept = true,
             FieldKind::RequestId => continue, // written below
+            FieldKind::Host => {
+                if let Some(a) = &head.authority {
+                    field(out, b"Host", &buf[a.clone()]);
+                    continue;
+                }
+            }
             _ => {}
         }
         out.extend_from_slice(
@@ -315,5 +326,75 @@ mod tests {
             out,
             "HTTP/1.1 200 OK\r\nServer: o\r\nVia: 1.1 edge\r\nTransfer-Encoding: chunked\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn absolute_form_goes_upstream_in_origin_form_with_its_authority_as_host() {
+        let out = rewrite(
+            "GET http://a.example:81/x?y HTTP/1.1\r\nHost: other\r\nX-K: v\r\n\r\n",
+            false,
+        );
+        assert!(
+            out.starts_with("GET /x?y HTTP/1.1\r\nHost: a.example:81\r\nX-K: v\r\n"),
+            "{out}"
+        );
+        let out = rewrite("GET HTTP://a?y HTTP/1.1\r\nHost: a\r\n\r\n", false);
+        assert!(out.starts_with("GET /?y HTTP/1.1\r\nHost: a\r\n"), "{out}");
+        let out = rewrite("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", false);
+        assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
+    }
+
+    use edge_core::http::framing::request_info;
+    use proptest::prelude::*;
+
+    fn token() -> impl Strategy<Value = String> {
+        proptest::string::string_regex("[A-Za-z0-9!#$%&'*+.^_`|~-]{1,10}").unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Edge's rewrite of a valid request parses back (strictly) to the same method and target, the
+        /// same end-to-end fields in the same order, and the same body framing.
+        #[test]
+        fn rewritten_request_parses_back(
+            method in token(),
+            path in proptest::string::string_regex("/[A-Za-z0-9/?=&%._~-]{0,20}").unwrap(),
+            extra in proptest::collection::vec(
+                (token(), proptest::string::string_regex("[ -~]{0,16}").unwrap()), 0..6),
+            chunked in any::<bool>(),
+        ) {
+            let mut text = format!("{method} {path} HTTP/1.1\r\nHost: h.example\r\n");
+            for (n, v) in &extra {
+                text.push_str(&format!("X-{n}: {}\r\n", v.trim_matches([' ', '\t'])));
+            }
+            text.push_str(if chunked { "Transfer-Encoding: chunked\r\n" } else { "Content-Length: 3\r\n" });
+            text.push_str("\r\n");
+            let buf = text.as_bytes();
+            let mut f = Fields::new();
+            let h = parse_request(buf, 100, &mut f).unwrap().unwrap();
+            let info = request_info(buf, &h, &f).unwrap();
+            let rw = RequestRewrite {
+                peer: "10.0.0.9".parse().unwrap(),
+                trusted: false,
+                id: b"id-1",
+                body: info.body,
+            };
+            let mut out = Vec::new();
+            request_head(&mut out, buf, &h, &f, &rw);
+            let mut f2 = Fields::new();
+            let h2 = parse_request(&out, 100, &mut f2).unwrap().unwrap();
+            prop_assert_eq!(h2.len, out.len());
+            prop_assert_eq!(&out[h2.method.clone()], method.as_bytes());
+            prop_assert_eq!(&out[h2.target.clone()], path.as_bytes());
+            prop_assert_eq!(request_info(&out, &h2, &f2).unwrap().body, info.body);
+            let others = |b: &[u8], f: &[Field]| -> Vec<(Vec<u8>, Vec<u8>)> {
+                f.iter()
+                    .filter(|f| f.kind == FieldKind::Other || f.kind == FieldKind::Host)
+                    .map(|f| (f.name(b).to_vec(), f.value(b).to_vec()))
+                    .collect()
+            };
+            prop_assert_eq!(others(&out, &f2), others(buf, &f));
+        }
     }
 }

@@ -3,11 +3,13 @@
 //! [`ResponseBody`] carries the upstream's body to the client in the client's framing (as is; de-chunked
 //! for an HTTP/1.0 client; re-chunked when the upstream delimits by closing).
 
-use std::io::Write;
-
 use edge_core::{
     buf::RecvBuf,
-    http::{body::BodyScanner, framing::Body},
+    http::{
+        body::BodyScanner,
+        chunked::{encode_chunk, LAST_CHUNK},
+        framing::Body,
+    },
     metrics::InvalidReason,
 };
 
@@ -121,11 +123,7 @@ impl ResponseBody {
             out.extend_from_slice(&data[..n]);
             n
         } else if rechunk {
-            if !data.is_empty() {
-                let _ = write!(out, "{:x}\r\n", data.len());
-                out.extend_from_slice(data);
-                out.extend_from_slice(b"\r\n");
-            }
+            encode_chunk(out, data);
             self.scan(data)?
         } else {
             // Chunked upstream body to an HTTP/1.0 client: de-chunk.
@@ -140,7 +138,7 @@ impl ResponseBody {
     /// The upstream closed a close-delimited body: it is complete (with the last chunk when re-chunking).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         if self.client == OutFraming::Chunked && !self.done() {
-            out.extend_from_slice(b"0\r\n\r\n");
+            out.extend_from_slice(LAST_CHUNK);
         }
         self.scan.finish();
     }

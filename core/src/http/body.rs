@@ -118,4 +118,32 @@ mod tests {
         assert!(BodyScanner::new(Body::None).is_done());
         assert!(BodyScanner::new(Body::Length(0)).is_done());
     }
+
+    #[test]
+    fn chunked_and_length_bodies_at_every_split() {
+        let msg = b"4;x=\"y\"\r\nwiki\r\n5\r\npedia\r\n0\r\nT: v\r\n\r\nNEXT";
+        for (kind, want_payload, want_len) in [
+            (Body::Chunked, &b"wikipedia"[..], msg.len() - 4),
+            (Body::Length(7), &msg[..7], 7),
+        ] {
+            for split in 0..=msg.len() {
+                let mut s = BodyScanner::new(kind);
+                let mut payload = Vec::new();
+                let mut used = 0;
+                for part in [&msg[..split], &msg[split..]] {
+                    let n = s
+                        .scan(part, |r| payload.extend_from_slice(&part[r]))
+                        .unwrap();
+                    used += n;
+                    if s.is_done() {
+                        break;
+                    }
+                    assert_eq!(n, part.len(), "{kind:?} split {split}: stopped early");
+                }
+                assert!(s.is_done(), "{kind:?} split {split}");
+                assert_eq!(payload, want_payload, "{kind:?} split {split}");
+                assert_eq!(used, want_len, "{kind:?} split {split}");
+            }
+        }
+    }
 }

@@ -43,24 +43,28 @@ pub struct RequestInfo {
     pub expect_continue: bool,
 }
 
-/// Parses a Content-Length value: ASCII digits only, no sign, no whitespace inside (RFC 9110 §8.6).
+/// Parses a Content-Length value: one or more ASCII digits and nothing else (no sign, no whitespace or
+/// underscore inside, no hex), overflow of u64 checked (RFC 9110 §8.6). Leading zeros are allowed.
 pub fn parse_content_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+    if v.is_empty() {
         return None;
     }
     v.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
 }
 
-/// Combined Content-Length of all CL fields: identical repeats fold into one; differing or malformed
-/// values are an error.
+/// Combined Content-Length of all CL fields (RFC 9110 §8.6, RFC 9112 §6.3 rule 5): a field may be a list
+/// of identical values ("5, 5") and identical fields fold into one; differing values, a malformed value
+/// or an empty list element are an error.
 fn content_length(buf: &[u8], fields: &[Field]) -> Result<Option<u64>, ()> {
     let mut found = None;
     for f in fields.iter().filter(|f| f.kind == FieldKind::ContentLength) {
-        // A single field may itself be a list ("5, 5").
-        for e in list_elements(f.value(buf)).chain(f.value(buf).is_empty().then_some(&b""[..])) {
-            let n = parse_content_length(e).ok_or(())?;
+        for e in f.value(buf).split(|&b| b == b',') {
+            let n = parse_content_length(super::head::trim(e)).ok_or(())?;
             if found.is_some_and(|m| m != n) {
                 return Err(());
             }
@@ -70,9 +74,25 @@ fn content_length(buf: &[u8], fields: &[Field]) -> Result<Option<u64>, ()> {
     Ok(found)
 }
 
-/// Classifies the Transfer-Encoding list: `Ok(None)` when absent, `Ok(Some(true))` when exactly chunked.
-fn transfer_encoding(buf: &[u8], fields: &[Field]) -> Result<Option<()>, FramingError> {
+/// What the Transfer-Encoding fields of a message say, all lines taken as one list (RFC 9112 §6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Codings {
+    /// No Transfer-Encoding field.
+    Absent,
+    /// Exactly `chunked`.
+    Chunked,
+    /// Chunked last, after other codings.
+    ChunkedAfterOthers,
+    /// A final coding that is not chunked (or an empty list).
+    NotChunkedLast,
+    /// Chunked listed more than once.
+    ChunkedTwice,
+}
+
+/// Classifies the Transfer-Encoding list (empty elements ignored, names case-insensitive).
+fn transfer_encoding(buf: &[u8], fields: &[Field]) -> Codings {
     let mut any = false;
+    let mut codings = 0usize;
     let mut chunked_seen = false;
     let mut last_is_chunked = false;
     for f in fields
@@ -83,30 +103,18 @@ fn transfer_encoding(buf: &[u8], fields: &[Field]) -> Result<Option<()>, Framing
         for coding in list_elements(f.value(buf)) {
             let is_chunked = coding.eq_ignore_ascii_case(b"chunked");
             if is_chunked && chunked_seen {
-                return Err(FramingError::BadFraming);
+                return Codings::ChunkedTwice;
             }
+            codings += 1;
             chunked_seen |= is_chunked;
             last_is_chunked = is_chunked;
         }
     }
-    match (any, chunked_seen, last_is_chunked) {
-        (false, _, _) => Ok(None),
-        (true, _, false) => Err(FramingError::BadFraming),
-        (true, true, true) => {
-            // Exactly `chunked` is fine; chunked after other codings we do not implement is 501.
-            let only = fields
-                .iter()
-                .filter(|f| f.kind == FieldKind::TransferEncoding)
-                .flat_map(|f| list_elements(f.value(buf)))
-                .count()
-                == 1;
-            if only {
-                Ok(Some(()))
-            } else {
-                Err(FramingError::TransferCoding)
-            }
-        }
-        (true, false, true) => unreachable!("last_is_chunked implies chunked_seen"),
+    match (any, last_is_chunked, codings) {
+        (false, _, _) => Codings::Absent,
+        (true, false, _) => Codings::NotChunkedLast,
+        (true, true, 1) => Codings::Chunked,
+        (true, true, _) => Codings::ChunkedAfterOthers,
     }
 }
 
@@ -151,14 +159,27 @@ pub fn request_info(
             return Err(FramingError::BadHost);
         }
     }
-    let te = transfer_encoding(buf, fields)?;
+    // An absolute-form target's authority replaces Host (RFC 9112 §3.2.2): it must be a valid host too.
+    if let Some(a) = &head.authority {
+        if !valid_host(&buf[a.clone()]) {
+            return Err(FramingError::BadHost);
+        }
+    }
+    let te = transfer_encoding(buf, fields);
+    if te != Codings::Absent && head.minor == 0 {
+        // RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message means faulty framing.
+        return Err(FramingError::BadFraming);
+    }
     let cl = content_length(buf, fields).map_err(|()| FramingError::BadFraming)?;
     let body = match (te, cl) {
-        (Some(()), Some(_)) => return Err(FramingError::BadFraming),
-        (Some(()), None) if head.minor == 0 => return Err(FramingError::BadFraming),
-        (Some(()), None) => Body::Chunked,
-        (None, Some(0)) | (None, None) => Body::None,
-        (None, Some(n)) => Body::Length(n),
+        // RFC 9112 §6.1: a sender MUST NOT send both; edge rejects instead of picking one (CL.TE / TE.CL).
+        (Codings::Absent, Some(0) | None) => Body::None,
+        (Codings::Absent, Some(n)) => Body::Length(n),
+        (_, Some(_)) | (Codings::NotChunkedLast | Codings::ChunkedTwice, None) => {
+            return Err(FramingError::BadFraming)
+        }
+        (Codings::ChunkedAfterOthers, None) => return Err(FramingError::TransferCoding),
+        (Codings::Chunked, None) => Body::Chunked,
     };
     let close = if head.minor == 0 {
         !connection_has(buf, fields, b"keep-alive")
@@ -187,10 +208,13 @@ fn valid_host(v: &[u8]) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BadResponse;
 
-/// The response framing decision (RFC 9112 §6.3 rules 1–8). `head_request` marks a response to HEAD.
+/// The response framing decision (RFC 9112 §6.3 rules 1–8). `head_request` marks a response to HEAD;
+/// HEAD, 1xx, 204 and 304 responses have no body whatever their fields say (rules 1–2).
 ///
 /// # Errors
-/// [`BadResponse`] for malformed or differing Content-Length values, or CL together with TE.
+/// [`BadResponse`] for malformed or differing Content-Length values, CL together with TE, Transfer-Encoding
+/// in an HTTP/1.0 response (RFC 9112 §6.1, §6.3), or any coding list but exactly `chunked` (edge
+/// implements no other transfer coding, and Transfer-Encoding is hop-by-hop).
 pub fn response_body(
     buf: &[u8],
     head: &ResponseHead,
@@ -200,28 +224,20 @@ pub fn response_body(
     if head_request || head.status < 200 || head.status == 204 || head.status == 304 {
         return Ok(Body::None);
     }
-    let chunked_last = {
-        let mut any = false;
-        let mut last = false;
-        for f in fields
-            .iter()
-            .filter(|f| f.kind == FieldKind::TransferEncoding)
-        {
-            for coding in list_elements(f.value(buf)) {
-                any = true;
-                last = coding.eq_ignore_ascii_case(b"chunked");
-            }
-        }
-        any.then_some(last)
-    };
+    let te = transfer_encoding(buf, fields);
+    if te != Codings::Absent && head.minor == 0 {
+        // RFC 9112 §6.1: faulty framing; edge does not guess.
+        return Err(BadResponse);
+    }
     let cl = content_length(buf, fields).map_err(|()| BadResponse)?;
-    match (chunked_last, cl) {
-        (Some(_), Some(_)) => Err(BadResponse),
-        (Some(true), None) if head.minor == 1 => Ok(Body::Chunked),
-        (Some(_), None) => Ok(Body::CloseDelimited),
-        (None, Some(0)) => Ok(Body::None),
-        (None, Some(n)) => Ok(Body::Length(n)),
-        (None, None) => Ok(Body::CloseDelimited),
+    match (te, cl) {
+        (Codings::Absent, Some(0)) => Ok(Body::None),
+        (Codings::Absent, Some(n)) => Ok(Body::Length(n)),
+        (Codings::Absent, None) => Ok(Body::CloseDelimited),
+        (Codings::Chunked, None) => Ok(Body::Chunked),
+        // Any other coding: edge implements only chunked and removes Transfer-Encoding (hop-by-hop), so
+        // it could not tell the client how the body is coded. Refused, as nginx does.
+        _ => Err(BadResponse),
     }
 }
 
@@ -348,6 +364,190 @@ mod tests {
         );
     }
 
+    /// One row per request-framing rule of issue 5 / DESIGN.md "HTTP/1.1 rules", with the exact error.
+    #[test]
+    fn request_rejection_table() {
+        use FramingError::*;
+        let p = "POST / HTTP/1.1\r\nHost: a\r\n";
+        for (rule, fields, want) in [
+            (
+                "CL and TE (CL.TE)",
+                "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n",
+                BadFraming,
+            ),
+            (
+                "TE and CL (TE.CL)",
+                "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
+                BadFraming,
+            ),
+            (
+                "CL and non-chunked TE",
+                "Content-Length: 3\r\nTransfer-Encoding: gzip\r\n",
+                BadFraming,
+            ),
+            (
+                "differing CL fields",
+                "Content-Length: 5\r\nContent-Length: 6\r\n",
+                BadFraming,
+            ),
+            ("differing CL list", "Content-Length: 5, 6\r\n", BadFraming),
+            (
+                "CL list with an empty element",
+                "Content-Length: 5,\r\n",
+                BadFraming,
+            ),
+            ("CL of commas", "Content-Length: ,\r\n", BadFraming),
+            ("CL empty", "Content-Length: \r\n", BadFraming),
+            ("CL plus sign", "Content-Length: +5\r\n", BadFraming),
+            ("CL minus sign", "Content-Length: -5\r\n", BadFraming),
+            ("CL hex", "Content-Length: 0x5\r\n", BadFraming),
+            ("CL underscore", "Content-Length: 1_0\r\n", BadFraming),
+            ("CL space inside", "Content-Length: 1 0\r\n", BadFraming),
+            ("CL decimal point", "Content-Length: 5.0\r\n", BadFraming),
+            (
+                "CL overflows u64",
+                "Content-Length: 18446744073709551616\r\n",
+                BadFraming,
+            ),
+            (
+                "CL non-ASCII digit",
+                "Content-Length: \u{661}\r\n",
+                BadFraming,
+            ),
+            (
+                "final coding not chunked",
+                "Transfer-Encoding: gzip\r\n",
+                BadFraming,
+            ),
+            (
+                "obfuscated chunked (xchunked)",
+                "Transfer-Encoding: xchunked\r\n",
+                BadFraming,
+            ),
+            (
+                "chunked with a parameter",
+                "Transfer-Encoding: chunked;q=1\r\n",
+                BadFraming,
+            ),
+            (
+                "quoted chunked",
+                "Transfer-Encoding: \"chunked\"\r\n",
+                BadFraming,
+            ),
+            ("identity", "Transfer-Encoding: identity\r\n", BadFraming),
+            ("empty TE", "Transfer-Encoding: \r\n", BadFraming),
+            (
+                "chunked then gzip",
+                "Transfer-Encoding: chunked, gzip\r\n",
+                BadFraming,
+            ),
+            (
+                "chunked twice",
+                "Transfer-Encoding: chunked, chunked\r\n",
+                BadFraming,
+            ),
+            (
+                "chunked twice on two lines",
+                "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                BadFraming,
+            ),
+            (
+                "chunked after gzip",
+                "Transfer-Encoding: gzip, chunked\r\n",
+                TransferCoding,
+            ),
+            (
+                "chunked after gzip on two lines",
+                "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+                TransferCoding,
+            ),
+            ("second Host", "Host: b\r\n", BadHost),
+            ("identical second Host", "Host: a\r\n", BadHost),
+        ] {
+            assert_eq!(req(&format!("{p}{fields}\r\n")), Err(want), "{rule}");
+        }
+        for (rule, text, want) in [
+            (
+                "TE in HTTP/1.0",
+                "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                BadFraming,
+            ),
+            (
+                "TE gzip, chunked in HTTP/1.0",
+                "POST / HTTP/1.0\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                BadFraming,
+            ),
+            ("no Host in HTTP/1.1", "GET / HTTP/1.1\r\n\r\n", BadHost),
+            ("empty Host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", BadHost),
+            (
+                "Host with a path",
+                "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+                BadHost,
+            ),
+            (
+                "Host with userinfo",
+                "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n",
+                BadHost,
+            ),
+            (
+                "Host with a space",
+                "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+                BadHost,
+            ),
+            (
+                "two Hosts in HTTP/1.0",
+                "GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+                BadHost,
+            ),
+            (
+                "absolute-form without Host",
+                "GET http://a/ HTTP/1.1\r\n\r\n",
+                BadHost,
+            ),
+            (
+                "absolute-form empty authority",
+                "GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n",
+                BadHost,
+            ),
+            (
+                "absolute-form userinfo",
+                "GET http://u@a/x HTTP/1.1\r\nHost: a\r\n\r\n",
+                BadHost,
+            ),
+        ] {
+            assert_eq!(req(text), Err(want), "{rule}");
+        }
+    }
+
+    #[test]
+    fn request_framing_accepts() {
+        for (text, body) in [
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 007\r\n\r\n",
+                Body::Length(7),
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n",
+                Body::Length(u64::MAX),
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+                Body::None,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n",
+                Body::Chunked,
+            ),
+            (
+                "POST / HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+                Body::Length(2),
+            ),
+            ("GET http://a:1/x HTTP/1.1\r\nHost: b\r\n\r\n", Body::None),
+        ] {
+            assert_eq!(req(text).map(|i| i.body), Ok(body), "{text}");
+        }
+    }
+
     fn res(text: &str, head_req: bool) -> Result<Body, BadResponse> {
         let mut f = Fields::new();
         let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
@@ -356,51 +556,99 @@ mod tests {
 
     #[test]
     fn response_framing_table() {
-        assert_eq!(
-            res("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", false),
-            Ok(Body::Length(3))
-        );
-        assert_eq!(
-            res("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", true),
-            Ok(Body::None)
-        );
-        assert_eq!(
-            res("HTTP/1.1 204 No Content\r\n\r\n", false),
-            Ok(Body::None)
-        );
-        assert_eq!(
-            res(
-                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
-                false
+        for (text, head_req, want) in [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
+                false,
+                Ok(Body::Length(3)),
             ),
-            Ok(Body::None)
-        );
-        assert_eq!(
-            res(
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+                false,
+                Ok(Body::Length(3)),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
+                true,
+                Ok(Body::None),
+            ),
+            (
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                false
+                true,
+                Ok(Body::None),
             ),
-            Ok(Body::Chunked)
-        );
-        assert_eq!(
-            res("HTTP/1.1 200 OK\r\n\r\n", false),
-            Ok(Body::CloseDelimited)
-        );
-        assert_eq!(
-            res("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false),
-            Ok(Body::CloseDelimited)
-        );
-        assert_eq!(
-            res("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false),
-            Err(BadResponse)
-        );
-        assert_eq!(
-            res(
+            ("HTTP/1.1 204 No Content\r\n\r\n", false, Ok(Body::None)),
+            (
+                "HTTP/1.1 204 No Content\r\nContent-Length: 4\r\n\r\n",
+                false,
+                Ok(Body::None),
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                false,
+                Ok(Body::None),
+            ),
+            (
+                "HTTP/1.1 103 Early Hints\r\nContent-Length: 9\r\n\r\n",
+                false,
+                Ok(Body::None),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false,
+                Ok(Body::Chunked),
+            ),
+            ("HTTP/1.1 200 OK\r\n\r\n", false, Ok(Body::CloseDelimited)),
+            ("HTTP/1.0 200 OK\r\n\r\n", false, Ok(Body::CloseDelimited)),
+            // Rejections: each is 502 bad_response and the upstream connection is not reused.
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\n",
+                false,
+                Err(BadResponse),
+            ),
+            (
                 "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                false
+                false,
+                Err(BadResponse),
             ),
-            Err(BadResponse)
-        );
+        ] {
+            assert_eq!(res(text, head_req), want, "{text}");
+        }
     }
 
     #[test]

@@ -103,6 +103,13 @@ pub struct RequestHead {
     pub method: Range<usize>,
     /// Request target as sent.
     pub target: Range<usize>,
+    /// The target as edge routes and forwards it (RFC 9112 §3.2): the whole target in origin-form and
+    /// asterisk-form; in absolute-form the part after the authority, which may be empty or start with
+    /// `?` (the forwarder then writes `/` before it).
+    pub path: Range<usize>,
+    /// The authority of an absolute-form target. It replaces the Host field for routing and is sent
+    /// upstream as Host (RFC 9112 §3.2.2); its syntax is checked with Host's in the framing decision.
+    pub authority: Option<Range<usize>>,
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub minor: u8,
 }
@@ -150,11 +157,67 @@ fn collect(buf: &[u8], headers: &[httparse::Header<'_>], fields: &mut Fields) {
     }
 }
 
+/// Whether every LF in `head` ends a CRLF.
+///
+/// RFC 9112 §2.2 lets a recipient accept a bare LF as a line terminator; edge does not. A proxy that
+/// accepts bare LF while the origin behind it does not (or the reverse) sees different field lines in the
+/// same bytes, which is one way to smuggle a request. httparse accepts bare LF, so edge checks after it.
+fn crlf_only(head: &[u8]) -> bool {
+    let mut prev = 0u8;
+    for &b in head {
+        if b == b'\n' && prev != b'\r' {
+            return false;
+        }
+        prev = b;
+    }
+    true
+}
+
+/// The target forms of RFC 9112 §3.2 that a reverse proxy serves, as (path, authority); `None` when the
+/// target is invalid: a `#` anywhere (a fragment is never sent, RFC 9112 §3.2), authority-form (CONNECT
+/// only, answered 405 by the caller), asterisk-form on any method but OPTIONS, an absolute-form scheme
+/// other than http or https, or anything else that does not start with `/`.
+fn target_form(
+    method: &[u8],
+    target: Range<usize>,
+    buf: &[u8],
+) -> Option<(Range<usize>, Option<Range<usize>>)> {
+    let t = &buf[target.clone()];
+    if t.contains(&b'#') {
+        return None;
+    }
+    if t.first() == Some(&b'/') || (t == b"*" && method == b"OPTIONS") {
+        return Some((target, None));
+    }
+    let scheme = if t.len() >= 7 && t[..7].eq_ignore_ascii_case(b"http://") {
+        7
+    } else if t.len() >= 8 && t[..8].eq_ignore_ascii_case(b"https://") {
+        8
+    } else {
+        return None;
+    };
+    let rest = &t[scheme..];
+    let auth_len = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    let auth_start = target.start + scheme;
+    Some((
+        auth_start + auth_len..target.end,
+        Some(auth_start..auth_start + auth_len),
+    ))
+}
+
 /// Parses a request head from the start of `buf`.
 ///
 /// Returns `Ok(None)` when the head is not complete yet. `max_fields` (at most [`MAX_FIELDS`]) bounds the
-/// field count. httparse is strict: obs-fold, whitespace before a colon and control characters in a field
-/// are all [`HeadError::Invalid`] (RFC 9112 §5.1, §5.2).
+/// field count. Strict where RFC 9112 allows leniency:
+/// - every line ends in CRLF: a bare LF is [`HeadError::Invalid`] (RFC 9112 §2.2; see `crlf_only`);
+/// - methods and field names are tokens, there is no whitespace between a field name and its colon, no
+///   obs-fold, and field values hold no NUL, CR, LF or other control character but HTAB (RFC 9112 §3,
+///   §5.1, §5.2; httparse checks these);
+/// - the target has no `#` and is in origin-form, absolute-form (http or https) or, for OPTIONS,
+///   asterisk-form (RFC 9112 §3.2). CONNECT's target is not checked: the caller answers 405.
 ///
 /// # Errors
 /// [`HeadError`] as above.
@@ -173,12 +236,23 @@ pub fn parse_request(
         &mut storage[..max_fields.min(MAX_FIELDS)],
     ) {
         Ok(httparse::Status::Complete(len)) => {
+            if !crlf_only(&buf[..len]) {
+                return Err(HeadError::Invalid);
+            }
             let method = req.method.unwrap_or("").as_bytes();
             let target = req.path.unwrap_or("").as_bytes();
+            let target = offset(buf, target)..offset(buf, target) + target.len();
+            let (path, authority) = if method == b"CONNECT" {
+                (target.clone(), None)
+            } else {
+                target_form(method, target.clone(), buf).ok_or(HeadError::Invalid)?
+            };
             let head = RequestHead {
                 len,
                 method: offset(buf, method)..offset(buf, method) + method.len(),
-                target: offset(buf, target)..offset(buf, target) + target.len(),
+                target,
+                path,
+                authority,
                 minor: req.version.unwrap_or(1),
             };
             collect(buf, req.headers, fields);
@@ -192,6 +266,10 @@ pub fn parse_request(
 
 /// Parses a response head from the start of `buf`; `Ok(None)` when incomplete.
 ///
+/// As strict as [`parse_request`]: CRLF line endings only, token field names, no whitespace before a
+/// colon, no obs-fold, no control characters in values (RFC 9112 §2.2, §4, §5); and a status code of
+/// 100 to 999 (RFC 9110 §15).
+///
 /// # Errors
 /// [`HeadError`]; callers answer 502 `bad_response` for either.
 pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<ResponseHead>, HeadError> {
@@ -200,6 +278,9 @@ pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<Response
     let config = httparse::ParserConfig::default();
     match config.parse_response_with_uninit_headers(&mut res, buf, &mut storage) {
         Ok(httparse::Status::Complete(len)) => {
+            if !crlf_only(&buf[..len]) || res.code.unwrap_or(0) < 100 {
+                return Err(HeadError::Invalid);
+            }
             let reason = res.reason.unwrap_or("").as_bytes();
             let start = if reason.is_empty() {
                 0
@@ -254,6 +335,7 @@ pub fn trim(mut s: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn request_fields_are_classified_by_offset() {
@@ -278,17 +360,260 @@ mod tests {
             Ok(None)
         );
         assert_eq!(
-            parse_request(b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", 100, &mut f).unwrap_err(),
-            HeadError::Invalid
-        );
-        assert_eq!(
-            parse_request(b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 100, &mut f).unwrap_err(),
-            HeadError::Invalid
-        );
-        assert_eq!(
             parse_request(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", 1, &mut f).unwrap_err(),
             HeadError::TooManyFields
         );
+    }
+
+    /// Feeds every proper prefix of `text` (all must be incomplete, never an error), then the whole.
+    fn parse_at_every_split(text: &[u8]) -> (RequestHead, Fields) {
+        let mut f = Fields::new();
+        for split in 0..text.len() {
+            assert_eq!(
+                parse_request(&text[..split], 100, &mut f),
+                Ok(None),
+                "prefix {split} of {:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        let h = parse_request(text, 100, &mut f).unwrap().unwrap();
+        (h, f)
+    }
+
+    #[test]
+    fn accepted_heads_at_every_split() {
+        for ok in [
+            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"\r\nGET /a?b=c HTTP/1.0\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET http://a.example:8080/p?q HTTP/1.1\r\nHost: b\r\n\r\n",
+            b"PATCH /x HTTP/1.1\r\nHost: a\r\nX-Obs: caf\xc3\xa9\r\nX-Tab: a\tb\r\nX-Empty:\r\n\r\n",
+            b"M-SEARCH~ /x HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            let (h, _) = parse_at_every_split(ok);
+            assert_eq!(h.len, ok.len());
+        }
+    }
+
+    #[test]
+    fn absolute_form_takes_its_authority() {
+        let text = b"GET HTTP://a.example:8080/p?q HTTP/1.1\r\nHost: b\r\n\r\n";
+        let (h, _) = parse_at_every_split(text);
+        assert_eq!(&text[h.authority.clone().unwrap()], b"a.example:8080");
+        assert_eq!(&text[h.path.clone()], b"/p?q");
+        let text = b"GET https://a?q HTTP/1.1\r\nHost: b\r\n\r\n";
+        let (h, _) = parse_at_every_split(text);
+        assert_eq!(&text[h.authority.clone().unwrap()], b"a");
+        assert_eq!(&text[h.path.clone()], b"?q");
+        let text = b"GET /p HTTP/1.1\r\nHost: b\r\n\r\n";
+        let (h, _) = parse_at_every_split(text);
+        assert_eq!(h.authority, None);
+        assert_eq!(h.path, h.target);
+    }
+
+    /// One row per head rule of issue 5 / DESIGN.md "HTTP/1.1 rules"; every row is `Invalid`.
+    #[test]
+    fn rejects_malformed_heads() {
+        for (rule, bad) in [
+            (
+                "bare LF after request line",
+                &b"GET / HTTP/1.1\nHost: a\r\n\r\n"[..],
+            ),
+            ("bare LF after a field", b"GET / HTTP/1.1\r\nHost: a\n\r\n"),
+            ("bare LF at the end", b"GET / HTTP/1.1\r\nHost: a\r\n\n"),
+            ("bare LF only", b"GET / HTTP/1.1\nHost: a\n\n"),
+            (
+                "bare LF empty line first",
+                b"\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            ("bare CR in a value", b"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n"),
+            (
+                "whitespace before colon",
+                b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",
+            ),
+            ("tab before colon", b"GET / HTTP/1.1\r\nHost\t: x\r\n\r\n"),
+            ("obs-fold", b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n"),
+            (
+                "obs-fold with tab",
+                b"GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n",
+            ),
+            (
+                "leading whitespace on the first field",
+                b"GET / HTTP/1.1\r\n A: b\r\n\r\n",
+            ),
+            ("NUL in a value", b"GET / HTTP/1.1\r\nA: b\x00c\r\n\r\n"),
+            (
+                "control char in a value",
+                b"GET / HTTP/1.1\r\nA: b\x1bc\r\n\r\n",
+            ),
+            ("DEL in a value", b"GET / HTTP/1.1\r\nA: b\x7fc\r\n\r\n"),
+            ("non-token field name", b"GET / HTTP/1.1\r\nA(b): c\r\n\r\n"),
+            (
+                "non-ASCII field name",
+                b"GET / HTTP/1.1\r\nX\xc3\xa9: c\r\n\r\n",
+            ),
+            ("empty field name", b"GET / HTTP/1.1\r\n: c\r\n\r\n"),
+            ("non-token method", b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            ("empty method", b" / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            (
+                "fragment in the target",
+                b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            (
+                "fragment in an absolute target",
+                b"GET http://a/#b HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            ("relative target", b"GET a/b HTTP/1.1\r\nHost: a\r\n\r\n"),
+            (
+                "authority-form without CONNECT",
+                b"GET a:80 HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            (
+                "asterisk-form without OPTIONS",
+                b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            (
+                "unknown scheme",
+                b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            (
+                "space in the target",
+                b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n",
+            ),
+            ("two spaces", b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            ("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"),
+            ("lowercase version", b"GET / http/1.1\r\nHost: a\r\n\r\n"),
+            ("HTTP/0.9 style", b"GET /\r\n\r\n"),
+        ] {
+            let mut f = Fields::new();
+            assert_eq!(
+                parse_request(bad, 100, &mut f),
+                Err(HeadError::Invalid),
+                "{rule}: {:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_response_heads() {
+        for (rule, bad) in [
+            (
+                "bare LF",
+                &b"HTTP/1.1 200 OK\nContent-Length: 0\r\n\r\n"[..],
+            ),
+            (
+                "bare LF at the end",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\n",
+            ),
+            (
+                "whitespace before colon",
+                b"HTTP/1.1 200 OK\r\nContent-Length : 0\r\n\r\n",
+            ),
+            ("obs-fold", b"HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"),
+            ("NUL in a value", b"HTTP/1.1 200 OK\r\nA: \x00\r\n\r\n"),
+            ("status below 100", b"HTTP/1.1 099 Low\r\n\r\n"),
+            ("two-digit status", b"HTTP/1.1 99 Low\r\n\r\n"),
+        ] {
+            let mut f = Fields::new();
+            assert_eq!(
+                parse_response(bad, &mut f).map(|h| h.map(|h| h.status)),
+                Err(HeadError::Invalid),
+                "{rule}"
+            );
+        }
+    }
+
+    /// Characters a generated field value may hold (VCHAR, SP, HTAB inside, obs-text).
+    fn value_strategy() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![0x21u8..=0x7e, Just(b' '), Just(b'\t'), 0x80u8..=0xff],
+            0..24,
+        )
+        .prop_map(|v| trim(&v).to_vec())
+    }
+
+    fn token_strategy() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop::sample::select(
+                &b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"[..],
+            ),
+            1..12,
+        )
+    }
+
+    fn target_strategy() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop::sample::select(&b"abcXYZ019/?=&%-._~!$'()*+,;:@"[..]),
+            0..24,
+        )
+        .prop_map(|mut t| {
+            t.insert(0, b'/');
+            t
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary bytes never panic the request or response parser.
+        #[test]
+        fn arbitrary_bytes_never_panic(input in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let mut f = Fields::new();
+            if let Ok(Some(h)) = parse_request(&input, MAX_FIELDS, &mut f) {
+                prop_assert!(h.len <= input.len());
+                prop_assert!(crlf_only(&input[..h.len]));
+                let _ = crate::http::framing::request_info(&input, &h, &f);
+            }
+            if let Ok(Some(h)) = parse_response(&input, &mut f) {
+                let _ = crate::http::framing::response_body(&input, &h, &f, false);
+            }
+        }
+
+        /// A request prefix then arbitrary bytes: exercises field parsing more than random bytes do.
+        #[test]
+        fn arbitrary_fields_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let mut input = b"POST / HTTP/1.1\r\nHost: a\r\n".to_vec();
+            input.extend_from_slice(&tail);
+            input.extend_from_slice(b"\r\n\r\n");
+            let mut f = Fields::new();
+            if let Ok(Some(h)) = parse_request(&input, MAX_FIELDS, &mut f) {
+                let _ = crate::http::framing::request_info(&input, &h, &f);
+            }
+        }
+
+        /// A head serialised from valid parts parses back to the same method, target and fields.
+        #[test]
+        fn serialised_head_parses_back(
+            method in token_strategy(),
+            target in target_strategy(),
+            minor in 0u8..=1,
+            fields in proptest::collection::vec((token_strategy(), value_strategy()), 0..8),
+        ) {
+            let mut wire = Vec::new();
+            wire.extend_from_slice(&method);
+            wire.push(b' ');
+            wire.extend_from_slice(&target);
+            wire.extend_from_slice(if minor == 0 { b" HTTP/1.0\r\n" } else { b" HTTP/1.1\r\n" });
+            for (n, v) in &fields {
+                wire.extend_from_slice(n);
+                wire.extend_from_slice(b": ");
+                wire.extend_from_slice(v);
+                wire.extend_from_slice(b"\r\n");
+            }
+            wire.extend_from_slice(b"\r\n");
+            let mut f = Fields::new();
+            let h = parse_request(&wire, MAX_FIELDS, &mut f).unwrap().unwrap();
+            prop_assert_eq!(h.len, wire.len());
+            prop_assert_eq!(&wire[h.method.clone()], &method[..]);
+            prop_assert_eq!(&wire[h.target.clone()], &target[..]);
+            prop_assert_eq!(h.minor, minor);
+            prop_assert_eq!(f.len(), fields.len());
+            for (got, (n, v)) in f.iter().zip(&fields) {
+                prop_assert_eq!(got.name(&wire), &n[..]);
+                prop_assert_eq!(got.value(&wire), &v[..]);
+            }
+        }
     }
 
     #[test]

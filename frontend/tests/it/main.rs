@@ -32,4 +32,5 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod proxy;
+mod smuggling;
 mod upstream;
