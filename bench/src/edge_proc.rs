@@ -281,14 +281,42 @@ fn workspace_root() -> PathBuf {
 
 /// Runs `cargo build --release -p edge-frontend --bin edge` and returns the built binary.
 fn build_edge() -> io::Result<PathBuf> {
+    build_edge_with(&[], None)
+}
+
+/// Builds edge with `cargo build --release -p edge-frontend --bin edge --features FEATURES` into
+/// `target/<target_subdir>` (so the normal binary is not replaced) and returns the binary, e.g. the
+/// `count-alloc` build of `edge-bench alloc`.
+///
+/// # Errors
+/// As [`locate_edge_bin`].
+pub fn build_edge_features(features: &str, target_subdir: &str) -> io::Result<PathBuf> {
+    build_edge_with(&["--features", features], Some(target_subdir))
+}
+
+fn build_edge_with(extra: &[&str], target_subdir: Option<&str>) -> io::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = workspace_root();
+    let base_target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let target_dir = match target_subdir {
+        Some(sub) => base_target.join(sub),
+        None => base_target,
+    };
+    let mut args = vec!["build", "--release", "-p", "edge-frontend", "--bin", "edge"];
+    args.extend_from_slice(extra);
+    let target_arg = target_dir.display().to_string();
+    if target_subdir.is_some() {
+        args.extend_from_slice(&["--target-dir", &target_arg]);
+    }
     println!(
-        "building edge (a no-op when it is up to date): cargo build --release -p edge-frontend --bin edge (in {})",
+        "building edge (a no-op when it is up to date): cargo {} (in {})",
+        args.join(" "),
         root.display()
     );
     let out = Command::new(&cargo)
-        .args(["build", "--release", "-p", "edge-frontend", "--bin", "edge"])
+        .args(&args)
         .arg("--message-format=json-render-diagnostics")
         .current_dir(&root)
         .stdin(Stdio::null())
@@ -306,9 +334,6 @@ fn build_edge() -> io::Result<PathBuf> {
         .lines()
         .filter_map(artifact_executable)
         .find(|p| p.file_name().is_some_and(|n| n == "edge"));
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
     from_json
         .into_iter()
         .chain([target_dir.join("release").join("edge")])

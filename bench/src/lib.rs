@@ -8,6 +8,7 @@
 //! - [`edge_proc`]: finding, building, starting, health-waiting and stopping the `edge` child;
 //! - [`stack`]: origin + edge on free loopback ports, as every scenario sets them up;
 //! - [`demo`], [`hol`]: the `demo` and `hol` subcommands;
+//! - [`alloc`]: allocations per request with a counting allocator (`alloc`);
 //! - [`idle_wedge`], [`inbound`] (`partial`, `drip`), [`idle_memory`]: the capacity, inbound
 //!   deadline and idle-memory scenarios, with shared helpers in [`scenario`];
 //! - [`compare`] ([`compare_target`], [`compare_wrk`], [`compare_report`]): the `compare`
@@ -15,6 +16,7 @@
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
+pub mod alloc;
 pub mod chunked;
 pub mod compare;
 pub mod compare_report;

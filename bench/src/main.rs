@@ -97,6 +97,12 @@ enum Cmd {
     },
     /// Side-by-side throughput: edge (io_uring, epoll), nginx, HAProxy and direct under wrk.
     Compare(CompareArgs),
+    /// Allocations per request on edge's workers in steady state (builds edge with count-alloc).
+    Alloc {
+        /// Measured load per case.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// Health probes behind 1, 15, 64 and 128 slow requests (head-of-line blocking).
     Hol {
         /// The edge binary (default: next to edge-bench, else built with cargo).
@@ -252,6 +258,10 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             ..DemoOptions::default()
         }),
         Cmd::Compare(args) => compare::run(&args),
+        Cmd::Alloc { duration } => edge_bench::alloc::run(&edge_bench::alloc::AllocOptions {
+            duration,
+            ..Default::default()
+        }),
         Cmd::Hol {
             edge_bin,
             io_driver,

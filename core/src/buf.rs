@@ -13,17 +13,33 @@ use monoio::{
 
 /// Size of a pooled buffer, bytes.
 pub const BUF_SIZE: usize = 16 * 1024;
-/// Buffers kept in one worker's free list; more are freed.
-const POOL_MAX: usize = 64;
+/// Buffers a worker's free list always keeps.
+const POOL_FLOOR: usize = 64;
+/// Buffers a worker's free list keeps at most (64 MiB); more are freed.
+const POOL_MAX: usize = 4096;
+
+/// One worker's free list. It grows to the worker's peak number of buffers in use, so steady traffic at
+/// any concurrency recycles buffers instead of allocating; [`trim`] frees what a quiet period did not
+/// need.
+struct Pool {
+    free: Vec<Vec<u8>>,
+    /// Shortest length of `free` since the last trim: that many buffers were never needed.
+    low_water: usize,
+}
 
 thread_local! {
-    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new(), low_water: 0 }) };
 }
 
 /// Takes an empty buffer of at least [`BUF_SIZE`] capacity from this thread's pool.
 pub fn take() -> Vec<u8> {
-    POOL.with(|p| p.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let b = p.free.pop();
+        p.low_water = p.low_water.min(p.free.len());
+        b
+    })
+    .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
 }
 
 /// Returns a buffer to this thread's pool (cleared; oversized or surplus buffers are freed).
@@ -34,10 +50,26 @@ pub fn give(mut b: Vec<u8>) {
     b.clear();
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        if p.len() < POOL_MAX {
-            p.push(b);
+        if p.free.len() < POOL_MAX {
+            p.free.push(b);
         }
     });
+}
+
+/// Frees the buffers of this thread's pool that stayed unused since the previous call, keeping at
+/// least [`POOL_FLOOR`]. A worker calls it every few seconds, so memory taken by a burst of concurrency
+/// returns within two periods after the burst. Returns how many buffers remain.
+pub fn trim() -> usize {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let len = p.free.len();
+        let surplus = p.low_water.min(len.saturating_sub(POOL_FLOOR));
+        let kept = len - surplus;
+        p.free.truncate(kept);
+        p.free.shrink_to(kept.max(POOL_FLOOR));
+        p.low_water = kept;
+        kept
+    })
 }
 
 /// Received bytes not yet consumed: `data()` is `storage[pos..]`.
@@ -200,5 +232,29 @@ impl SendBuf {
 impl Drop for SendBuf {
     fn drop(&mut self) {
         give(std::mem::take(&mut self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_keeps_peak_concurrency_then_trims_what_a_period_did_not_use() {
+        // Runs on its own test thread: the pool is thread-local.
+        let held: Vec<_> = (0..200).map(|_| take()).collect();
+        held.into_iter().for_each(give);
+        assert_eq!(trim(), 200, "nothing was free for a whole period yet");
+        // A period in which at most 50 were in use at once: 150 stayed free, all beyond the floor go.
+        let held: Vec<_> = (0..50).map(|_| take()).collect();
+        held.into_iter().for_each(give);
+        assert_eq!(
+            trim(),
+            64.max(200 - 136),
+            "kept the floor and what the period used"
+        );
+        // An idle period frees down to the floor.
+        assert_eq!(trim(), POOL_FLOOR);
+        assert_eq!(trim(), POOL_FLOOR);
     }
 }

@@ -4,6 +4,7 @@
 pub mod buf;
 pub mod config;
 pub mod http;
+pub mod latency;
 pub mod log;
 pub mod metrics;
 pub mod runtime;

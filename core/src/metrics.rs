@@ -3,28 +3,20 @@
 //! are registered once per worker (status counters on first use of a status code) and never looked up
 //! per request afterwards.
 
-use std::cell::RefCell;
+use std::{cell::RefCell, sync::Arc};
 
-use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics::{counter, gauge, Counter, Gauge};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-/// Buckets of `edge_request_duration_seconds`: 0.5 ms to 60 s.
-pub const DURATION_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0,
-];
+use crate::latency::DurationHistogram;
 
-/// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it).
+/// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it, followed by
+/// [`crate::latency::render`] for `edge_request_duration_seconds`).
 ///
 /// # Errors
 /// When a recorder is already installed.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
     PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full("edge_request_duration_seconds".into()),
-            DURATION_BUCKETS,
-        )
-        .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())
 }
@@ -141,8 +133,8 @@ pub fn count_worker_restart() {
 pub struct WorkerMetrics {
     worker: String,
     status: RefCell<Vec<Option<Counter>>>,
-    /// `edge_request_duration_seconds{worker}`
-    pub duration: Histogram,
+    /// `edge_request_duration_seconds{worker}` (fixed buckets, see [`crate::latency`]).
+    pub duration: Arc<DurationHistogram>,
     /// `edge_requests_in_flight{worker}`
     pub in_flight: Gauge,
     invalid: Vec<Counter>,
@@ -184,7 +176,7 @@ impl WorkerMetrics {
             };
         let m = WorkerMetrics {
             status: RefCell::new(vec![None; 600]),
-            duration: histogram!("edge_request_duration_seconds", "worker" => w.clone()),
+            duration: crate::latency::for_worker(id),
             in_flight: gauge!("edge_requests_in_flight", "worker" => w.clone()),
             invalid: by(
                 "edge_requests_invalid_total",

@@ -112,12 +112,11 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
         let get = &data[head.method.clone()] == b"GET";
         let res = match (get, path) {
-            (true, b"/metrics") => response(
-                200,
-                "text/plain; version=0.0.4",
-                prom.render().as_bytes(),
-                close,
-            ),
+            (true, b"/metrics") => {
+                let mut text = prom.render();
+                edge_core::latency::render(&mut text);
+                response(200, "text/plain; version=0.0.4", text.as_bytes(), close)
+            }
             (true, b"/_health") if shared.ready() => response(200, "text/plain", b"ok", close),
             (true, b"/_health") => response(503, "text/plain", b"not ready\n", close),
             (true, b"/_live") => response(200, "text/plain", b"ok", close),

@@ -346,7 +346,7 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
 fn finish(w: &Worker, c: &Conn, status: u16, started: Instant) {
     let elapsed = started.elapsed();
     w.metrics.count_status(status);
-    w.metrics.duration.record(elapsed.as_secs_f64());
+    w.metrics.duration.record(elapsed);
     if elapsed >= w.cfg.config.log.slow_request.0 {
         tracing::warn!(event = "request.slow", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, request = %String::from_utf8_lossy(&c.log_line));
     }
