@@ -13,6 +13,7 @@ pub mod faults;
 pub mod forward;
 pub mod proxy;
 pub mod relay;
+pub mod reload;
 pub mod respond;
 pub mod route;
 pub mod worker;
@@ -60,8 +61,9 @@ pub fn load_config(
     cfg.resolve(&file)
 }
 
-/// Starts edge with a resolved configuration and runs until SIGTERM/SIGINT; returns the exit code.
-pub fn start(resolved: Resolved) -> i32 {
+/// Starts edge with a resolved configuration (read from `source`, which SIGHUP reads again) and runs
+/// until SIGTERM/SIGINT; returns the exit code.
+pub fn start(resolved: Resolved, source: reload::ConfigSource) -> i32 {
     let cfg = &resolved.config;
     edge_core::log::init(cfg.log.format, &cfg.log.level);
     block_signals();
@@ -114,7 +116,12 @@ pub fn start(resolved: Resolved) -> i32 {
         driver.as_str(),
         max_connections,
     );
-    let shared = Arc::new(Shared::new(workers, max_connections, driver));
+    let shared = Arc::new(Shared::new(
+        workers,
+        max_connections,
+        driver,
+        resolved.clone(),
+    ));
 
     let admin_addr = match resolved.admin_listen {
         Some(a) => match std::net::TcpListener::bind(a) {
@@ -138,11 +145,8 @@ pub fn start(resolved: Resolved) -> i32 {
         None => None,
     };
 
-    let cfg_arc = Arc::new(resolved.clone());
-    let main: WorkerMain = Arc::new(move |env| {
-        let cfg = cfg_arc.clone();
-        Box::pin(worker::run(env, cfg))
-    });
+    // Workers (and restarted workers) take the configuration published in `shared`.
+    let main: WorkerMain = Arc::new(|env| Box::pin(worker::run(env)));
     let mut sup = match Supervisor::start(
         shared.clone(),
         driver,
@@ -182,7 +186,7 @@ pub fn start(resolved: Resolved) -> i32 {
     );
 
     sd_notify("READY=1");
-    let code = supervise(&mut sup, &shared, &resolved, &listeners);
+    let code = supervise(&mut sup, &shared, &source, &listeners);
     sup.join(Duration::from_millis(200));
     code
 }
@@ -210,8 +214,8 @@ fn sd_notify(state: &str) {
     }
 }
 
-/// Blocks SIGTERM/SIGINT in this thread (and so in the worker threads it starts) so the supervisor can
-/// wait for them with `sigtimedwait`.
+/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and so in the worker threads it starts) so the
+/// supervisor can wait for them with `sigtimedwait`.
 fn block_signals() {
     // SAFETY: plain signal-mask manipulation on a local set.
     unsafe {
@@ -219,17 +223,23 @@ fn block_signals() {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 
-fn wait_signal(timeout: Duration) -> Option<i32> {
+/// Waits up to `timeout` for SIGTERM or SIGINT, and SIGHUP when `hup` (during a drain SIGHUP stays
+/// pending and is ignored).
+fn wait_signal(timeout: Duration, hup: bool) -> Option<i32> {
     // SAFETY: sigtimedwait on a local set and timespec.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        if hup {
+            libc::sigaddset(&mut set, libc::SIGHUP);
+        }
         let ts = libc::timespec {
             tv_sec: timeout.as_secs() as _,
             tv_nsec: timeout.subsec_nanos() as _,
@@ -246,13 +256,18 @@ const TRIM_EVERY: Duration = Duration::from_secs(2);
 fn supervise(
     sup: &mut Supervisor,
     shared: &Shared,
-    resolved: &Resolved,
+    source: &reload::ConfigSource,
     listeners: &[socket2::Socket],
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
     let sig = loop {
-        if let Some(s) = wait_signal(Duration::from_millis(100)) {
-            break s;
+        match wait_signal(Duration::from_millis(100), true) {
+            Some(libc::SIGHUP) => {
+                reload::reload(shared, source);
+                continue;
+            }
+            Some(s) => break s,
+            None => {}
         }
         sup.check();
         if Instant::now() >= next_trim {
@@ -263,7 +278,8 @@ fn supervise(
             unsafe { libc::malloc_trim(0) };
         }
     };
-    let t = &resolved.config.server.timeouts;
+    let (current, _) = shared.config.get();
+    let t = &current.config.server.timeouts;
     shared.draining.store(true, Ordering::Relaxed);
     sd_notify("STOPPING=1");
     tracing::info!(
@@ -274,7 +290,7 @@ fn supervise(
     );
     let close_at = Instant::now() + t.drain_delay.0;
     while Instant::now() < close_at {
-        if wait_signal(Duration::from_millis(100)).is_some() {
+        if wait_signal(Duration::from_millis(100), false).is_some() {
             tracing::warn!(event = "server.exit", "second signal: exiting now");
             return EXIT_RUNTIME;
         }
@@ -287,7 +303,7 @@ fn supervise(
     }
     let end = Instant::now() + t.drain.0;
     while shared.connections.load(Ordering::Relaxed) > 0 && Instant::now() < end {
-        if wait_signal(Duration::from_millis(50)).is_some() {
+        if wait_signal(Duration::from_millis(50), false).is_some() {
             tracing::warn!(event = "server.exit", "second signal: exiting now");
             return EXIT_RUNTIME;
         }

@@ -52,5 +52,9 @@ fn main() {
         eprintln!("edge: configuration OK");
         return;
     }
-    std::process::exit(edge_frontend::start(resolved));
+    let source = edge_frontend::reload::ConfigSource {
+        path: cli.config.clone(),
+        overrides: cli.overrides(),
+    };
+    std::process::exit(edge_frontend::start(resolved, source));
 }

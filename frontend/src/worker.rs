@@ -2,9 +2,14 @@
 //! other workers on the request path), its accept loop on its own SO_REUSEPORT listener, and its timer
 //! tasks (heartbeat every 250 ms, pool sweep). Each connection runs as its own task under a panic guard:
 //! a panic closes only that connection.
+//!
+//! Config reload: the config-dependent state (config, router, upstreams) is a [`Live`] snapshot. Each
+//! request takes the current snapshot once ([`Worker::live`]) and finishes on it; before that, the worker
+//! compares the supervisor's published generation with its own (a read of one atomic) and rebuilds the
+//! snapshot when it moved. The heartbeat tick does the same check, so an idle worker also switches.
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     future::Future,
     net::SocketAddr,
     panic::AssertUnwindSafe,
@@ -25,18 +30,55 @@ use monoio::net::{TcpListener, TcpStream};
 
 use crate::{respond::LogLimit, route::Router};
 
+/// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
+/// snapshot it started on until it ends.
+pub struct Live {
+    /// The configuration.
+    pub cfg: Arc<Resolved>,
+    /// Its generation ([`edge_core::runtime::Published`]).
+    pub generation: u64,
+    /// Routes in matching order.
+    pub router: Router,
+    /// Upstreams in config order, each with per-endpoint pools.
+    pub upstreams: Vec<Upstream>,
+}
+
+impl Live {
+    /// Builds worker `id`'s state for `cfg`; with `previous`, pools of endpoints that stay are kept (see
+    /// [`Upstream::rebuild`]).
+    fn build(
+        cfg: Arc<Resolved>,
+        generation: u64,
+        id: usize,
+        ejected: &metrics::Counter,
+        previous: Option<&Live>,
+    ) -> Live {
+        let upstreams = cfg
+            .upstreams
+            .iter()
+            .map(|u| {
+                let old = previous
+                    .and_then(|p| p.upstreams.iter().find(|o| o.config.name == u.config.name));
+                Upstream::rebuild(u, id, ejected.clone(), old)
+            })
+            .collect();
+        Live {
+            router: Router::new(&cfg.routes),
+            upstreams,
+            generation,
+            cfg,
+        }
+    }
+}
+
 /// Everything one worker's connections share (single-threaded).
 pub struct Worker {
     /// Worker index (the `worker` label).
     pub id: usize,
     /// Process-wide state.
     pub shared: Arc<Shared>,
-    /// The configuration.
-    pub cfg: Arc<Resolved>,
-    /// Routes in matching order.
-    pub router: Router,
-    /// Upstreams in config order, each with per-endpoint pools.
-    pub upstreams: Vec<Upstream>,
+    live: RefCell<Rc<Live>>,
+    ejected: metrics::Counter,
     /// Metric handles.
     pub metrics: WorkerMetrics,
     /// Warn-log rate limit.
@@ -51,19 +93,16 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Builds a worker's state.
-    pub fn new(id: usize, shared: Arc<Shared>, cfg: Arc<Resolved>) -> Self {
+    /// Builds a worker's state on the currently published configuration.
+    pub fn new(id: usize, shared: Arc<Shared>) -> Self {
         let metrics = WorkerMetrics::register(id);
         let ejected = metrics
             .upstream_error(edge_core::metrics::UpstreamErrorKind::Ejected)
             .clone();
+        let (cfg, generation) = shared.config.get();
         Worker {
-            router: Router::new(&cfg.routes),
-            upstreams: cfg
-                .upstreams
-                .iter()
-                .map(|u| Upstream::new(u, id, ejected.clone()))
-                .collect(),
+            live: RefCell::new(Rc::new(Live::build(cfg, generation, id, &ejected, None))),
+            ejected,
             metrics,
             log_limit: LogLimit::new(id),
             idle: Default::default(),
@@ -72,8 +111,35 @@ impl Worker {
             next_id: Cell::new(0),
             id,
             shared,
-            cfg,
         }
+    }
+
+    /// The configuration snapshot a new request runs on: the current one, rebuilt first when the
+    /// supervisor published a new configuration. No lock and no shared write unless it changed.
+    pub fn live(&self) -> Rc<Live> {
+        if self.shared.config.generation() != self.live.borrow().generation {
+            self.refresh();
+        }
+        self.live.borrow().clone()
+    }
+
+    /// The snapshot in use, without checking for a newer one.
+    pub fn current(&self) -> std::cell::Ref<'_, Rc<Live>> {
+        self.live.borrow()
+    }
+
+    #[cold]
+    fn refresh(&self) {
+        let (cfg, generation) = self.shared.config.get();
+        let old = self.live.borrow().clone();
+        let new = Live::build(cfg, generation, self.id, &self.ejected, Some(&old));
+        *self.live.borrow_mut() = Rc::new(new);
+        tracing::debug!(
+            event = "config.applied",
+            worker = self.id,
+            generation,
+            "worker switched to the reloaded configuration"
+        );
     }
 
     /// The next generated request id: (process prefix, worker, counter).
@@ -92,7 +158,7 @@ fn id_prefix() -> u32 {
 }
 
 /// The worker's main future: accept loop plus timer tasks. Reports readiness on `env.ready`.
-pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
+pub async fn run(env: WorkerEnv) {
     let listener = match env
         .listener
         .set_nonblocking(true)
@@ -107,7 +173,7 @@ pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
             return;
         }
     };
-    let w = Rc::new(Worker::new(env.id, env.shared.clone(), cfg));
+    let w = Rc::new(Worker::new(env.id, env.shared.clone()));
     w.shared.beat(w.id);
     monoio::spawn(heartbeat(w.clone()));
     monoio::spawn(sweep_pools(w.clone()));
@@ -124,6 +190,7 @@ pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
 async fn heartbeat(w: Rc<Worker>) {
     loop {
         w.shared.beat(w.id);
+        drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();
         crate::faults::on_tick();
         if w.shared.closing.load(Ordering::Relaxed) {
@@ -137,7 +204,7 @@ async fn heartbeat(w: Rc<Worker>) {
 async fn sweep_pools(w: Rc<Worker>) {
     loop {
         monoio::time::sleep(Duration::from_millis(500)).await;
-        let idle: usize = w.upstreams.iter().map(Upstream::sweep).sum();
+        let idle: usize = w.current().upstreams.iter().map(Upstream::sweep).sum();
         w.metrics.upstream_idle.set(idle as f64);
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod cpus;
 pub mod listen;
+pub mod publish;
 
 use std::{
     future::Future,
@@ -18,7 +19,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::config::IoDriverSetting;
+use crate::config::{IoDriverSetting, Resolved};
+pub use publish::Published;
 
 /// The io driver in use, chosen once for all workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +104,8 @@ pub struct Shared {
     pub max_connections: usize,
     /// The io driver in use.
     pub io_driver: IoDriver,
+    /// The configuration workers serve with; replaced by the supervisor at reload (SIGHUP).
+    pub config: Published<Resolved>,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -110,8 +114,13 @@ pub const HEARTBEAT_STALE: Duration = Duration::from_secs(1);
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
 
 impl Shared {
-    /// Fresh state for `workers` workers.
-    pub fn new(workers: usize, max_connections: usize, io_driver: IoDriver) -> Self {
+    /// Fresh state for `workers` workers serving `config`.
+    pub fn new(
+        workers: usize,
+        max_connections: usize,
+        io_driver: IoDriver,
+        config: Resolved,
+    ) -> Self {
         Shared {
             start: Instant::now(),
             draining: AtomicBool::new(false),
@@ -120,6 +129,7 @@ impl Shared {
             connections: AtomicUsize::new(0),
             max_connections,
             io_driver,
+            config: Published::new(config),
         }
     }
 

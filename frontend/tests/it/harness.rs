@@ -294,6 +294,18 @@ impl Edge {
         self.child.id()
     }
 
+    /// The config file edge was started with (rewrite it, then SIGHUP, to test a reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.0.join("edge.toml")
+    }
+
+    /// Replaces the config file's contents (atomically, by rename).
+    pub fn rewrite_config(&self, text: &str) {
+        let tmp = self._dir.0.join("edge.toml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.config_path()).unwrap();
+    }
+
     /// Sends SIGTERM and waits (at most `limit`) for the exit code.
     pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
         unsafe { libc_kill(self.child.id() as i32, 15) };

@@ -32,3 +32,4 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod proxy;
+mod reload;
