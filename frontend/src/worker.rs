@@ -193,7 +193,7 @@ async fn heartbeat(w: Rc<Worker>) {
         drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();
         crate::faults::on_tick();
-        if w.shared.closing.load(Ordering::Relaxed) {
+        if w.shared.close_idle.load(Ordering::Relaxed) {
             // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.
             while w.idle.evict_oldest() {}
         }
@@ -210,19 +210,37 @@ async fn sweep_pools(w: Rc<Worker>) {
 }
 
 async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
+    // Stopping must not lose a connection the kernel already handed over: on io_uring an accept in flight
+    // may complete while it is dropped, and after an upgrade the listening socket lives on in the new
+    // process, so the pending accept is cancelled and awaited, and a connection it still returns is
+    // served.
+    let mut stop = std::pin::pin!(wait_closing(w.clone()));
     loop {
         if w.shared.closing.load(Ordering::Relaxed) {
             return;
         }
-        match listener.accept().await {
+        let canceller = monoio::io::Canceller::new();
+        let mut accept = std::pin::pin!(listener.cancelable_accept(canceller.handle()));
+        let res = monoio::select! {
+            r = &mut accept => r,
+            () = &mut stop => {
+                canceller.cancel();
+                accept.await
+            }
+        };
+        match res {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
                 w.metrics.connections_total.increment(1);
                 let over = !make_room(&w);
                 let slot = ConnectionSlot::take(&w.shared);
+                // Counted before the task first runs: the worker ends once `open` is 0, and a connection
+                // accepted just before `closing` must not be dropped unserved with its task.
+                w.open.set(w.open.get() + 1);
                 monoio::spawn(guarded(w.clone(), stream, peer, slot, over));
             }
+            Err(_) if w.shared.closing.load(Ordering::Relaxed) => return,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                 w.metrics.connection_shed(ShedReason::FdLimit).increment(1);
                 if w.log_limit.allow() {
@@ -241,6 +259,13 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
                 monoio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// Resolves once the supervisor sets `closing` (checked every 50 ms; one timer per worker, not per accept).
+async fn wait_closing(w: Rc<Worker>) {
+    while !w.shared.closing.load(Ordering::Relaxed) {
+        monoio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -265,7 +290,6 @@ async fn guarded(
     over: bool,
 ) {
     w.metrics.connections_active.increment(1.0);
-    w.open.set(w.open.get() + 1);
     let res = CatchUnwind(Box::pin(crate::conn::serve(w.clone(), stream, peer, over))).await;
     w.open.set(w.open.get() - 1);
     w.metrics.connections_active.decrement(1.0);

@@ -95,8 +95,14 @@ pub struct Shared {
     pub start: Instant,
     /// Set at SIGTERM: health answers 503 and responses carry `Connection: close`.
     pub draining: AtomicBool,
-    /// Set when workers must stop accepting and close idle connections.
+    /// Set when workers must stop accepting.
     pub closing: AtomicBool,
+    /// Set when workers must close their idle keep-alive connections (with `closing` at SIGTERM; about a
+    /// second later after an upgrade handover, so busy keep-alive clients get `Connection: close` first).
+    pub close_idle: AtomicBool,
+    /// Set once the listening sockets were handed to a new process (`edge --upgrade`): the admin thread
+    /// stops accepting too, so probes and scrapes reach the new process.
+    pub handed_over: AtomicBool,
     heartbeats: Box<[Heartbeat]>,
     /// Open downstream connections, all workers.
     pub connections: AtomicUsize,
@@ -125,6 +131,8 @@ impl Shared {
             start: Instant::now(),
             draining: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            close_idle: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
             heartbeats: (0..workers).map(|_| Heartbeat::default()).collect(),
             connections: AtomicUsize::new(0),
             max_connections,

@@ -723,6 +723,21 @@ impl Client {
         self.s.write_all(bytes).unwrap();
     }
 
+    /// Like [`Client::connect`], returning the connect error instead of panicking (load loops count it).
+    pub fn try_connect(addr: SocketAddr) -> std::io::Result<Client> {
+        let s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(15)))?;
+        Ok(Client { s, buf: Vec::new() })
+    }
+
+    /// Like [`Client::get`], with `None` for a failed write or a connection closed before a response.
+    pub fn try_get(&mut self, path: &str) -> Option<Response> {
+        self.s
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+            .ok()?;
+        self.read_response(false)
+    }
+
     pub fn get(&mut self, path: &str) -> Response {
         self.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
         self.read_response(false).expect("response")

@@ -33,3 +33,4 @@ mod lifecycle;
 mod limits;
 mod proxy;
 mod reload;
+mod upgrade;
