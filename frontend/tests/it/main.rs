@@ -27,6 +27,7 @@ macro_rules! both_drivers {
 mod capacity;
 mod cli;
 mod deadlines;
+mod deploy;
 mod drops;
 mod faults;
 mod lifecycle;
