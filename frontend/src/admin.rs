@@ -68,8 +68,23 @@ async fn serve(l: TcpListener, shared: Arc<Shared>, prom: PrometheusHandle) {
             upkeep.run_upkeep();
         }
     });
+    // After an upgrade handover the admin socket belongs to the new process too: stop accepting so
+    // probes and scrapes reach it. (On this epoll runtime dropping a pending accept loses nothing: the
+    // accept syscall runs only when the future is polled.)
+    let mut stop = std::pin::pin!(async {
+        while !shared
+            .handed_over
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            monoio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
     loop {
-        let Ok((stream, _)) = l.accept().await else {
+        let accepted = monoio::select! {
+            r = l.accept() => r,
+            () = &mut stop => return,
+        };
+        let Ok((stream, _)) = accepted else {
             continue;
         };
         if active.get() >= MAX_ADMIN_CONNECTIONS {

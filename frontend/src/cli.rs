@@ -36,7 +36,8 @@ pub struct Cli {
     /// Print the embedded default configuration (deploy/edge.toml).
     #[arg(long)]
     pub print_default_config: bool,
-    /// Take the listeners over from a running edge (not implemented yet).
+    /// Take the listening sockets over from the running edge at server.upgrade_socket; once this process
+    /// serves, the old one drains and exits.
     #[arg(long)]
     pub upgrade: bool,
     /// Subcommands.

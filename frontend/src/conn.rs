@@ -93,7 +93,7 @@ async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
     if !c.rb.is_empty() {
         return true; // pipelined bytes already buffered
     }
-    let until = Instant::now() + w.cfg.config.server.timeouts.idle.0;
+    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
     if c.served > 0 {
         // A keep-alive client usually sends its next request within a round trip: read for it directly
         // for a short while (one read instead of a readiness wait plus a read), then cancel the read and
@@ -190,9 +190,9 @@ async fn fast_wait(c: &mut Conn) -> FastWait {
 async fn read_head(
     w: &Worker,
     c: &mut Conn,
+    limits: &edge_core::config::Limits,
     deadline: Instant,
 ) -> Result<Option<RequestHead>, Failure> {
-    let limits = &w.cfg.config.server.limits;
     let max_head = limits.max_head_bytes.0 as usize;
     loop {
         match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
@@ -245,8 +245,11 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     let started = Instant::now();
     c.log_line.clear();
     c.log_id.clear();
-    let mut deadline = started + w.cfg.config.server.timeouts.request.0;
-    let head = match read_head(w, c, deadline).await {
+    // The configuration this request runs on to its end, even across a reload.
+    let live = w.live();
+    let server = &live.cfg.config.server;
+    let mut deadline = started + server.timeouts.request.0;
+    let head = match read_head(w, c, &server.limits, deadline).await {
         Ok(Some(h)) => h,
         Ok(None) => return Next::Close,
         Err(f) => return fail(w, c, f, started).await,
@@ -263,13 +266,12 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         Ok(i) => i,
         Err(e) => return fail(w, c, framing_failure(e), started).await,
     };
-    if let (Body::Length(n), Some(max)) = (info.body, w.cfg.config.server.limits.max_body_bytes.0) {
+    if let (Body::Length(n), Some(max)) = (info.body, server.limits.max_body_bytes.0) {
         if n > max {
             return fail(w, c, Failure::Invalid(InvalidReason::BodyTooLarge), started).await;
         }
     }
     c.served += 1;
-    let server = &w.cfg.config.server;
     let draining = w.shared.draining.load(Ordering::Relaxed);
     let close = info.close || draining || c.served >= server.max_requests_per_connection;
     // Origin-form (the path of an absolute-form target, whose authority replaces Host: RFC 9112 §3.2.2).
@@ -285,14 +287,14 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         Some(a) => Some(&buf[a.clone()]),
         None => info.host.map(|i| c.fields[i].value(buf)),
     };
-    let Some(route) = w.router.find(target, host) else {
+    let Some(route) = live.router.find(target, host) else {
         c.rb.consume(head.len);
         return fail_after_head(w, c, Failure::NoRoute, info.body, deadline, started).await;
     };
     if let Some(t) = route.client_request_timeout {
         deadline = started + t;
     }
-    let upstream = &w.upstreams[route.upstream];
+    let upstream = &live.upstreams[route.upstream];
     let request_timeout = route
         .request_timeout
         .unwrap_or(upstream.config.request_timeout)
@@ -307,6 +309,7 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         head: &head,
         is_head,
         idempotent,
+        cfg: &live.cfg,
         upstream,
         request_timeout,
         deadline,
@@ -347,10 +350,12 @@ fn finish(w: &Worker, c: &Conn, status: u16, started: Instant) {
     let elapsed = started.elapsed();
     w.metrics.count_status(status);
     w.metrics.duration.record(elapsed);
-    if elapsed >= w.cfg.config.log.slow_request.0 {
+    let live = w.current();
+    let log = &live.cfg.config.log;
+    if elapsed >= log.slow_request.0 {
         tracing::warn!(event = "request.slow", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, request = %String::from_utf8_lossy(&c.log_line));
     }
-    if w.cfg.config.log.access {
+    if log.access {
         tracing::info!(event = "access", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, peer = %c.peer, request = %String::from_utf8_lossy(&c.log_line));
     }
 }
@@ -442,7 +447,7 @@ async fn health(
     started: Instant,
 ) -> Next {
     c.rb.consume(head_len);
-    let deadline = started + w.cfg.config.server.timeouts.request.0;
+    let deadline = started + w.current().cfg.config.server.timeouts.request.0;
     let close = close || !discard_body(c, body, deadline).await;
     let ready = w.shared.ready();
     let (status, text) = if ready {
@@ -466,14 +471,19 @@ async fn health(
 async fn shed(w: &Worker, mut c: Conn) {
     let started = Instant::now();
     let deadline = started + SHED_HEAD_DEADLINE;
+    let live = w.live();
+    let server = &live.cfg.config.server;
     let head = match timeout_at(deadline, c.stream.readable(true)).await {
-        Ok(Ok(())) => read_head(w, &mut c, deadline).await.ok().flatten(),
+        Ok(Ok(())) => read_head(w, &mut c, &server.limits, deadline)
+            .await
+            .ok()
+            .flatten(),
         _ => None,
     };
     if let Some(h) = &head {
         let target = &c.rb.data()[h.target.clone()];
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
-        if path == w.cfg.config.server.health_path.as_bytes() {
+        if path == server.health_path.as_bytes() {
             health(w, &mut c, h.len, Body::None, false, true, started).await;
             return respond::linger_close(c.stream).await;
         }

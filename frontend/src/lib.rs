@@ -1,6 +1,7 @@
 //! edge-frontend: the downstream side of edge and the `edge` binary's startup. [`cli`] parses arguments;
-//! [`start`] loads the configuration, raises the fd limit, chooses the io driver, binds the listeners,
-//! starts the admin thread and one pinned worker per core, then supervises them until a signal.
+//! [`start`] loads the configuration, raises the fd limit, chooses the io driver, binds the listeners (or
+//! takes them over from a running edge, [`upgrade`]), starts the admin thread and one pinned worker per
+//! core, then [`supervise`]s them until a signal or a handover; SIGHUP [`reload`]s the configuration.
 //!
 //! Per request: [`conn`] (keep-alive loop, inbound deadlines) → [`route`] → [`proxy`] (the upstream
 //! exchange) with heads rewritten by [`forward`]; every failure is answered through [`respond`].
@@ -15,17 +16,17 @@ pub mod faults;
 pub mod forward;
 pub mod proxy;
 pub mod relay;
+pub mod reload;
 pub mod respond;
 pub mod route;
+pub mod supervise;
+pub mod upgrade;
 pub mod worker;
 
-use std::{
-    sync::{atomic::Ordering, Arc},
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
 use edge_core::{
-    config::{Config, ConfigError, Overrides, Resolved, DEFAULT_CONFIG},
+    config::{Config, ConfigError, Overrides, Resolved, Workers, DEFAULT_CONFIG},
     runtime::{self, listen, Shared, Supervisor, WorkerMain},
 };
 
@@ -62,11 +63,56 @@ pub fn load_config(
     cfg.resolve(&file)
 }
 
-/// Starts edge with a resolved configuration and runs until SIGTERM/SIGINT; returns the exit code.
-pub fn start(resolved: Resolved) -> i32 {
+/// Starts edge with a resolved configuration (read from `source`, which SIGHUP reads again) and runs
+/// until SIGTERM/SIGINT or until a new process took the sockets over; returns the exit code. With
+/// `upgrade`, the listening sockets come from the running edge at `server.upgrade_socket`
+/// ([`upgrade::take_over`]) instead of being bound.
+pub fn start(resolved: Resolved, source: reload::ConfigSource, upgrade: bool) -> i32 {
     let cfg = &resolved.config;
     edge_core::log::init(cfg.log.format, &cfg.log.level);
-    block_signals();
+    supervise::block_signals();
+
+    let upgrade_path = cfg.server.upgrade_socket.clone();
+    let mut inherited = None;
+    if upgrade {
+        if upgrade_path.is_empty() {
+            tracing::error!(
+                event = "startup.failed",
+                file = source.file(),
+                key = "server.upgrade_socket",
+                reason = "--upgrade needs the running edge's upgrade socket; it is \"\""
+            );
+            return EXIT_CONFIG;
+        }
+        match upgrade::take_over(&upgrade_path) {
+            Ok(i) => {
+                tracing::info!(
+                    event = "upgrade.received",
+                    old_pid = i.old_pid,
+                    traffic = i.traffic.len(),
+                    admin = i.admin.is_some(),
+                    "listening sockets received from the running edge"
+                );
+                inherited = Some(i);
+            }
+            Err(e) => {
+                tracing::error!(event = "startup.failed", error = %e, "--upgrade: cannot take the listeners over");
+                return EXIT_RUNTIME;
+            }
+        }
+    }
+    // Bound before anything else so a second edge on the same socket fails early (the handover's new
+    // process rebinds it once it serves).
+    let mut offer = None;
+    if !upgrade && !upgrade_path.is_empty() {
+        match upgrade::Offer::bind(&upgrade_path) {
+            Ok(o) => offer = Some(o),
+            Err(reason) => {
+                tracing::error!(event = "startup.failed", file = source.file(), key = "server.upgrade_socket", %reason);
+                return EXIT_CONFIG;
+            }
+        }
+    }
 
     let fd_limit = listen::raise_fd_limit();
     let max_connections = listen::fit_max_connections(cfg.server.max_connections, fd_limit);
@@ -89,19 +135,23 @@ pub fn start(resolved: Resolved) -> i32 {
     if let Some(e) = fallback {
         tracing::warn!(event = "startup.io_uring_unavailable", error = %e, "io_uring cannot be set up; using epoll");
     }
-    let (workers, cpus) = runtime::cpus::plan(cfg.server.workers, cfg.server.pin_workers);
-    let (listeners, bound) = match listen::reuseport_listeners(
-        resolved.listen,
-        workers,
-        cfg.server.backlog,
-    ) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(event = "startup.failed", error = %e, "cannot bind the traffic listener");
-            return match e {
-                listen::ListenError::InUse(_) => EXIT_CONFIG,
-                listen::ListenError::Other(..) => EXIT_RUNTIME,
-            };
+    let (listeners, bound, workers, cpus) = match inherited.as_mut() {
+        Some(i) => match adopt_listeners(i, &resolved, source.file()) {
+            Ok(l) => l,
+            Err(code) => return code,
+        },
+        None => {
+            let (workers, cpus) = runtime::cpus::plan(cfg.server.workers, cfg.server.pin_workers);
+            match listen::reuseport_listeners(resolved.listen, workers, cfg.server.backlog) {
+                Ok((l, bound)) => (l, bound, workers, cpus),
+                Err(e) => {
+                    tracing::error!(event = "startup.failed", error = %e, "cannot bind the traffic listener");
+                    return match e {
+                        listen::ListenError::InUse(_) => EXIT_CONFIG,
+                        listen::ListenError::Other(..) => EXIT_RUNTIME,
+                    };
+                }
+            }
         }
     };
     let prom = match edge_core::metrics::install_recorder() {
@@ -116,17 +166,25 @@ pub fn start(resolved: Resolved) -> i32 {
         driver.as_str(),
         max_connections,
     );
-    let shared = Arc::new(Shared::new(workers, max_connections, driver));
+    let shared = Arc::new(Shared::new(
+        workers,
+        max_connections,
+        driver,
+        resolved.clone(),
+    ));
 
-    let admin_addr = match resolved.admin_listen {
-        Some(a) => match std::net::TcpListener::bind(a) {
+    let inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
+    let admin = match resolved.admin_listen {
+        Some(a) => match inherited_admin.map_or_else(|| std::net::TcpListener::bind(a), Ok) {
             Ok(l) => {
                 let addr = l.local_addr().unwrap_or(a);
+                // The supervisor keeps a copy of the fd to hand over at the next upgrade.
+                let keep = l.try_clone().ok();
                 if let Err(e) = admin::start(l, shared.clone(), prom) {
                     tracing::error!(event = "startup.failed", error = %e);
                     return EXIT_RUNTIME;
                 }
-                Some(addr)
+                Some((addr, keep))
             }
             Err(e) => {
                 tracing::error!(event = "startup.failed", error = %e, admin = %a, "cannot bind the admin listener");
@@ -139,12 +197,10 @@ pub fn start(resolved: Resolved) -> i32 {
         },
         None => None,
     };
+    let (admin_addr, admin_keep) = admin.map_or((None, None), |(a, k)| (Some(a), k));
 
-    let cfg_arc = Arc::new(resolved.clone());
-    let main: WorkerMain = Arc::new(move |env| {
-        let cfg = cfg_arc.clone();
-        Box::pin(worker::run(env, cfg))
-    });
+    // Workers (and restarted workers) take the configuration published in `shared`.
+    let main: WorkerMain = Arc::new(|env| Box::pin(worker::run(env)));
     let mut sup = match Supervisor::start(
         shared.clone(),
         driver,
@@ -174,6 +230,27 @@ pub fn start(resolved: Resolved) -> i32 {
         let eps: Vec<String> = u.endpoints.iter().map(ToString::to_string).collect();
         tracing::info!(event = "startup.upstream", name = %u.config.name, endpoints = %eps.join(","));
     }
+    if let Some(i) = inherited {
+        let old_pid = i.old_pid;
+        if let Err(e) = i.confirm() {
+            // The sockets are ours either way; the old process will notice and keep serving too.
+            tracing::warn!(event = "upgrade.confirm_failed", old_pid, error = %e, "could not tell the old process to drain");
+        }
+        match upgrade::Offer::rebind(&upgrade_path) {
+            Ok(o) => offer = Some(o),
+            Err(e) => {
+                tracing::warn!(event = "upgrade.unavailable", error = %e, "this process cannot be upgraded in turn")
+            }
+        }
+        tracing::info!(
+            event = "upgrade.done",
+            old_pid,
+            "serving on the inherited sockets; the old process drains"
+        );
+        supervise::sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        supervise::sd_notify("READY=1");
+    }
     tracing::info!(
         event = "startup.ready",
         traffic = %bound,
@@ -183,125 +260,51 @@ pub fn start(resolved: Resolved) -> i32 {
         "edge is serving"
     );
 
-    sd_notify("READY=1");
-    let code = supervise(&mut sup, &shared, &resolved, &listeners);
+    let handover = supervise::Handover {
+        offer,
+        admin: admin_keep,
+    };
+    let code = supervise::supervise(&mut sup, &shared, &source, &listeners, &handover);
     sup.join(Duration::from_millis(200));
     code
 }
 
-/// Tells systemd (Type=notify) about a state change when `NOTIFY_SOCKET` is set; a no-op otherwise.
-fn sd_notify(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let sock = match std::os::unix::net::UnixDatagram::unbound() {
-        Ok(s) => s,
-        Err(_) => return,
-    };
-    let bytes = path.as_encoded_bytes();
-    let res = if let Some(name) = bytes.strip_prefix(b"@") {
-        // Abstract socket namespace.
-        use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name)
-            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
-    } else {
-        sock.send_to(state.as_bytes(), &path)
-    };
-    if let Err(e) = res {
-        tracing::warn!(event = "startup.sd_notify_failed", error = %e);
-    }
-}
-
-/// Blocks SIGTERM/SIGINT in this thread (and so in the worker threads it starts) so the supervisor can
-/// wait for them with `sigtimedwait`.
-fn block_signals() {
-    // SAFETY: plain signal-mask manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-}
-
-fn wait_signal(timeout: Duration) -> Option<i32> {
-    // SAFETY: sigtimedwait on a local set and timespec.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as _,
-            tv_nsec: timeout.subsec_nanos() as _,
-        };
-        let s = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
-        (s > 0).then_some(s)
-    }
-}
-
-/// How often the supervisor returns free heap memory to the kernel.
-const TRIM_EVERY: Duration = Duration::from_secs(2);
-
-/// Supervises workers until a signal, then drains (DESIGN.md "Drain and upgrade").
-fn supervise(
-    sup: &mut Supervisor,
-    shared: &Shared,
+/// The inherited traffic sockets as listeners: one worker per socket (the running process's count; a
+/// different `server.workers` is reported and overridden, since each socket has its own accept queue
+/// that needs a worker). Refuses (exit 2) a `server.listen` that names another address.
+#[allow(clippy::type_complexity)]
+fn adopt_listeners(
+    i: &mut upgrade::Inherited,
     resolved: &Resolved,
-    listeners: &[socket2::Socket],
-) -> i32 {
-    let mut next_trim = Instant::now() + TRIM_EVERY;
-    let sig = loop {
-        if let Some(s) = wait_signal(Duration::from_millis(100)) {
-            break s;
-        }
-        sup.check();
-        if Instant::now() >= next_trim {
-            next_trim = Instant::now() + TRIM_EVERY;
-            // Give freed heap pages back to the kernel: after a burst, buffers freed between long-lived small
-            // allocations would otherwise stay resident (glibc only trims the top of a heap on free).
-            // SAFETY: malloc_trim has no preconditions.
-            unsafe { libc::malloc_trim(0) };
-        }
-    };
-    let t = &resolved.config.server.timeouts;
-    shared.draining.store(true, Ordering::Relaxed);
-    sd_notify("STOPPING=1");
-    tracing::info!(
-        event = "server.draining",
-        signal = sig,
-        drain_delay_ms = t.drain_delay.0.as_millis() as u64,
-        drain_ms = t.drain.0.as_millis() as u64
-    );
-    let close_at = Instant::now() + t.drain_delay.0;
-    while Instant::now() < close_at {
-        if wait_signal(Duration::from_millis(100)).is_some() {
-            tracing::warn!(event = "server.exit", "second signal: exiting now");
-            return EXIT_RUNTIME;
-        }
-    }
-    shared.closing.store(true, Ordering::Relaxed);
-    for l in listeners {
-        // SAFETY: shutting down our own listening socket (shared with the workers' dups) wakes workers
-        // blocked in accept; they see `closing` and stop.
-        unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(l), libc::SHUT_RDWR) };
-    }
-    let end = Instant::now() + t.drain.0;
-    while shared.connections.load(Ordering::Relaxed) > 0 && Instant::now() < end {
-        if wait_signal(Duration::from_millis(50)).is_some() {
-            tracing::warn!(event = "server.exit", "second signal: exiting now");
-            return EXIT_RUNTIME;
-        }
-    }
-    let left = shared.connections.load(Ordering::Relaxed);
-    if left > 0 {
-        tracing::warn!(
-            event = "server.drain_timeout",
-            connections_left = left,
-            "drain time over; closing what is left"
+    file: &str,
+) -> Result<
+    (
+        Vec<socket2::Socket>,
+        std::net::SocketAddr,
+        usize,
+        Vec<Option<usize>>,
+    ),
+    i32,
+> {
+    let cfg = &resolved.config;
+    let socks = std::mem::take(&mut i.traffic);
+    let Some(bound) = socks[0].local_addr().ok().and_then(|a| a.as_socket()) else {
+        tracing::error!(
+            event = "startup.failed",
+            "--upgrade: the inherited socket has no address"
         );
+        return Err(EXIT_RUNTIME);
+    };
+    let want = resolved.listen;
+    if want.ip() != bound.ip() || (want.port() != 0 && want.port() != bound.port()) {
+        tracing::error!(event = "startup.failed", file, key = "server.listen", reason = %format!("the running edge listens on {bound}, not {want}; the listener cannot change in an upgrade"));
+        return Err(EXIT_CONFIG);
     }
-    tracing::info!(event = "server.exit", "drained");
-    EXIT_OK
+    let (planned, _) = runtime::cpus::plan(cfg.server.workers, cfg.server.pin_workers);
+    let workers = socks.len();
+    if planned != workers {
+        tracing::warn!(event = "upgrade.workers", configured = planned, inherited = workers, "--upgrade keeps the running process's worker count (one per inherited listener); restart to change it");
+    }
+    let (_, cpus) = runtime::cpus::plan(Workers::Count(workers), cfg.server.pin_workers);
+    Ok((socks, bound, workers, cpus))
 }

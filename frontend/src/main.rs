@@ -39,10 +39,6 @@ fn main() {
         print!("{}", edge_core::config::DEFAULT_CONFIG);
         return;
     }
-    if cli.upgrade {
-        eprintln!("edge: --upgrade is not implemented yet");
-        std::process::exit(EXIT_CONFIG);
-    }
     let resolved = match load_config(cli.config.as_deref(), &cli.overrides()) {
         Ok(r) => r,
         Err(errors) => {
@@ -57,5 +53,9 @@ fn main() {
         eprintln!("edge: configuration OK");
         return;
     }
-    std::process::exit(edge_frontend::start(resolved));
+    let source = edge_frontend::reload::ConfigSource {
+        path: cli.config.clone(),
+        overrides: cli.overrides(),
+    };
+    std::process::exit(edge_frontend::start(resolved, source, cli.upgrade));
 }

@@ -49,6 +49,8 @@ pub struct Request<'a> {
     pub is_head: bool,
     /// Idempotent method (RFC 9110 §9.2.2): may be retried.
     pub idempotent: bool,
+    /// The configuration the request started on (it finishes on it across a reload).
+    pub cfg: &'a edge_core::config::Resolved,
     /// The upstream chosen by the route.
     pub upstream: &'a Upstream,
     /// `request_timeout` for this route (`None` = unlimited).
@@ -127,11 +129,11 @@ pub async fn exchange(
     req: Request<'_>,
 ) -> Outcome {
     let up = req.upstream;
-    let limits = &w.cfg.config.server.limits;
+    let limits = &req.cfg.config.server.limits;
     let max_body = limits.max_body_bytes.0.unwrap_or(u64::MAX);
     let mut out = SendBuf::take();
     {
-        let trusted = w.cfg.trusted_proxies.iter().any(|c| c.contains(peer));
+        let trusted = req.cfg.trusted_proxies.iter().any(|c| c.contains(peer));
         let rw = RequestRewrite {
             peer,
             trusted,
@@ -687,6 +689,6 @@ async fn read_response_head(
 impl Worker {
     /// The client `send` deadline.
     pub fn send_timeout(&self) -> Duration {
-        self.cfg.config.server.timeouts.send.0
+        self.current().cfg.config.server.timeouts.send.0
     }
 }

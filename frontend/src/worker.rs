@@ -2,9 +2,14 @@
 //! other workers on the request path), its accept loop on its own SO_REUSEPORT listener, and its timer
 //! tasks (heartbeat every 250 ms, pool sweep). Each connection runs as its own task under a panic guard:
 //! a panic closes only that connection.
+//!
+//! Config reload: the config-dependent state (config, router, upstreams) is a [`Live`] snapshot. Each
+//! request takes the current snapshot once ([`Worker::live`]) and finishes on it; before that, the worker
+//! compares the supervisor's published generation with its own (a read of one atomic) and rebuilds the
+//! snapshot when it moved. The heartbeat tick does the same check, so an idle worker also switches.
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     future::Future,
     net::SocketAddr,
     panic::AssertUnwindSafe,
@@ -25,18 +30,55 @@ use monoio::net::{TcpListener, TcpStream};
 
 use crate::{respond::LogLimit, route::Router};
 
+/// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
+/// snapshot it started on until it ends.
+pub struct Live {
+    /// The configuration.
+    pub cfg: Arc<Resolved>,
+    /// Its generation ([`edge_core::runtime::Published`]).
+    pub generation: u64,
+    /// Routes in matching order.
+    pub router: Router,
+    /// Upstreams in config order, each with per-endpoint pools.
+    pub upstreams: Vec<Upstream>,
+}
+
+impl Live {
+    /// Builds worker `id`'s state for `cfg`; with `previous`, pools of endpoints that stay are kept (see
+    /// [`Upstream::rebuild`]).
+    fn build(
+        cfg: Arc<Resolved>,
+        generation: u64,
+        id: usize,
+        ejected: &metrics::Counter,
+        previous: Option<&Live>,
+    ) -> Live {
+        let upstreams = cfg
+            .upstreams
+            .iter()
+            .map(|u| {
+                let old = previous
+                    .and_then(|p| p.upstreams.iter().find(|o| o.config.name == u.config.name));
+                Upstream::rebuild(u, id, ejected.clone(), old)
+            })
+            .collect();
+        Live {
+            router: Router::new(&cfg.routes),
+            upstreams,
+            generation,
+            cfg,
+        }
+    }
+}
+
 /// Everything one worker's connections share (single-threaded).
 pub struct Worker {
     /// Worker index (the `worker` label).
     pub id: usize,
     /// Process-wide state.
     pub shared: Arc<Shared>,
-    /// The configuration.
-    pub cfg: Arc<Resolved>,
-    /// Routes in matching order.
-    pub router: Router,
-    /// Upstreams in config order, each with per-endpoint pools.
-    pub upstreams: Vec<Upstream>,
+    live: RefCell<Rc<Live>>,
+    ejected: metrics::Counter,
     /// Metric handles.
     pub metrics: WorkerMetrics,
     /// Warn-log rate limit.
@@ -51,19 +93,16 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Builds a worker's state.
-    pub fn new(id: usize, shared: Arc<Shared>, cfg: Arc<Resolved>) -> Self {
+    /// Builds a worker's state on the currently published configuration.
+    pub fn new(id: usize, shared: Arc<Shared>) -> Self {
         let metrics = WorkerMetrics::register(id);
         let ejected = metrics
             .upstream_error(edge_core::metrics::UpstreamErrorKind::Ejected)
             .clone();
+        let (cfg, generation) = shared.config.get();
         Worker {
-            router: Router::new(&cfg.routes),
-            upstreams: cfg
-                .upstreams
-                .iter()
-                .map(|u| Upstream::new(u, id, ejected.clone()))
-                .collect(),
+            live: RefCell::new(Rc::new(Live::build(cfg, generation, id, &ejected, None))),
+            ejected,
             metrics,
             log_limit: LogLimit::new(id),
             idle: Default::default(),
@@ -72,8 +111,35 @@ impl Worker {
             next_id: Cell::new(0),
             id,
             shared,
-            cfg,
         }
+    }
+
+    /// The configuration snapshot a new request runs on: the current one, rebuilt first when the
+    /// supervisor published a new configuration. No lock and no shared write unless it changed.
+    pub fn live(&self) -> Rc<Live> {
+        if self.shared.config.generation() != self.live.borrow().generation {
+            self.refresh();
+        }
+        self.live.borrow().clone()
+    }
+
+    /// The snapshot in use, without checking for a newer one.
+    pub fn current(&self) -> std::cell::Ref<'_, Rc<Live>> {
+        self.live.borrow()
+    }
+
+    #[cold]
+    fn refresh(&self) {
+        let (cfg, generation) = self.shared.config.get();
+        let old = self.live.borrow().clone();
+        let new = Live::build(cfg, generation, self.id, &self.ejected, Some(&old));
+        *self.live.borrow_mut() = Rc::new(new);
+        tracing::debug!(
+            event = "config.applied",
+            worker = self.id,
+            generation,
+            "worker switched to the reloaded configuration"
+        );
     }
 
     /// The next generated request id: (process prefix, worker, counter).
@@ -92,7 +158,7 @@ fn id_prefix() -> u32 {
 }
 
 /// The worker's main future: accept loop plus timer tasks. Reports readiness on `env.ready`.
-pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
+pub async fn run(env: WorkerEnv) {
     let listener = match env
         .listener
         .set_nonblocking(true)
@@ -107,7 +173,7 @@ pub async fn run(env: WorkerEnv, cfg: Arc<Resolved>) {
             return;
         }
     };
-    let w = Rc::new(Worker::new(env.id, env.shared.clone(), cfg));
+    let w = Rc::new(Worker::new(env.id, env.shared.clone()));
     w.shared.beat(w.id);
     monoio::spawn(heartbeat(w.clone()));
     monoio::spawn(sweep_pools(w.clone()));
@@ -129,9 +195,10 @@ async fn heartbeat(w: Rc<Worker>) {
         #[cfg(feature = "count-alloc")]
         allocations.absolute(crate::alloc_count::thread_allocations());
         w.shared.beat(w.id);
+        drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();
         crate::faults::on_tick();
-        if w.shared.closing.load(Ordering::Relaxed) {
+        if w.shared.close_idle.load(Ordering::Relaxed) {
             // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.
             while w.idle.evict_oldest() {}
         }
@@ -144,7 +211,7 @@ async fn heartbeat(w: Rc<Worker>) {
 async fn sweep_pools(w: Rc<Worker>) {
     for tick in 1u64.. {
         monoio::time::sleep(Duration::from_millis(500)).await;
-        let idle: usize = w.upstreams.iter().map(Upstream::sweep).sum();
+        let idle: usize = w.current().upstreams.iter().map(Upstream::sweep).sum();
         w.metrics.upstream_idle.set(idle as f64);
         if tick % 10 == 0 {
             edge_core::buf::trim();
@@ -153,19 +220,37 @@ async fn sweep_pools(w: Rc<Worker>) {
 }
 
 async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
+    // Stopping must not lose a connection the kernel already handed over: on io_uring an accept in flight
+    // may complete while it is dropped, and after an upgrade the listening socket lives on in the new
+    // process, so the pending accept is cancelled and awaited, and a connection it still returns is
+    // served.
+    let mut stop = std::pin::pin!(wait_closing(w.clone()));
     loop {
         if w.shared.closing.load(Ordering::Relaxed) {
             return;
         }
-        match listener.accept().await {
+        let canceller = monoio::io::Canceller::new();
+        let mut accept = std::pin::pin!(listener.cancelable_accept(canceller.handle()));
+        let res = monoio::select! {
+            r = &mut accept => r,
+            () = &mut stop => {
+                canceller.cancel();
+                accept.await
+            }
+        };
+        match res {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
                 w.metrics.connections_total.increment(1);
                 let over = !make_room(&w);
                 let slot = ConnectionSlot::take(&w.shared);
+                // Counted before the task first runs: the worker ends once `open` is 0, and a connection
+                // accepted just before `closing` must not be dropped unserved with its task.
+                w.open.set(w.open.get() + 1);
                 monoio::spawn(guarded(w.clone(), stream, peer, slot, over));
             }
+            Err(_) if w.shared.closing.load(Ordering::Relaxed) => return,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                 w.metrics.connection_shed(ShedReason::FdLimit).increment(1);
                 if w.log_limit.allow() {
@@ -184,6 +269,13 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
                 monoio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// Resolves once the supervisor sets `closing` (checked every 50 ms; one timer per worker, not per accept).
+async fn wait_closing(w: Rc<Worker>) {
+    while !w.shared.closing.load(Ordering::Relaxed) {
+        monoio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -208,7 +300,6 @@ async fn guarded(
     over: bool,
 ) {
     w.metrics.connections_active.increment(1.0);
-    w.open.set(w.open.get() + 1);
     let res = CatchUnwind(Box::pin(crate::conn::serve(w.clone(), stream, peer, over))).await;
     w.open.set(w.open.get() - 1);
     w.metrics.connections_active.decrement(1.0);

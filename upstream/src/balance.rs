@@ -2,7 +2,7 @@
 //! checkout that reuses a pooled connection or connects (retrying once on the next endpoint when the
 //! connect is refused or times out, DESIGN.md "Upstream pools and retries").
 
-use std::{cell::Cell, net::SocketAddr, time::Duration};
+use std::{cell::Cell, net::SocketAddr, rc::Rc, time::Duration};
 
 use monoio::time::Instant;
 
@@ -19,12 +19,13 @@ use crate::{
 pub struct Endpoint {
     /// Its address (resolved at config load).
     pub addr: SocketAddr,
-    /// Its idle connections.
-    pub pool: Pool,
-    /// Its `max_active` budget.
-    pub slots: std::rc::Rc<crate::permit::Slots>,
-    /// Its connect health (passive ejection).
-    pub health: crate::eject::Health,
+    /// Its idle connections (shared with the previous generation's endpoint of the same upstream and
+    /// address after a config reload, so warm connections survive it).
+    pub pool: Rc<Pool>,
+    /// Its `max_active` budget (shared like `pool`).
+    pub slots: Rc<crate::permit::Slots>,
+    /// Its connect health, passive ejection (shared like `pool`).
+    pub health: Rc<crate::eject::Health>,
 }
 
 /// One upstream, per worker.
@@ -50,16 +51,40 @@ impl Upstream {
     /// Builds the per-worker state of one configured upstream for `worker` (which also staggers
     /// round-robin); `ejected` counts passive ejections (`edge_upstream_errors_total{kind="ejected"}`).
     pub fn new(r: &ResolvedUpstream, worker: usize, ejected: metrics::Counter) -> Self {
+        Self::rebuild(r, worker, ejected, None)
+    }
+
+    /// Like [`Upstream::new`], after a config reload: an endpoint whose address was already an endpoint of
+    /// `previous` (the same upstream, by name, in the old configuration) keeps that endpoint's pool,
+    /// `max_active` budget and ejection state; requests still running on the old configuration return
+    /// their connections to the same pool. Endpoints that are gone keep their pools only until the last
+    /// request of the old configuration ends, then those connections close.
+    pub fn rebuild(
+        r: &ResolvedUpstream,
+        worker: usize,
+        ejected: metrics::Counter,
+        previous: Option<&Upstream>,
+    ) -> Self {
+        let kept =
+            |addr: SocketAddr| previous.and_then(|p| p.endpoints.iter().find(|e| e.addr == addr));
         Upstream {
             config: r.config.clone(),
             endpoints: r
                 .endpoints
                 .iter()
-                .map(|&addr| Endpoint {
-                    addr,
-                    pool: Pool::default(),
-                    slots: Default::default(),
-                    health: Default::default(),
+                .map(|&addr| match kept(addr) {
+                    Some(e) => Endpoint {
+                        addr,
+                        pool: e.pool.clone(),
+                        slots: e.slots.clone(),
+                        health: e.health.clone(),
+                    },
+                    None => Endpoint {
+                        addr,
+                        pool: Default::default(),
+                        slots: Default::default(),
+                        health: Default::default(),
+                    },
                 })
                 .collect(),
             next: Cell::new(worker),
@@ -114,6 +139,8 @@ impl Upstream {
         if !fresh {
             if let Some(mut conn) = self.endpoints[first].pool.take() {
                 conn.permit = permit;
+                // A pool kept across a reload may hold connections checked in under the old endpoint list.
+                conn.endpoint = first;
                 return Ok(Checkout {
                     conn,
                     retried: false,

@@ -461,10 +461,12 @@ impl Config {
                 Err(r) => err(format!("server.trusted_proxies[{i}]"), r),
             }
         }
-        if !self.server.upgrade_socket.is_empty() {
+        if !self.server.upgrade_socket.is_empty()
+            && !std::path::Path::new(&self.server.upgrade_socket).is_absolute()
+        {
             err(
                 "server.upgrade_socket".into(),
-                "zero-downtime upgrade is not implemented yet; leave it \"\"".into(),
+                "must be an absolute path (or \"\" to disable upgrades)".into(),
             );
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {

@@ -5,6 +5,7 @@
 
 pub mod cpus;
 pub mod listen;
+pub mod publish;
 
 use std::{
     future::Future,
@@ -18,7 +19,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::config::IoDriverSetting;
+use crate::config::{IoDriverSetting, Resolved};
+pub use publish::Published;
 
 /// The io driver in use, chosen once for all workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,8 +95,14 @@ pub struct Shared {
     pub start: Instant,
     /// Set at SIGTERM: health answers 503 and responses carry `Connection: close`.
     pub draining: AtomicBool,
-    /// Set when workers must stop accepting and close idle connections.
+    /// Set when workers must stop accepting.
     pub closing: AtomicBool,
+    /// Set when workers must close their idle keep-alive connections (with `closing` at SIGTERM; about a
+    /// second later after an upgrade handover, so busy keep-alive clients get `Connection: close` first).
+    pub close_idle: AtomicBool,
+    /// Set once the listening sockets were handed to a new process (`edge --upgrade`): the admin thread
+    /// stops accepting too, so probes and scrapes reach the new process.
+    pub handed_over: AtomicBool,
     heartbeats: Box<[Heartbeat]>,
     /// Open downstream connections, all workers.
     pub connections: AtomicUsize,
@@ -102,6 +110,8 @@ pub struct Shared {
     pub max_connections: usize,
     /// The io driver in use.
     pub io_driver: IoDriver,
+    /// The configuration workers serve with; replaced by the supervisor at reload (SIGHUP).
+    pub config: Published<Resolved>,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -110,16 +120,24 @@ pub const HEARTBEAT_STALE: Duration = Duration::from_secs(1);
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
 
 impl Shared {
-    /// Fresh state for `workers` workers.
-    pub fn new(workers: usize, max_connections: usize, io_driver: IoDriver) -> Self {
+    /// Fresh state for `workers` workers serving `config`.
+    pub fn new(
+        workers: usize,
+        max_connections: usize,
+        io_driver: IoDriver,
+        config: Resolved,
+    ) -> Self {
         Shared {
             start: Instant::now(),
             draining: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            close_idle: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
             heartbeats: (0..workers).map(|_| Heartbeat::default()).collect(),
             connections: AtomicUsize::new(0),
             max_connections,
             io_driver,
+            config: Published::new(config),
         }
     }
 

@@ -308,6 +308,18 @@ impl Edge {
         self.child.id()
     }
 
+    /// The config file edge was started with (rewrite it, then SIGHUP, to test a reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.0.join("edge.toml")
+    }
+
+    /// Replaces the config file's contents (atomically, by rename).
+    pub fn rewrite_config(&self, text: &str) {
+        let tmp = self._dir.0.join("edge.toml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.config_path()).unwrap();
+    }
+
     /// Sends SIGTERM and waits (at most `limit`) for the exit code.
     pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
         unsafe { libc_kill(self.child.id() as i32, 15) };
@@ -723,6 +735,21 @@ impl Client {
 
     pub fn send(&mut self, bytes: &[u8]) {
         self.s.write_all(bytes).unwrap();
+    }
+
+    /// Like [`Client::connect`], returning the connect error instead of panicking (load loops count it).
+    pub fn try_connect(addr: SocketAddr) -> std::io::Result<Client> {
+        let s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(15)))?;
+        Ok(Client { s, buf: Vec::new() })
+    }
+
+    /// Like [`Client::get`], with `None` for a failed write or a connection closed before a response.
+    pub fn try_get(&mut self, path: &str) -> Option<Response> {
+        self.s
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+            .ok()?;
+        self.read_response(false)
     }
 
     pub fn get(&mut self, path: &str) -> Response {

@@ -27,10 +27,13 @@ macro_rules! both_drivers {
 mod capacity;
 mod cli;
 mod deadlines;
+mod deploy;
 mod drops;
 mod faults;
 mod lifecycle;
 mod limits;
 mod proxy;
+mod reload;
 mod smuggling;
+mod upgrade;
 mod upstream;

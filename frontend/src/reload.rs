@@ -1,0 +1,196 @@
+//! Config reload on SIGHUP (DESIGN.md "Configuration", issue 7): the supervisor re-reads the file with
+//! the same command-line overrides, resolves endpoint names on its own thread, and publishes the result
+//! ([`edge_core::runtime::Published`]); each worker switches at its next request or heartbeat tick, and
+//! requests in flight finish on the configuration they started with.
+//!
+//! Reloadable: routes, upstreams, timeouts, limits, health path, trusted proxies, per-connection request
+//! cap and the slow/access log settings. Settings fixed at start (listeners, workers, pinning, io driver,
+//! backlog, max_connections, upgrade socket, log format and level) must not change: such a file is
+//! rejected as a whole, with a `config.rejected` line per key, and the running configuration stays, as it
+//! does for a file that does not parse or validate.
+
+use edge_core::config::{Overrides, Resolved};
+use edge_core::runtime::Shared;
+
+/// Where the configuration comes from, kept by the supervisor to read it again.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSource {
+    /// `--config FILE`, or `None` for the embedded default.
+    pub path: Option<String>,
+    /// The command-line overrides, applied again on every reload.
+    pub overrides: Overrides,
+}
+
+impl ConfigSource {
+    /// The file name used in log lines.
+    pub fn file(&self) -> &str {
+        self.path.as_deref().unwrap_or("<embedded default>")
+    }
+}
+
+/// A setting that changed but only applies at start: its key and why it is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Dotted key.
+    pub key: &'static str,
+    /// The reason, with the old and new value.
+    pub reason: String,
+}
+
+/// The settings fixed at start that differ between `old` and `new`.
+pub fn fixed_changes(old: &Resolved, new: &Resolved) -> Vec<Refused> {
+    let (o, n) = (&old.config, &new.config);
+    let mut out = Vec::new();
+    let mut check = |key: &'static str, what: &str, a: String, b: String| {
+        if a != b {
+            out.push(Refused {
+                key,
+                reason: format!("{what} cannot change on reload (was {a}, now {b}); restart or use `edge --upgrade`"),
+            });
+        }
+    };
+    check(
+        "server.listen",
+        "the traffic listener",
+        format!("{:?}", o.server.listen),
+        format!("{:?}", n.server.listen),
+    );
+    check(
+        "admin.listen",
+        "the admin listener",
+        format!("{:?}", o.admin.listen),
+        format!("{:?}", n.admin.listen),
+    );
+    check(
+        "server.workers",
+        "the worker count",
+        format!("{:?}", o.server.workers),
+        format!("{:?}", n.server.workers),
+    );
+    check(
+        "server.pin_workers",
+        "worker pinning",
+        format!("{:?}", o.server.pin_workers),
+        format!("{:?}", n.server.pin_workers),
+    );
+    check(
+        "server.io_driver",
+        "the io driver",
+        format!("{:?}", o.server.io_driver),
+        format!("{:?}", n.server.io_driver),
+    );
+    check(
+        "server.backlog",
+        "the listen backlog",
+        o.server.backlog.to_string(),
+        n.server.backlog.to_string(),
+    );
+    check(
+        "server.max_connections",
+        "max_connections",
+        o.server.max_connections.to_string(),
+        n.server.max_connections.to_string(),
+    );
+    check(
+        "server.upgrade_socket",
+        "the upgrade socket",
+        format!("{:?}", o.server.upgrade_socket),
+        format!("{:?}", n.server.upgrade_socket),
+    );
+    check(
+        "log.format",
+        "the log format",
+        format!("{:?}", o.log.format),
+        format!("{:?}", n.log.format),
+    );
+    check(
+        "log.level",
+        "the log level",
+        format!("{:?}", o.log.level),
+        format!("{:?}", n.log.level),
+    );
+    out
+}
+
+/// Handles one SIGHUP: reads, validates and resolves the configuration again and publishes it, or logs
+/// `config.rejected` (file, key, reason) for each problem and keeps the running configuration. Returns
+/// whether the new configuration was published.
+pub fn reload(shared: &Shared, source: &ConfigSource) -> bool {
+    let file = source.file();
+    tracing::info!(
+        event = "config.reloading",
+        file,
+        "SIGHUP: reading the configuration again"
+    );
+    let new = match crate::load_config(source.path.as_deref(), &source.overrides) {
+        Ok(r) => r,
+        Err(errors) => {
+            for e in &errors {
+                tracing::error!(event = "config.rejected", file = %e.file, key = %e.key, reason = %e.reason, "configuration rejected; the running configuration stays");
+            }
+            return false;
+        }
+    };
+    let (old, _) = shared.config.get();
+    let refused = fixed_changes(&old, &new);
+    if !refused.is_empty() {
+        for r in &refused {
+            tracing::error!(event = "config.rejected", file, key = r.key, reason = %r.reason, "configuration rejected; the running configuration stays");
+        }
+        return false;
+    }
+    for u in &new.upstreams {
+        let eps: Vec<String> = u.endpoints.iter().map(ToString::to_string).collect();
+        tracing::info!(event = "config.upstream", name = %u.config.name, endpoints = %eps.join(","));
+    }
+    let (upstreams, routes) = (new.upstreams.len(), new.routes.len());
+    let generation = shared.config.publish(new);
+    tracing::info!(
+        event = "config.reloaded",
+        file,
+        generation,
+        upstreams,
+        routes,
+        "new requests use the reloaded configuration"
+    );
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_core::config::{Config, DEFAULT_CONFIG};
+
+    fn resolved(edit: impl FnOnce(&mut Config)) -> Resolved {
+        let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+        edit(&mut c);
+        c.resolve("d").unwrap()
+    }
+
+    #[test]
+    fn routes_upstreams_and_timeouts_may_change() {
+        let old = resolved(|_| {});
+        let new = resolved(|c| {
+            c.routes[0].path_prefix = "/api".into();
+            c.upstreams[0].endpoints = vec!["127.0.0.1:9".into()];
+            c.server.timeouts.idle = edge_core::config::Dur::secs(5);
+            c.server.limits.max_headers = 10;
+        });
+        assert_eq!(fixed_changes(&old, &new), vec![]);
+    }
+
+    #[test]
+    fn listener_and_worker_changes_are_refused_by_key() {
+        let old = resolved(|_| {});
+        let new = resolved(|c| {
+            c.server.listen = "127.0.0.1:9999".into();
+            c.server.workers = edge_core::config::Workers::Count(3);
+            c.server.io_driver = edge_core::config::IoDriverSetting::Epoll;
+        });
+        let keys: Vec<_> = fixed_changes(&old, &new).iter().map(|r| r.key).collect();
+        assert_eq!(
+            keys,
+            ["server.listen", "server.workers", "server.io_driver"]
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! The supervisor's loop (DESIGN.md "Process model", "Drain and upgrade"): waits for signals, restarts
+//! dead workers, reloads the configuration on SIGHUP, hands the listening sockets to `edge --upgrade`,
+//! and drains: after SIGTERM on the drain_delay/drain timeline; after a handover at once, without
+//! closing the (now shared) listening sockets.
+
+use std::{
+    os::fd::AsRawFd,
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use edge_core::runtime::{Shared, Supervisor};
+
+use crate::{reload, upgrade, EXIT_OK, EXIT_RUNTIME};
+
+/// What the supervisor can hand over to `edge --upgrade`.
+pub struct Handover {
+    /// The upgrade socket, when `server.upgrade_socket` is set.
+    pub offer: Option<upgrade::Offer>,
+    /// A copy of the admin listener's fd, when there is one.
+    pub admin: Option<std::net::TcpListener>,
+}
+
+/// After a handover, idle keep-alive connections get this long to send one more request (answered with
+/// `Connection: close`) before they are closed, so a busy keep-alive client never races a close.
+const UPGRADE_IDLE_GRACE: Duration = Duration::from_secs(1);
+
+/// Tells systemd (Type=notify) about a state change when `NOTIFY_SOCKET` is set; a no-op otherwise.
+pub fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let bytes = path.as_encoded_bytes();
+    let res = if let Some(name) = bytes.strip_prefix(b"@") {
+        // Abstract socket namespace.
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+    } else {
+        sock.send_to(state.as_bytes(), &path)
+    };
+    if let Err(e) = res {
+        tracing::warn!(event = "startup.sd_notify_failed", error = %e);
+    }
+}
+
+/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and so in the worker threads it starts) so the
+/// supervisor can wait for them with `sigtimedwait`.
+pub fn block_signals() {
+    // SAFETY: plain signal-mask manipulation on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits up to `timeout` for SIGTERM or SIGINT, and SIGHUP when `hup` (during a drain SIGHUP stays
+/// pending and is ignored).
+fn wait_signal(timeout: Duration, hup: bool) -> Option<i32> {
+    // SAFETY: sigtimedwait on a local set and timespec.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if hup {
+            libc::sigaddset(&mut set, libc::SIGHUP);
+        }
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as _,
+            tv_nsec: timeout.subsec_nanos() as _,
+        };
+        let s = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+        (s > 0).then_some(s)
+    }
+}
+
+/// How often the supervisor returns free heap memory to the kernel.
+const TRIM_EVERY: Duration = Duration::from_secs(2);
+
+/// Why supervision ended.
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Signal(i32),
+    /// A new process serves on the sockets (its pid).
+    Upgraded(u32),
+}
+
+/// Supervises workers until a signal or a handover, then drains; returns the exit code.
+pub fn supervise(
+    sup: &mut Supervisor,
+    shared: &Shared,
+    source: &reload::ConfigSource,
+    listeners: &[socket2::Socket],
+    handover: &Handover,
+) -> i32 {
+    let mut next_trim = Instant::now() + TRIM_EVERY;
+    let stop = loop {
+        match wait_signal(Duration::from_millis(100), true) {
+            Some(libc::SIGHUP) => {
+                reload::reload(shared, source);
+                continue;
+            }
+            Some(s) => break Stop::Signal(s),
+            None => {}
+        }
+        if let Some(offer) = &handover.offer {
+            let admin = handover.admin.as_ref().map(AsRawFd::as_raw_fd);
+            if let upgrade::Handover::Done(pid) = offer.poll(listeners, admin) {
+                break Stop::Upgraded(pid);
+            }
+        }
+        sup.check();
+        if Instant::now() >= next_trim {
+            next_trim = Instant::now() + TRIM_EVERY;
+            // Give freed heap pages back to the kernel: after a burst, buffers freed between long-lived small
+            // allocations would otherwise stay resident (glibc only trims the top of a heap on free).
+            // SAFETY: malloc_trim has no preconditions.
+            unsafe { libc::malloc_trim(0) };
+        }
+    };
+    let (current, _) = shared.config.get();
+    let t = &current.config.server.timeouts;
+    shared.draining.store(true, Ordering::Relaxed);
+    match stop {
+        Stop::Signal(sig) => {
+            sd_notify("STOPPING=1");
+            tracing::info!(
+                event = "server.draining",
+                signal = sig,
+                drain_delay_ms = t.drain_delay.0.as_millis() as u64,
+                drain_ms = t.drain.0.as_millis() as u64
+            );
+            if !wait_or_signal(Instant::now() + t.drain_delay.0) {
+                return EXIT_RUNTIME;
+            }
+            shared.closing.store(true, Ordering::Relaxed);
+            shared.close_idle.store(true, Ordering::Relaxed);
+            for l in listeners {
+                // SAFETY: shutting down our own listening socket (shared with the workers' dups) wakes
+                // workers blocked in accept and refuses new connections.
+                unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+        }
+        Stop::Upgraded(new_pid) => {
+            // The listening sockets now belong to the new process as well: stop accepting (workers cancel
+            // their pending accepts), never shut them down. What is queued is accepted by the new process.
+            shared.handed_over.store(true, Ordering::Relaxed);
+            shared.closing.store(true, Ordering::Relaxed);
+            tracing::info!(
+                event = "server.draining",
+                reason = "upgrade",
+                new_pid,
+                drain_ms = t.drain.0.as_millis() as u64,
+                "a new process serves on the listening sockets; draining without drain_delay"
+            );
+            if !wait_or_signal(Instant::now() + UPGRADE_IDLE_GRACE) {
+                return EXIT_RUNTIME;
+            }
+            shared.close_idle.store(true, Ordering::Relaxed);
+        }
+    }
+    let end = Instant::now() + t.drain.0;
+    while shared.connections.load(Ordering::Relaxed) > 0 && Instant::now() < end {
+        if wait_signal(Duration::from_millis(50), false).is_some() {
+            tracing::warn!(event = "server.exit", "second signal: exiting now");
+            return EXIT_RUNTIME;
+        }
+    }
+    let left = shared.connections.load(Ordering::Relaxed);
+    if left > 0 {
+        tracing::warn!(
+            event = "server.drain_timeout",
+            connections_left = left,
+            "drain time over; closing what is left"
+        );
+    }
+    tracing::info!(event = "server.exit", "drained");
+    EXIT_OK
+}
+
+/// Waits until `until`; `false` (after logging) when a second signal arrives first.
+fn wait_or_signal(until: Instant) -> bool {
+    while Instant::now() < until {
+        if wait_signal(Duration::from_millis(50), false).is_some() {
+            tracing::warn!(event = "server.exit", "second signal: exiting now");
+            return false;
+        }
+    }
+    true
+}

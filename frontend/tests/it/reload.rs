@@ -1,0 +1,120 @@
+//! Config reload on SIGHUP (issue 7, DESIGN.md "Configuration"): a changed route applies to the next
+//! request, on new and kept-alive connections; a broken file or a listener change is rejected with a
+//! `config.rejected` line naming file, key and reason, and traffic goes on with the old configuration.
+
+use std::time::Duration;
+
+use crate::harness::{config, Client, Driver, Edge, Origin};
+
+const SIGHUP: i32 = 1;
+
+/// The harness config plus an upstream "b" routed at `/b` when `b` is given.
+fn with_b(
+    d: Driver,
+    a: std::net::SocketAddr,
+    b: Option<std::net::SocketAddr>,
+    server: &str,
+) -> String {
+    let extra = b.map_or(String::new(), |b| {
+        format!(
+            "\n[[upstreams]]\nname = \"b\"\nendpoints = [\"{b}\"]\n\n[[routes]]\npath_prefix = \"/b\"\nupstream = \"b\"\n"
+        )
+    });
+    config(d, a, server, &extra)
+}
+
+both_drivers!(
+    sighup_with_a_changed_route_applies_to_the_next_request,
+    |d| {
+        let a = Origin::fixed(b"from-a");
+        let b = Origin::fixed(b"from-b");
+        let edge = Edge::start(&with_b(d, a.addr, None, ""));
+        let mut kept = Client::connect(edge.addr);
+        assert_eq!(kept.get("/b/x").body, b"from-a");
+
+        edge.rewrite_config(&with_b(d, a.addr, Some(b.addr), ""));
+        edge.signal(SIGHUP);
+        let line = edge
+            .wait_log("config.reloaded", Duration::from_secs(5))
+            .expect("config.reloaded logged");
+        assert!(line.contains("generation=2"), "{line}");
+        // The kept-alive connection's next request uses the new route, and so does a new connection.
+        assert_eq!(kept.get("/b/x").body, b"from-b");
+        assert_eq!(kept.get("/other").body, b"from-a");
+        assert_eq!(Client::connect(edge.addr).get("/b/y").body, b"from-b");
+        assert_eq!(edge.count_log("config.rejected"), 0);
+    }
+);
+
+both_drivers!(a_broken_file_is_rejected_and_traffic_goes_on, |d| {
+    let a = Origin::fixed(b"from-a");
+    let b = Origin::fixed(b"from-b");
+    let edge = Edge::start(&with_b(d, a.addr, None, ""));
+    let mut kept = Client::connect(edge.addr);
+    assert_eq!(kept.get("/b/x").body, b"from-a");
+    let file = edge.config_path().display().to_string();
+
+    // A file that does not parse.
+    edge.rewrite_config("[server\nlisten = ");
+    edge.signal(SIGHUP);
+    let line = edge
+        .wait_log("config.rejected", Duration::from_secs(5))
+        .expect("config.rejected logged");
+    assert!(line.contains(&file), "names the file: {line}");
+    assert_eq!(kept.get("/b/x").body, b"from-a");
+
+    // A file that parses but does not validate: the key is named; the new route does not apply.
+    let mut bad = with_b(d, a.addr, Some(b.addr), "");
+    bad.push_str("\n[[routes]]\npath_prefix = \"/c\"\nupstream = \"nope\"\n");
+    edge.rewrite_config(&bad);
+    edge.signal(SIGHUP);
+    let line = edge
+        .wait_log_all(
+            &["config.rejected", "routes[2].upstream"],
+            Duration::from_secs(5),
+        )
+        .expect("config.rejected with the key");
+    assert!(line.contains("nope"), "gives the reason: {line}");
+    assert_eq!(kept.get("/b/x").body, b"from-a");
+    assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-a");
+    assert_eq!(edge.count_log("config.reloaded"), 0);
+
+    // A good file afterwards still reloads.
+    edge.rewrite_config(&with_b(d, a.addr, Some(b.addr), ""));
+    edge.signal(SIGHUP);
+    assert!(edge
+        .wait_log("config.reloaded", Duration::from_secs(5))
+        .is_some());
+    assert_eq!(kept.get("/b/x").body, b"from-b");
+});
+
+both_drivers!(a_listener_or_worker_change_is_refused, |d| {
+    let a = Origin::fixed(b"from-a");
+    let b = Origin::fixed(b"from-b");
+    let edge = Edge::start(&with_b(d, a.addr, None, ""));
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = held.local_addr().unwrap();
+    let mut changed = with_b(d, a.addr, Some(b.addr), "").replace(
+        "listen = \"127.0.0.1:0\"\nio_driver",
+        &format!("listen = \"{other}\"\nio_driver"),
+    );
+    changed = changed.replace("workers = 1", "workers = 2");
+    edge.rewrite_config(&changed);
+    edge.signal(SIGHUP);
+    let line = edge
+        .wait_log_all(
+            &["config.rejected", "server.listen"],
+            Duration::from_secs(5),
+        )
+        .expect("listener change refused");
+    assert!(line.contains("restart"), "says why: {line}");
+    assert!(edge
+        .wait_log_all(
+            &["config.rejected", "server.workers"],
+            Duration::from_secs(5)
+        )
+        .is_some());
+    // The old configuration stays whole: the route added in the same file does not apply.
+    assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-a");
+    assert_eq!(edge.count_log("config.reloaded"), 0);
+});
