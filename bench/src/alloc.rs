@@ -7,6 +7,9 @@
 //! `edge_requests_total`, runs the measured load, and reads both again: the ratio of the growths is
 //! allocations per request on the worker threads (the admin thread that renders /metrics is not
 //! counted). A last row opens fresh connections, one request each, for allocations per connection.
+//! edge runs with `max_requests_per_connection` raised so that the keep-alive rows measure requests,
+//! not the connection churn that the default of 1000 imposes (about 12 allocations per new connection,
+//! so 0.012 per request at the default).
 //! Fails when keep-alive requests allocate (more than one allocation per 10 000 requests, which leaves
 //! room for the worker's 4 Hz timer tasks).
 
@@ -67,6 +70,16 @@ fn read_counters(stack: &Stack) -> io::Result<(f64, f64)> {
     Err(io::Error::other("allocation counter did not settle"))
 }
 
+/// Allocation and request counters summed over workers, read once (under load; the allocation
+/// counter lags by at most one 250 ms heartbeat).
+fn read_now(stack: &Stack) -> io::Result<(f64, f64)> {
+    let text = crate::scenario::fetch_metrics(stack.admin)?;
+    Ok((
+        metric_sum(&text, "edge_worker_allocations_total", &[]),
+        metric_sum(&text, "edge_requests_total", &[]),
+    ))
+}
+
 /// One GET per fresh connection, `n` times.
 fn fresh_connections(addr: SocketAddr, n: usize) -> io::Result<()> {
     let mut buf = [0u8; 4096];
@@ -85,6 +98,21 @@ fn fresh_connections(addr: SocketAddr, n: usize) -> io::Result<()> {
 /// Build, origin or edge start failures and metrics read failures.
 pub fn run(opts: &AllocOptions) -> io::Result<bool> {
     let bin = build_edge_features("count-alloc", "count-alloc")?;
+    let config = std::env::temp_dir().join(format!("edge-bench-alloc-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        "[server]\nmax_requests_per_connection = 1000000000\n",
+    )?;
+    let result = run_cases(opts, &bin, &config);
+    let _ = std::fs::remove_file(&config);
+    result
+}
+
+fn run_cases(
+    opts: &AllocOptions,
+    bin: &std::path::Path,
+    config: &std::path::Path,
+) -> io::Result<bool> {
     let mut table = Table::new(&[
         "driver",
         "workload",
@@ -106,16 +134,29 @@ pub fn run(opts: &AllocOptions) -> io::Result<bool> {
                 chunked,
                 ..OriginOptions::default()
             };
-            let args = ["--workers", "1", "--io-driver", driver].map(String::from);
-            let mut stack = Stack::start(&bin, origin, &args)?;
+            let args = [
+                "--config",
+                &config.display().to_string(),
+                "--workers",
+                "1",
+                "--io-driver",
+                driver,
+            ]
+            .map(String::from);
+            let mut stack = Stack::start(bin, origin, &args)?;
+            // One load run spans the warm-up and the measured window, so no connection opens
+            // inside the window; readings are taken while it runs.
             let mut load = LoadOptions::new(stack.traffic, "/fast");
             load.connections = opts.connections;
-            load.duration = opts.warmup;
-            run_load(&load)?;
-            let (a0, r0) = read_counters(&stack)?;
-            load.duration = opts.duration;
-            let report = run_load(&load)?;
-            let (a1, r1) = read_counters(&stack)?;
+            load.duration = opts.warmup + opts.duration + Duration::from_secs(1);
+            let runner = std::thread::spawn(move || run_load(&load));
+            std::thread::sleep(opts.warmup);
+            let (a0, r0) = read_now(&stack)?;
+            std::thread::sleep(opts.duration);
+            let (a1, r1) = read_now(&stack)?;
+            let report = runner
+                .join()
+                .map_err(|_| io::Error::other("load thread panicked"))??;
             stack.check_alive()?;
             let (allocs, requests) = (a1 - a0, r1 - r0);
             let per = allocs / requests.max(1.0);

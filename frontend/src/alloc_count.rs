@@ -11,6 +11,7 @@ use std::{
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    static REALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The system allocator, counting calls per thread.
@@ -38,6 +39,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count();
+        let _ = REALLOCATIONS.try_with(|c| c.set(c.get() + 1));
         // SAFETY: forwarded with the caller's pointer, layout and size.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -51,4 +53,9 @@ unsafe impl GlobalAlloc for Counting {
 /// Allocations (including reallocations) made so far by the calling thread.
 pub fn thread_allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
+}
+
+/// Of [`thread_allocations`], how many were reallocations (a growing `Vec`).
+pub fn thread_reallocations() -> u64 {
+    REALLOCATIONS.with(Cell::get)
 }

@@ -191,9 +191,14 @@ async fn heartbeat(w: Rc<Worker>) {
     #[cfg(feature = "count-alloc")]
     let allocations =
         metrics::counter!("edge_worker_allocations_total", "worker" => w.id.to_string());
+    #[cfg(feature = "count-alloc")]
+    let reallocations =
+        metrics::counter!("edge_worker_reallocations_total", "worker" => w.id.to_string());
     loop {
         #[cfg(feature = "count-alloc")]
         allocations.absolute(crate::alloc_count::thread_allocations());
+        #[cfg(feature = "count-alloc")]
+        reallocations.absolute(crate::alloc_count::thread_reallocations());
         w.shared.beat(w.id);
         drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();
