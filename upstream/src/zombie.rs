@@ -31,4 +31,21 @@ mod tests {
         assert_eq!(threshold(s(10), s(60), None), s(60));
         assert_eq!(threshold(s(180), s(60), Some(s(600))), s(180));
     }
+
+    #[test]
+    fn edges_of_the_formula() {
+        let s = Duration::from_secs;
+        // max_inactive >= cap: max_inactive is authoritative whatever request_timeout is.
+        assert_eq!(
+            threshold(s(60), s(60), Some(s(1))),
+            s(61).min(s(60)).max(s(60))
+        );
+        assert_eq!(threshold(s(90), s(60), None), s(90));
+        assert_eq!(threshold(s(90), s(60), Some(s(0))), s(90));
+        // request_timeout none is infinity: the cap applies.
+        assert_eq!(threshold(s(1), s(2), None), s(2));
+        assert_eq!(threshold(s(1), s(2), Some(Duration::MAX)), s(2));
+        // A zero request_timeout leaves max_inactive.
+        assert_eq!(threshold(s(10), s(60), Some(s(0))), s(10));
+    }
 }

@@ -553,3 +553,68 @@ both_drivers!(connect_timeout_retries_on_the_next_endpoint, |d| {
     assert_eq!(origin.seen_count(), 1);
     edge.assert_upstream_settled();
 });
+
+both_drivers!(ejected_endpoint_returns_after_its_backoff, |d| {
+    // The first endpoint refuses until it comes back; after 5 consecutive failures it is ejected for
+    // 1 s, then tried again, connects, and is logged as returned.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let origin = Origin::fixed(b"alive");
+    let cfg = config(d, origin.addr, "", "").replace(
+        &format!("endpoints = [\"{}\"]", origin.addr),
+        &format!("endpoints = [\"{dead_addr}\", \"{}\"]", origin.addr),
+    );
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    for _ in 0..10 {
+        assert_eq!(c.get("/").body, b"alive");
+    }
+    assert!(edge.wait_log("upstream.ejected", 2 * SEC).is_some());
+    assert_eq!(
+        edge.metric("edge_upstream_retries_total", &[]),
+        5.0,
+        "ejected after 5 failures"
+    );
+    let ejected_at = Instant::now();
+    // The endpoint comes back on the same port, answering "back".
+    let back = std::net::TcpListener::bind(dead_addr).expect("rebind the freed port");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let log = served.clone();
+    thread::spawn(move || {
+        for s in back.incoming() {
+            let Ok(mut s) = s else { continue };
+            let log = log.clone();
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                while let Some((req, used)) = read_request(&mut s, &mut buf) {
+                    buf.drain(..used);
+                    log.lock().unwrap().push(req.target);
+                    if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nback")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut bodies = Vec::new();
+    assert!(
+        crate::harness::wait_until(5 * SEC, || {
+            bodies.push(c.get("/").text());
+            edge.count_log("upstream.returned") == 1
+        }),
+        "the endpoint was not tried again"
+    );
+    assert!(
+        ejected_at.elapsed() >= Duration::from_millis(900),
+        "returned before its backoff"
+    );
+    assert!(bodies.iter().any(|b| b == "back"), "{bodies:?}");
+    assert!(!served.lock().unwrap().is_empty());
+    assert_eq!(
+        edge.metric("edge_upstream_errors_total", &["kind=\"ejected\""]),
+        1.0
+    );
+});
