@@ -130,16 +130,18 @@ pub fn supervise(
     let (current, _) = shared.config.get();
     let t = &current.config.server.timeouts;
     shared.draining.store(true, Ordering::Relaxed);
+    let at_drain = shared.connections.load(Ordering::Relaxed);
     match stop {
         Stop::Signal(sig) => {
             sd_notify("STOPPING=1");
             tracing::info!(
                 event = "server.draining",
                 signal = sig,
+                connections = at_drain,
                 drain_delay_ms = t.drain_delay.0.as_millis() as u64,
                 drain_ms = t.drain.0.as_millis() as u64
             );
-            if !wait_or_signal(Instant::now() + t.drain_delay.0) {
+            if !wait_or_signal(shared, Instant::now() + t.drain_delay.0) {
                 return EXIT_RUNTIME;
             }
             shared.closing.store(true, Ordering::Relaxed);
@@ -159,21 +161,21 @@ pub fn supervise(
                 event = "server.draining",
                 reason = "upgrade",
                 new_pid,
+                connections = at_drain,
                 drain_ms = t.drain.0.as_millis() as u64,
                 "a new process serves on the listening sockets; draining without drain_delay"
             );
-            if !wait_or_signal(Instant::now() + UPGRADE_IDLE_GRACE) {
+            if !wait_or_signal(shared, Instant::now() + UPGRADE_IDLE_GRACE) {
                 return EXIT_RUNTIME;
             }
             shared.close_idle.store(true, Ordering::Relaxed);
         }
     }
     let end = Instant::now() + t.drain.0;
-    while shared.connections.load(Ordering::Relaxed) > 0 && Instant::now() < end {
-        if wait_signal(Duration::from_millis(50), false).is_some() {
-            tracing::warn!(event = "server.exit", "second signal: exiting now");
-            return EXIT_RUNTIME;
-        }
+    if !wait_or_signal_while(shared, end, || {
+        shared.connections.load(Ordering::Relaxed) > 0
+    }) {
+        return EXIT_RUNTIME;
     }
     let left = shared.connections.load(Ordering::Relaxed);
     if left > 0 {
@@ -183,15 +185,33 @@ pub fn supervise(
             "drain time over; closing what is left"
         );
     }
-    tracing::info!(event = "server.exit", "drained");
+    tracing::info!(
+        event = "server.stopped",
+        reason = "drained",
+        connections_at_drain = at_drain,
+        connections_left = left,
+        exit_code = EXIT_OK
+    );
     EXIT_OK
 }
 
-/// Waits until `until`; `false` (after logging) when a second signal arrives first.
-fn wait_or_signal(until: Instant) -> bool {
-    while Instant::now() < until {
+/// Waits until `until`; `false` (after logging `server.stopped`) when a second signal arrives first.
+fn wait_or_signal(shared: &Shared, until: Instant) -> bool {
+    wait_or_signal_while(shared, until, || true)
+}
+
+/// Waits until `until` or until `busy()` is false; `false` (after logging `server.stopped`) when a
+/// second signal arrives first (DESIGN.md "Drain and upgrade": a second signal exits at once, code 1).
+fn wait_or_signal_while(shared: &Shared, until: Instant, busy: impl Fn() -> bool) -> bool {
+    while busy() && Instant::now() < until {
         if wait_signal(Duration::from_millis(50), false).is_some() {
-            tracing::warn!(event = "server.exit", "second signal: exiting now");
+            tracing::warn!(
+                event = "server.stopped",
+                reason = "second signal",
+                connections_left = shared.connections.load(Ordering::Relaxed),
+                exit_code = EXIT_RUNTIME,
+                "second signal: exiting now"
+            );
             return false;
         }
     }

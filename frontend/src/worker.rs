@@ -87,6 +87,8 @@ pub struct Worker {
     pub idle: crate::evict::IdleList,
     /// Open connections of this worker.
     pub open: Cell<usize>,
+    /// Set when one of the worker's own tasks (heartbeat, pool sweep) panicked: the worker stops.
+    fatal: Cell<Option<String>>,
     /// Random per-process prefix of generated request ids.
     pub id_prefix: u32,
     next_id: Cell<u64>,
@@ -107,6 +109,7 @@ impl Worker {
             log_limit: LogLimit::new(id),
             idle: Default::default(),
             open: Cell::new(0),
+            fatal: Cell::new(None),
             id_prefix: id_prefix(),
             next_id: Cell::new(0),
             id,
@@ -142,6 +145,14 @@ impl Worker {
         );
     }
 
+    /// Whether one of the worker's own tasks panicked.
+    fn is_fatal(&self) -> bool {
+        let f = self.fatal.take();
+        let fatal = f.is_some();
+        self.fatal.set(f);
+        fatal
+    }
+
     /// The next generated request id: (process prefix, worker, counter).
     pub fn next_request_id(&self) -> (u32, u16, u64) {
         let n = self.next_id.get() + 1;
@@ -175,16 +186,42 @@ pub async fn run(env: WorkerEnv) {
     };
     let w = Rc::new(Worker::new(env.id, env.shared.clone()));
     w.shared.beat(w.id);
-    monoio::spawn(heartbeat(w.clone()));
-    monoio::spawn(sweep_pools(w.clone()));
+    monoio::spawn(critical(w.clone(), heartbeat(w.clone())));
+    monoio::spawn(critical(w.clone(), sweep_pools(w.clone())));
     tracing::debug!(event = "worker.started", worker = w.id, cpu = ?env.cpu);
     let _ = env.ready.send(Ok(()));
     accept_loop(w.clone(), listener).await;
+    if let Some(msg) = w.fatal.take() {
+        // The accept in flight was cancelled and awaited above, so no accept is left armed in this
+        // runtime (monoio leaks a dead runtime's ring with its pending operations, and an armed accept
+        // would take connections from the shared listener after the restart). Ending the thread here
+        // lets the supervisor restart the worker; the thread wrapper closes what its tasks still hold.
+        panic!("worker {}: {msg}", w.id);
+    }
     // Draining: the listener is closed; in-flight requests finish (their responses carry
     // `Connection: close`) while the supervisor bounds the wait with `drain`.
     while w.open.get() > 0 {
         monoio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Runs one of the worker's own tasks; a panic in it stops the worker (see [`run`]) instead of unwinding
+/// through the runtime with an accept still armed.
+async fn critical(w: Rc<Worker>, task: impl Future<Output = ()>) {
+    if let Err(panic) = CatchUnwind(Box::pin(task)).await {
+        w.fatal.set(Some(format!(
+            "a worker task panicked: {}",
+            panic_message(&*panic)
+        )));
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 async fn heartbeat(w: Rc<Worker>) {
@@ -231,7 +268,7 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
     // served.
     let mut stop = std::pin::pin!(wait_closing(w.clone()));
     loop {
-        if w.shared.closing.load(Ordering::Relaxed) {
+        if w.shared.closing.load(Ordering::Relaxed) || w.is_fatal() {
             return;
         }
         let canceller = monoio::io::Canceller::new();
@@ -249,7 +286,8 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
                 tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
                 w.metrics.connections_total.increment(1);
                 let over = !make_room(&w);
-                let slot = ConnectionSlot::take(&w.shared);
+                let slot =
+                    ConnectionSlot::take(&w.shared, std::os::fd::AsRawFd::as_raw_fd(&stream));
                 // Counted before the task first runs: the worker ends once `open` is 0, and a connection
                 // accepted just before `closing` must not be dropped unserved with its task.
                 w.open.set(w.open.get() + 1);
@@ -277,9 +315,10 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
     }
 }
 
-/// Resolves once the supervisor sets `closing` (checked every 50 ms; one timer per worker, not per accept).
+/// Resolves once the supervisor sets `closing` or a worker task failed (checked every 50 ms; one timer
+/// per worker, not per accept).
 async fn wait_closing(w: Rc<Worker>) {
-    while !w.shared.closing.load(Ordering::Relaxed) {
+    while !w.shared.closing.load(Ordering::Relaxed) && !w.is_fatal() {
         monoio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -311,11 +350,7 @@ async fn guarded(
     drop(slot);
     if let Err(panic) = res {
         w.metrics.panics.increment(1);
-        let msg = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
+        let msg = panic_message(&*panic);
         tracing::error!(event = "connection.panic", worker = w.id, %peer, panic = %msg, "a connection task panicked; closed that connection");
     }
 }

@@ -22,12 +22,16 @@ pub struct UpstreamConn {
     /// The endpoint's `max_active` permit, held while the connection is in use (not while pooled).
     pub permit: crate::permit::Permit,
     expires: Instant,
+    /// Shut down by the worker thread's wrapper if the worker dies holding it.
+    registration: edge_core::runtime::orphans::Registration,
 }
 
 impl UpstreamConn {
     /// Wraps a freshly connected socket.
     pub fn new(stream: TcpStream, endpoint: usize) -> Self {
+        let registration = edge_core::runtime::orphans::register(stream.as_raw_fd(), false);
         UpstreamConn {
+            registration,
             stream,
             buf: RecvBuf::new(),
             endpoint,
@@ -47,6 +51,7 @@ impl UpstreamConn {
             reused,
             permit,
             expires,
+            registration,
         } = self;
         let parts = ConnParts {
             buf,
@@ -54,6 +59,7 @@ impl UpstreamConn {
             reused,
             permit,
             expires,
+            registration,
         };
         (stream, parts)
     }
@@ -67,6 +73,7 @@ pub struct ConnParts {
     reused: bool,
     permit: crate::permit::Permit,
     expires: Instant,
+    registration: edge_core::runtime::orphans::Registration,
 }
 
 impl ConnParts {
@@ -79,6 +86,7 @@ impl ConnParts {
             reused: self.reused,
             permit: self.permit,
             expires: self.expires,
+            registration: self.registration,
         }
     }
 }

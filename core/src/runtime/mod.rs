@@ -5,6 +5,7 @@
 
 pub mod cpus;
 pub mod listen;
+pub mod orphans;
 pub mod publish;
 
 use std::{
@@ -272,11 +273,34 @@ impl Supervisor {
                     }
                 }
                 let ready = env.ready.clone();
-                if let Err(e) = block_on(driver, main(env)) {
-                    let _ = ready.send(Err(format!(
-                        "worker {id}: cannot build the {} runtime: {e}",
-                        driver.as_str()
-                    )));
+                let shared = env.shared.clone();
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    block_on(driver, main(env))
+                }));
+                // Whatever the runtime left behind (it leaks tasks that still wait on IO) is shut down
+                // here, so no client waits on a dead worker; their slots are released.
+                let orphaned = orphans::shut_down_all();
+                if orphaned != orphans::Orphans::default() {
+                    shared
+                        .connections
+                        .fetch_sub(orphaned.downstream, Ordering::Relaxed);
+                    tracing::warn!(
+                        event = "worker.orphans_closed",
+                        worker = id,
+                        downstream = orphaned.downstream,
+                        upstream = orphaned.upstream,
+                        "closed the connections the ended worker still held"
+                    );
+                }
+                match run {
+                    Ok(Err(e)) => {
+                        let _ = ready.send(Err(format!(
+                            "worker {id}: cannot build the {} runtime: {e}",
+                            driver.as_str()
+                        )));
+                    }
+                    Ok(Ok(())) => {}
+                    Err(panic) => std::panic::resume_unwind(panic),
                 }
             })
             .map_err(|e| format!("worker {id}: cannot start thread: {e}"))?;
@@ -330,18 +354,25 @@ impl Supervisor {
 }
 
 /// Open downstream connections counted in [`Shared::connections`]; decremented on drop.
-pub struct ConnectionSlot(Arc<Shared>);
+pub struct ConnectionSlot {
+    shared: Arc<Shared>,
+    _registration: orphans::Registration,
+}
 
 impl ConnectionSlot {
-    /// Takes a slot (the caller has checked capacity).
-    pub fn take(shared: &Arc<Shared>) -> Self {
+    /// Takes a slot for client socket `fd` (the caller has checked capacity), registering the socket with
+    /// the worker thread's [`orphans`] registry.
+    pub fn take(shared: &Arc<Shared>, fd: std::os::fd::RawFd) -> Self {
         shared.connections.fetch_add(1, Ordering::Relaxed);
-        ConnectionSlot(shared.clone())
+        ConnectionSlot {
+            shared: shared.clone(),
+            _registration: orphans::register(fd, true),
+        }
     }
 }
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
