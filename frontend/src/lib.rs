@@ -17,6 +17,7 @@ pub mod proxy;
 pub mod relay;
 pub mod respond;
 pub mod route;
+pub mod tunnel;
 pub mod worker;
 
 use std::{
