@@ -46,6 +46,8 @@ enum Next {
     Close,
     /// Close with a lingering close (there may be unread input).
     Linger,
+    /// The upstream switched protocols (101): tunnel bytes, then close.
+    Tunnel(edge_upstream::UpstreamConn),
 }
 
 /// Per-connection state reused across its requests.
@@ -84,6 +86,7 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
             Next::Keep => continue,
             Next::Close => return,
             Next::Linger => return respond::linger_close(c.stream).await,
+            Next::Tunnel(up) => return crate::tunnel::run(&w, c.stream, c.rb, up).await,
         }
     }
 }
@@ -282,6 +285,10 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     if path == server.health_path.as_bytes() {
         return health(w, c, head.len, info.body, is_head, close, started).await;
     }
+    if info.max_forwards == Some(0) {
+        let trace = method == b"TRACE";
+        return last_hop(w, c, head.len, info.body, trace, close, started).await;
+    }
     crate::faults::on_request(path);
     let host = match &head.authority {
         Some(a) => Some(&buf[a.clone()]),
@@ -339,6 +346,10 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
             Next::Close
         }
         Outcome::ClientGone => Next::Close,
+        Outcome::Upgraded { conn } => {
+            finish(w, c, 101, started);
+            Next::Tunnel(conn)
+        }
         Outcome::Failed { failure, body_done } => {
             record_and_answer(w, c, failure, !body_done || close, started).await
         }
@@ -463,6 +474,48 @@ async fn health(
         Next::Close
     } else {
         Next::Keep
+    }
+}
+
+/// Answers an OPTIONS or TRACE request carrying `Max-Forwards: 0` itself: edge is its final recipient
+/// (RFC 9110 §7.6.2). OPTIONS gets 200 with `Allow` (the methods edge forwards) and no content
+/// (RFC 9110 §9.3.7). TRACE gets 405: edge never reflects a request (an echoed request hands cookies and
+/// credentials back to scripts, "cross-site tracing"; nginx refuses TRACE the same way), though it
+/// forwards TRACE with a higher Max-Forwards (decremented) for the origin to decide. Neither is a failure:
+/// counted in `edge_requests_total{status}` only, the connection is kept when the body could be discarded.
+async fn last_hop(
+    w: &Worker,
+    c: &mut Conn,
+    head_len: usize,
+    body: Body,
+    trace: bool,
+    close: bool,
+    started: Instant,
+) -> Next {
+    c.rb.consume(head_len);
+    let deadline = started + w.current().cfg.config.server.timeouts.request.0;
+    let close = close || !discard_body(c, body, deadline).await;
+    let mut out = SendBuf::take();
+    let status = if trace {
+        respond::simple(
+            &mut out.0,
+            405,
+            "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n",
+            close,
+            false,
+            false,
+        );
+        405
+    } else {
+        respond::options(&mut out.0, close);
+        200
+    };
+    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    finish(w, c, status, started);
+    match (r.is_err(), close) {
+        (true, _) => Next::Close,
+        (false, true) => Next::Linger,
+        (false, false) => Next::Keep,
     }
 }
 

@@ -8,7 +8,7 @@
 use std::{io::Write, net::IpAddr};
 
 use edge_core::http::{
-    framing::{connection_has, Body},
+    framing::{connection_has, is_h2c, Body},
     head::{list_elements, Field, FieldKind, RequestHead, ResponseHead},
 };
 
@@ -24,10 +24,12 @@ fn is_hop_by_hop(buf: &[u8], fields: &[Field], f: &Field, named: bool) -> bool {
     match f.kind {
         FieldKind::Connection
         | FieldKind::HopByHop
+        | FieldKind::Upgrade
         | FieldKind::KeepAlive
         | FieldKind::TransferEncoding => true,
         FieldKind::Other
         | FieldKind::Expect
+        | FieldKind::MaxForwards
         | FieldKind::Via
         | FieldKind::RequestId
         | FieldKind::ForwardedOther => named && connection_has(buf, fields, f.name(buf)),
@@ -99,9 +101,17 @@ pub struct RequestRewrite<'a> {
     pub id: &'a [u8],
     /// Body framing to declare upstream (same as the client's: chunked bodies are forwarded as they are).
     pub body: Body,
+    /// Forward the client's Upgrade (without `h2c`) with `Connection: upgrade` (RFC 9110 §7.8); see
+    /// `RequestInfo::upgrade`.
+    pub upgrade: bool,
+    /// The Max-Forwards value received on an OPTIONS or TRACE request; it goes upstream decremented
+    /// (RFC 9110 §7.6.2). The caller answers a 0 itself.
+    pub max_forwards: Option<u64>,
 }
 
-/// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream.
+/// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream (`Connection: upgrade`
+/// instead for a forwarded upgrade). Expect goes upstream for HTTP/1.1 requests only: an HTTP/1.0
+/// client's `100-continue` must be ignored (RFC 9110 §10.1.1), and edge speaks HTTP/1.1 upstream.
 pub fn request_head(
     out: &mut Vec<u8>,
     buf: &[u8],
@@ -121,13 +131,22 @@ pub fn request_head(
     let named = connection_names_fields(buf, fields);
     let mut xff_prev = false;
     let mut proto_kept = false;
+    let mut max_forwards_done = false;
     for f in fields {
         if is_hop_by_hop(buf, fields, f, named) {
             continue;
         }
         match f.kind {
-            // Re-derived below; Expect is answered by edge itself (100 Continue).
-            FieldKind::ContentLength | FieldKind::Expect => continue,
+            FieldKind::ContentLength => continue, // re-derived below
+            FieldKind::Expect if head.minor == 0 => continue,
+            FieldKind::MaxForwards if rw.max_forwards.is_some() => {
+                if !max_forwards_done {
+                    max_forwards_done = true;
+                    let n = rw.max_forwards.unwrap_or(1).saturating_sub(1);
+                    let _ = write!(out, "Max-Forwards: {n}\r\n");
+                }
+                continue;
+            }
             FieldKind::XForwardedFor | FieldKind::ForwardedOther if !rw.trusted => continue,
             FieldKind::XForwardedProto if !rw.trusted => continue,
             FieldKind::XForwardedFor => {
@@ -173,7 +192,70 @@ pub fn request_head(
         Body::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
         Body::None | Body::CloseDelimited => {}
     }
+    if rw.upgrade {
+        upgrade_fields(out, buf, fields, true);
+    }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Writes one `Upgrade` field listing the protocols of every Upgrade field in `fields` (without `h2c`
+/// when `strip_h2c`), then `Connection: upgrade` (RFC 9110 §7.8).
+fn upgrade_fields(out: &mut Vec<u8>, buf: &[u8], fields: &[Field], strip_h2c: bool) {
+    out.extend_from_slice(b"Upgrade: ");
+    let mut first = true;
+    for f in fields.iter().filter(|f| f.kind == FieldKind::Upgrade) {
+        for p in list_elements(f.value(buf)).filter(|p| !(strip_h2c && is_h2c(p))) {
+            if !first {
+                out.extend_from_slice(b", ");
+            }
+            first = false;
+            out.extend_from_slice(p);
+        }
+    }
+    out.extend_from_slice(b"\r\nConnection: upgrade\r\n");
+}
+
+/// Writes an interim (1xx) response head for the client (RFC 9110 §15.2): end-to-end fields only
+/// (hop-by-hop fields and Content-Length removed), plus Via.
+pub fn interim_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
+    status_and_fields(out, buf, head, fields, true);
+    field(out, b"Via", VIA);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a `101 Switching Protocols` head for the client (RFC 9110 §15.2.2): end-to-end fields, Via,
+/// and the upstream's Upgrade with `Connection: upgrade` (hop-by-hop, but they are what a 101 means).
+pub fn switching_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
+    status_and_fields(out, buf, head, fields, true);
+    field(out, b"Via", VIA);
+    upgrade_fields(out, buf, fields, false);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The status line (always HTTP/1.1) and the end-to-end fields of a response head;
+/// `drop_length` removes Content-Length.
+fn status_and_fields(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    drop_length: bool,
+) {
+    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    out.extend_from_slice(&buf[head.reason.clone()]);
+    out.extend_from_slice(b"\r\n");
+    let named = connection_names_fields(buf, fields);
+    for f in fields {
+        if is_hop_by_hop(buf, fields, f, named)
+            || (drop_length && f.kind == FieldKind::ContentLength)
+        {
+            continue;
+        }
+        out.extend_from_slice(
+            &buf[f.name_start as usize..f.value_start as usize + f.value_len as usize],
+        );
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// How edge frames the response body it sends to the client.
@@ -200,22 +282,7 @@ pub fn response_head(
     close: bool,
     keep_alive_10: bool,
 ) {
-    let _ = write!(out, "HTTP/1.1 {} ", head.status);
-    out.extend_from_slice(&buf[head.reason.clone()]);
-    out.extend_from_slice(b"\r\n");
-    let named = connection_names_fields(buf, fields);
-    for f in fields {
-        if is_hop_by_hop(buf, fields, f, named) {
-            continue;
-        }
-        if f.kind == FieldKind::ContentLength && framing != OutFraming::None {
-            continue;
-        }
-        out.extend_from_slice(
-            &buf[f.name_start as usize..f.value_start as usize + f.value_len as usize],
-        );
-        out.extend_from_slice(b"\r\n");
-    }
+    status_and_fields(out, buf, head, fields, framing != OutFraming::None);
     field(out, b"Via", VIA);
     match framing {
         OutFraming::Length(n) => {
@@ -244,11 +311,14 @@ mod tests {
             .unwrap();
         let mut id = Vec::new();
         RequestId::of(text.as_bytes(), &f, (0xabc, 1, 7)).write(text.as_bytes(), &f, &mut id);
+        let info = edge_core::http::framing::request_info(text.as_bytes(), &h, &f).unwrap();
         let rw = RequestRewrite {
             peer: "10.0.0.9".parse().unwrap(),
             trusted,
             id: &id,
             body: Body::Length(3),
+            upgrade: info.upgrade,
+            max_forwards: info.max_forwards,
         };
         let mut out = Vec::new();
         request_head(&mut out, text.as_bytes(), &h, &f, &rw);
@@ -274,6 +344,81 @@ mod tests {
         assert!(out.contains("X-Request-Id: 00000abc-1-7\r\n"));
         assert!(out.contains("Via: 1.1 edge\r\n"));
         assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn upgrade_is_forwarded_only_when_asked_and_without_h2c() {
+        let out = rewrite(
+            "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: h2c, websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
+            false,
+        );
+        assert!(
+            out.ends_with("Upgrade: websocket\r\nConnection: upgrade\r\n\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("Sec-WebSocket-Key: k\r\n"));
+        assert_eq!(out.matches("Upgrade").count(), 1, "{out}");
+        for text in [
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+        ] {
+            let out = rewrite(text, false);
+            assert!(!out.to_ascii_lowercase().contains("upgrade"), "{out}");
+            assert!(!out.contains("HTTP2-Settings"), "{out}");
+        }
+    }
+
+    #[test]
+    fn expect_goes_upstream_for_http11_only() {
+        let with = |v: &str| {
+            rewrite(
+                &format!("POST / HTTP/1.{v}\r\nHost: a\r\nExpect: 100-continue\r\n\r\n"),
+                false,
+            )
+        };
+        assert!(with("1").contains("Expect: 100-continue\r\n"));
+        assert!(!with("0").contains("Expect"));
+    }
+
+    #[test]
+    fn max_forwards_is_decremented_on_options_and_trace() {
+        let out = rewrite(
+            "OPTIONS * HTTP/1.1\r\nHost: a\r\nMax-Forwards: 5\r\nMax-Forwards: 9\r\n\r\n",
+            false,
+        );
+        assert!(out.contains("Max-Forwards: 4\r\n"), "{out}");
+        assert_eq!(out.matches("Max-Forwards").count(), 1, "{out}");
+        let out = rewrite(
+            "GET / HTTP/1.1\r\nHost: a\r\nMax-Forwards: 5\r\n\r\n",
+            false,
+        );
+        assert!(out.contains("Max-Forwards: 5\r\n"), "{out}");
+        let out = rewrite(
+            "TRACE / HTTP/1.1\r\nHost: a\r\nMax-Forwards: x\r\n\r\n",
+            false,
+        );
+        assert!(out.contains("Max-Forwards: x\r\n"), "{out}");
+    }
+
+    #[test]
+    fn interim_and_switching_heads() {
+        let text = "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nContent-Length: 0\r\nConnection: x\r\nX: 1\r\n\r\n";
+        let mut f = Fields::new();
+        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
+        let mut out = Vec::new();
+        interim_head(&mut out, text.as_bytes(), &h, &f);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nVia: 1.1 edge\r\n\r\n"
+        );
+        let text = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: a\r\n\r\n";
+        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
+        let mut out = Vec::new();
+        switching_head(&mut out, text.as_bytes(), &h, &f);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: a\r\nVia: 1.1 edge\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+        );
     }
 
     #[test]
@@ -379,6 +524,8 @@ mod tests {
                 trusted: false,
                 id: b"id-1",
                 body: info.body,
+                upgrade: false,
+                max_forwards: None,
             };
             let mut out = Vec::new();
             request_head(&mut out, buf, &h, &f, &rw);

@@ -20,6 +20,7 @@ pub mod reload;
 pub mod respond;
 pub mod route;
 pub mod supervise;
+pub mod tunnel;
 pub mod upgrade;
 pub mod worker;
 

@@ -10,7 +10,22 @@
 //! client does not count as upstream inactivity.
 //!
 //! Retries (at most one): a reused pooled connection that fails before any response byte, for an
-//! idempotent request whose body was sent whole with the head, is retried on a fresh connection.
+//! idempotent request whose body was sent whole with the head (or not sent at all yet, while waiting for
+//! `100 Continue`), is retried on a fresh connection.
+//!
+//! Interim responses (RFC 9110 §15.2): 1xx heads other than 101 are forwarded to an HTTP/1.1 client as
+//! they arrive (after the request body phase when they arrive during it), never to an HTTP/1.0 client;
+//! at most one `100 Continue` reaches the client.
+//!
+//! `Expect: 100-continue` (RFC 9110 §10.1.1) is forwarded. When the client waits for the go-ahead (no body
+//! byte arrived with the head), edge holds the body until the upstream answers: a 100 is relayed and the
+//! body streamed; a final status is relayed without sending the body, the upstream connection is not
+//! reused and the client connection closes (`Connection: close`, lingering close); after
+//! [`CONTINUE_WAIT`] of silence edge sends its own `100 Continue` and streams the body.
+//!
+//! Upgrade (RFC 9110 §7.8): a `101` is accepted only for a request that asked for an upgrade (see
+//! `RequestInfo::upgrade`) and whose body was sent whole; the exchange then ends with
+//! [`Outcome::Upgraded`] and the caller runs the byte tunnel ([`crate::tunnel`]). Any other 101 is 502.
 
 use std::time::Duration;
 
@@ -24,7 +39,7 @@ use edge_core::{
 };
 use edge_upstream::{zombie, Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind};
 use monoio::{
-    io::AsyncWriteRentExt,
+    io::{AsyncWriteRentExt, Canceller},
     net::{tcp::TcpOwnedWriteHalf, TcpStream},
     time::{timeout, timeout_at, Instant},
 };
@@ -38,6 +53,11 @@ use crate::{
 
 /// Longest upstream response head edge reads, bytes.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// How long edge holds a request body waiting for the upstream's answer to `Expect: 100-continue` before
+/// it sends its own `100 Continue` and the body anyway. One second, like curl's default: an origin that
+/// ignores Expect (RFC 9110 §10.1.1 allows it; HTTP/1.0 origins do) costs at most this much.
+pub const CONTINUE_WAIT: Duration = Duration::from_secs(1);
 
 /// What the caller knows about the request.
 pub struct Request<'a> {
@@ -90,6 +110,26 @@ pub enum Outcome {
     },
     /// The client went away (closed, reset, or stopped reading past `send`); already counted and logged.
     ClientGone,
+    /// The upstream answered `101 Switching Protocols` to an upgrade request and the 101 head reached the
+    /// client: the caller tunnels bytes between the two connections ([`crate::tunnel::run`]). Bytes the
+    /// upstream sent after its head are still in `conn.buf`; the client's are in its receive buffer.
+    Upgraded {
+        /// The upstream connection, never pooled again.
+        conn: UpstreamConn,
+    },
+}
+
+/// Interim responses on their way to the client (RFC 9110 §15.2).
+struct Interim {
+    /// HTTP/1.0 client: interim responses are dropped (a server must not send it a 1xx).
+    client_10: bool,
+    /// A `100 Continue` reached the client (the upstream's or edge's own): later ones are dropped.
+    sent_100: bool,
+}
+
+/// An interim response edge forwards: 1xx other than 101 (which ends HTTP/1.1 on the connection).
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
 }
 
 /// Upstream activity clock for the zombie rule.
@@ -139,12 +179,15 @@ pub async fn exchange(
             trusted,
             id: req.id,
             body: req.info.body,
+            upgrade: req.info.upgrade,
+            max_forwards: req.info.max_forwards,
         };
         forward::request_head(&mut out.0, rb.data(), req.head, fields, &rw);
     }
     rb.consume(req.head.len);
 
     // Body bytes that arrived with the head go out in the same write.
+    let head_len = out.0.len();
     let mut body = RequestBody::new(req.info.body, max_body);
     if let Err(f) = body.take_available(rb, &mut out.0) {
         return Outcome::Failed {
@@ -153,18 +196,13 @@ pub async fn exchange(
         };
     }
     let sent_whole = body.done();
-    if req.info.expect_continue && !sent_whole && req.head.minor == 1 {
-        // Edge answers 100-continue itself (the Expect field is not forwarded), as nginx does.
-        let write = async {
-            client
-                .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
-                .await
-                .0
-        };
-        if let Err(e) = within_send(w.send_timeout(), write).await {
-            return client_gone(w, e);
-        }
-    }
+    // The client waits for a go-ahead before its body (RFC 9110 §10.1.1): so does edge, for the upstream's.
+    let wait_continue =
+        req.info.expect_continue && req.head.minor == 1 && !sent_whole && out.0.len() == head_len;
+    let mut interim = Interim {
+        client_10: req.head.minor == 0,
+        sent_100: false,
+    };
 
     let cfg = &up.config;
     let threshold = zombie::threshold(
@@ -192,7 +230,9 @@ pub async fn exchange(
         }
         w.metrics.upstream_requests.increment(1);
         let mut conn = co.conn;
-        let retryable = conn.reused && req.idempotent && sent_whole && attempt == 0;
+        // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.
+        let retryable =
+            conn.reused && req.idempotent && (sent_whole || wait_continue) && attempt == 0;
         match send_upstream(&mut conn, &mut out.0, cfg.write_timeout.0).await {
             Ok(()) => {}
             Err(e) if retryable && e.kind != UpstreamErrorKind::WriteTimeout => {
@@ -207,7 +247,29 @@ pub async fn exchange(
                 }
             }
         }
-        if !sent_whole {
+        let mut stream_body = !sent_whole;
+        if wait_continue {
+            match await_continue(w, client, &mut conn, fields, &mut interim).await {
+                Ok(ContinueEnd::SendBody) => {}
+                Ok(ContinueEnd::Final) => {
+                    early = true;
+                    stream_body = false;
+                }
+                Err(ContinueFailure::Client(e)) => return client_gone(w, e),
+                Err(ContinueFailure::Upstream(e)) if retryable && e.retry_safe => {
+                    attempt += 1;
+                    w.metrics.upstream_retries.increment(1);
+                    continue;
+                }
+                Err(ContinueFailure::Upstream(e)) => {
+                    return Outcome::Failed {
+                        failure: Failure::Upstream(e),
+                        body_done: false,
+                    }
+                }
+            }
+        }
+        if stream_body {
             let (c, sent) = send_body_watching_response(
                 w,
                 client,
@@ -238,16 +300,32 @@ pub async fn exchange(
                 }
             }
         }
+        let now = Instant::now();
         let mut act = Activity {
-            last_sent: Instant::now(),
-            last_received: None,
+            last_sent: now,
+            // Response bytes already buffered (an early answer) make a failure unsafe to retry.
+            last_received: (!conn.buf.is_empty()).then_some(now),
             counts_received: cfg.zombie_counts_received,
             threshold,
         };
         let head_deadline = req.request_timeout.map(|t| act.last_sent + t);
-        match read_response_head(&mut conn, fields, &mut act, head_deadline).await {
+        let read = loop {
+            match read_response_head(&mut conn, fields, &mut act, head_deadline).await {
+                Ok(h) if is_interim(h.status) => {
+                    let started = Instant::now();
+                    let sent =
+                        forward_interim(w, client, &mut conn.buf, &h, fields, &mut interim).await;
+                    if let Err(e) = sent {
+                        return client_gone(w, e);
+                    }
+                    act.pause(started.elapsed());
+                }
+                r => break r,
+            }
+        };
+        match read {
             Ok(head) => break (conn, head, act),
-            Err(e) if retryable && e.retry_safe => {
+            Err(e) if retryable && !stream_body && e.retry_safe => {
                 attempt += 1;
                 w.metrics.upstream_retries.increment(1);
                 continue;
@@ -256,25 +334,40 @@ pub async fn exchange(
                 if e.kind == UpstreamErrorKind::Zombie {
                     log_zombie(w, &conn, up, &act, req.request_timeout);
                 }
+                // After an early answer the client's body was not read: the connection must close.
                 return Outcome::Failed {
                     failure: Failure::Upstream(e),
-                    body_done: true,
+                    body_done: !early,
                 };
             }
         }
     };
 
+    let bad_response = Outcome::Failed {
+        failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+        body_done: !early,
+    };
+    let status = head.status;
+    if status == 101 {
+        // A switch needs a request that asked for it (edge forwards Upgrade only then) and whose body
+        // went out whole: bytes after it belong to the new protocol.
+        if !req.info.upgrade || early {
+            return bad_response;
+        }
+        out.0.clear();
+        forward::switching_head(&mut out.0, conn.buf.data(), &head, fields);
+        conn.buf.consume(head.len);
+        if let Err(e) = flush_client(client, &mut out, w.send_timeout()).await {
+            return client_gone(w, e);
+        }
+        return Outcome::Upgraded { conn };
+    }
+
     // Response head: decide framing both ways, rewrite, send with the first body bytes.
     let ubuf = conn.buf.data();
-    let status = head.status;
     let upstream_body = match response_body(ubuf, &head, fields, req.is_head) {
         Ok(b) => b,
-        Err(_) => {
-            return Outcome::Failed {
-                failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
-                body_done: true,
-            }
-        }
+        Err(_) => return bad_response,
     };
     let client_10 = req.head.minor == 0;
     let framing = match (upstream_body, client_10) {
@@ -308,12 +401,7 @@ pub async fn exchange(
     let complete = relay.take_available(&mut conn.buf, &mut out.0);
     let complete = match complete {
         Ok(c) => c,
-        Err(BadBody) => {
-            return Outcome::Failed {
-                failure: Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
-                body_done: true,
-            }
-        }
+        Err(BadBody) => return bad_response,
     };
     let write_started = Instant::now();
     if let Err(e) = flush_client(client, &mut out, w.send_timeout()).await {
@@ -511,7 +599,8 @@ enum BodyEnd {
 
 /// Streams the rest of the request body upstream while watching the upstream for an early response.
 /// The socket is split into halves for this phase (one `Rc` per request whose body outlives its first
-/// read); interim 1xx responses that arrive meanwhile are skipped and sending goes on.
+/// read); interim 1xx responses that arrive meanwhile stay buffered (the response-head read forwards them
+/// once the body is sent) and sending goes on.
 ///
 /// # Cancel safety
 /// The response watch is a cancelable read: when the body finishes first it is cancelled and awaited, so
@@ -575,7 +664,7 @@ async fn send_body_watching_response(
                 First::Received(Err(e)) => {
                     break Err(BodyFailure::Upstream(UpstreamError::from_io(&e)))
                 }
-                First::Received(Ok(_)) if skip_interim(&mut parts.buf, fields) => continue,
+                First::Received(Ok(_)) if only_interim(&parts.buf, fields) => continue,
                 First::Received(Ok(_)) => break Ok(BodyEnd::Early),
             }
         }
@@ -586,13 +675,130 @@ async fn send_body_watching_response(
     (parts.join(stream), end)
 }
 
-/// Consumes complete interim (1xx other than 101) response heads at the start of `buf`; true when
-/// nothing else is buffered (a partial head counts as something: the response has started).
-fn skip_interim(buf: &mut RecvBuf, fields: &mut Fields) -> bool {
+/// Whether `buf` holds nothing but complete interim (1xx other than 101) response heads, within
+/// [`MAX_RESPONSE_HEAD`] (a partial head counts as the response having started).
+fn only_interim(buf: &RecvBuf, fields: &mut Fields) -> bool {
+    let data = buf.data();
+    if data.len() > MAX_RESPONSE_HEAD {
+        return false;
+    }
+    let mut at = 0;
+    while at < data.len() {
+        match parse_response(&data[at..], fields) {
+            Ok(Some(h)) if is_interim(h.status) => at += h.len,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Consumes the interim head `h` at the start of `buf` and forwards it to the client, except to an
+/// HTTP/1.0 client and except a second `100 Continue`.
+///
+/// # Errors
+/// The client could not be written to within `send`.
+async fn forward_interim(
+    w: &Worker,
+    client: &mut TcpStream,
+    buf: &mut RecvBuf,
+    h: &ResponseHead,
+    fields: &Fields,
+    st: &mut Interim,
+) -> Result<(), SendFailure> {
+    if st.client_10 || (h.status == 100 && st.sent_100) {
+        buf.consume(h.len);
+        return Ok(());
+    }
+    let mut out = SendBuf::take();
+    forward::interim_head(&mut out.0, buf.data(), h, fields);
+    buf.consume(h.len);
+    st.sent_100 |= h.status == 100;
+    within_send(w.send_timeout(), out.flush(client)).await
+}
+
+/// How waiting for the upstream's answer to `Expect: 100-continue` ended.
+enum ContinueEnd {
+    /// The upstream said 100 (relayed), or stayed silent for [`CONTINUE_WAIT`] (edge sent its own 100):
+    /// send the body.
+    SendBody,
+    /// The upstream's response (a final status, or a head judged by the response-head read) is buffered:
+    /// the body is not sent.
+    Final,
+}
+
+enum ContinueFailure {
+    Client(SendFailure),
+    Upstream(UpstreamError),
+}
+
+/// Waits (at most [`CONTINUE_WAIT`]) for the upstream's answer to a request head sent with
+/// `Expect: 100-continue`, relaying interim responses as they come.
+///
+/// # Cancel safety
+/// The read is cancelled at the deadline and awaited, so bytes that won the race stay buffered.
+async fn await_continue(
+    w: &Worker,
+    client: &mut TcpStream,
+    conn: &mut UpstreamConn,
+    fields: &mut Fields,
+    st: &mut Interim,
+) -> Result<ContinueEnd, ContinueFailure> {
+    let until = Instant::now() + CONTINUE_WAIT;
+    let mut received = false;
     loop {
-        match parse_response(buf.data(), fields) {
-            Ok(Some(h)) if (100..200).contains(&h.status) && h.status != 101 => buf.consume(h.len),
-            _ => return buf.is_empty(),
+        loop {
+            match parse_response(conn.buf.data(), fields) {
+                Ok(Some(h)) if is_interim(h.status) => {
+                    forward_interim(w, client, &mut conn.buf, &h, fields, st)
+                        .await
+                        .map_err(ContinueFailure::Client)?;
+                    if h.status == 100 {
+                        return Ok(ContinueEnd::SendBody);
+                    }
+                }
+                Ok(None) if conn.buf.len() < MAX_RESPONSE_HEAD => break,
+                _ => return Ok(ContinueEnd::Final),
+            }
+        }
+        let canceller = Canceller::new();
+        let r = {
+            let mut read = std::pin::pin!(conn
+                .buf
+                .fill_cancelable(&mut conn.stream, canceller.handle()));
+            match timeout_at(until, read.as_mut()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    canceller.cancel();
+                    read.await
+                }
+            }
+        };
+        let failed = |mut e: UpstreamError| {
+            e.retry_safe = !received;
+            ContinueFailure::Upstream(e)
+        };
+        match r {
+            Ok(0) => return Err(failed(UpstreamError::new(UpstreamErrorKind::ClosedEarly))),
+            Ok(_) => received = true,
+            Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => {
+                if !conn.buf.is_empty() {
+                    // Part of a head at the deadline: the response has begun.
+                    return Ok(ContinueEnd::Final);
+                }
+                // Silence: edge gives the go-ahead itself.
+                let write = async {
+                    client
+                        .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
+                        .await
+                        .0
+                };
+                within_send(w.send_timeout(), write)
+                    .await
+                    .map_err(ContinueFailure::Client)?;
+                st.sent_100 = true;
+                return Ok(ContinueEnd::SendBody);
+            }
+            Err(e) => return Err(failed(UpstreamError::from_io(&e))),
         }
     }
 }
@@ -637,25 +843,18 @@ async fn stream_request_body(
     Ok(())
 }
 
-/// Reads until a complete final (non-1xx) response head is buffered at the start of `conn.buf`, with its
-/// fields in `fields`.
+/// Reads until a complete response head (interim or final) is buffered at the start of `conn.buf`, with
+/// its fields in `fields`. A failure is safe to retry only while no response byte arrived in this attempt
+/// (`act.last_received`).
 async fn read_response_head(
     conn: &mut UpstreamConn,
     fields: &mut Fields,
     act: &mut Activity,
     head_deadline: Option<Instant>,
 ) -> Result<ResponseHead, UpstreamError> {
-    let mut received_any = false;
     loop {
+        let received_any = act.last_received.is_some();
         match parse_response(conn.buf.data(), fields) {
-            Ok(Some(h)) if (100..200).contains(&h.status) => {
-                // Interim responses (100, 103) are not forwarded; 101 needs Upgrade, which edge removes.
-                if h.status == 101 {
-                    return Err(UpstreamError::new(UpstreamErrorKind::BadResponse));
-                }
-                conn.buf.consume(h.len);
-                continue;
-            }
             Ok(Some(h)) => return Ok(h),
             Ok(None) if conn.buf.len() < MAX_RESPONSE_HEAD => {}
             Ok(None) | Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::BadResponse)),
@@ -678,10 +877,7 @@ async fn read_response_head(
                 err.retry_safe = !received_any;
                 return Err(err);
             }
-            Ok(Ok(_)) => {
-                received_any = true;
-                act.last_received = Some(Instant::now());
-            }
+            Ok(Ok(_)) => act.last_received = Some(Instant::now()),
         }
     }
 }

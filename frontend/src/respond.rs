@@ -218,6 +218,22 @@ fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
+/// The methods edge forwards, for `Allow` (RFC 9110 §10.2.1) on a 405 and on its own answer to
+/// `OPTIONS` with `Max-Forwards: 0`. CONNECT is refused; TRACE is forwarded but never answered by edge.
+pub const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE";
+
+/// Writes edge's own answer to `OPTIONS` with `Max-Forwards: 0` (RFC 9110 §7.6.2, §9.3.7): 200, `Allow`
+/// ([`ALLOW`]), no content.
+pub fn options(out: &mut Vec<u8>, close: bool) {
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nAllow: ");
+    out.extend_from_slice(ALLOW);
+    out.extend_from_slice(b"\r\n");
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Writes a complete short response (Content-Length, text body) into `out`.
 pub fn simple(
     out: &mut Vec<u8>,
@@ -259,7 +275,9 @@ pub fn local(
         out.extend_from_slice(b"Retry-After: 1\r\n");
     }
     if status == 405 {
-        out.extend_from_slice(b"Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE\r\n");
+        out.extend_from_slice(b"Allow: ");
+        out.extend_from_slice(ALLOW);
+        out.extend_from_slice(b"\r\n");
     }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");

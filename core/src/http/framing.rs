@@ -41,6 +41,20 @@ pub struct RequestInfo {
     pub close: bool,
     /// `Expect: 100-continue` was sent.
     pub expect_continue: bool,
+    /// The client asks for a protocol upgrade edge can forward (RFC 9110 §7.8): HTTP/1.1, `upgrade` listed
+    /// in Connection, and an Upgrade field naming a protocol other than `h2c` (edge speaks HTTP/1.1
+    /// upstream, so h2c is stripped). An HTTP/1.0 request's Upgrade is ignored (RFC 9110 §7.8).
+    pub upgrade: bool,
+    /// Max-Forwards of an OPTIONS or TRACE request (RFC 9110 §7.6.2): the first field's value when it is
+    /// plain digits (a malformed value is forwarded unchanged, as if edge did not understand it). `None`
+    /// for other methods.
+    pub max_forwards: Option<u64>,
+}
+
+/// Whether an Upgrade list element names `h2c` (with or without a version suffix), which edge strips.
+pub fn is_h2c(protocol: &[u8]) -> bool {
+    let name = protocol.split(|&b| b == b'/').next().unwrap_or(protocol);
+    name.eq_ignore_ascii_case(b"h2c")
 }
 
 /// Parses a Content-Length value: one or more ASCII digits and nothing else (no sign, no whitespace or
@@ -139,6 +153,11 @@ pub fn request_info(
     let mut host = None;
     let mut hosts = 0;
     let mut expect_continue = false;
+    let mut upgrade_protocol = false;
+    let mut max_forwards = None;
+    let method = &buf[head.method.clone()];
+    let counts_hops = method == b"OPTIONS" || method == b"TRACE";
+    let mut max_forwards_seen = false;
     for (i, f) in fields.iter().enumerate() {
         match f.kind {
             FieldKind::Host => {
@@ -147,6 +166,13 @@ pub fn request_info(
             }
             FieldKind::Expect => {
                 expect_continue |= f.value(buf).eq_ignore_ascii_case(b"100-continue")
+            }
+            FieldKind::Upgrade => {
+                upgrade_protocol |= list_elements(f.value(buf)).any(|p| !is_h2c(p));
+            }
+            FieldKind::MaxForwards if counts_hops && !max_forwards_seen => {
+                max_forwards_seen = true;
+                max_forwards = parse_content_length(super::head::trim(f.value(buf)));
             }
             _ => {}
         }
@@ -186,11 +212,14 @@ pub fn request_info(
     } else {
         connection_has(buf, fields, b"close")
     };
+    let upgrade = head.minor == 1 && upgrade_protocol && connection_has(buf, fields, b"upgrade");
     Ok(RequestInfo {
         body,
         host,
         close,
         expect_continue,
+        upgrade,
+        max_forwards,
     })
 }
 
@@ -276,6 +305,51 @@ mod tests {
             .unwrap()
             .unwrap();
         request_info(text.as_bytes(), &h, &f)
+    }
+
+    #[test]
+    fn upgrade_needs_http11_connection_upgrade_and_a_protocol_other_than_h2c() {
+        let up = |t: &str| req(t).unwrap().upgrade;
+        assert!(up(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+        ));
+        assert!(up(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, upgrade\r\nUpgrade: h2c, websocket\r\n\r\n"
+        ));
+        assert!(!up(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"
+        ));
+        assert!(!up(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: H2C/1\r\n\r\n"
+        ));
+        assert!(!up(
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n"
+        ));
+        assert!(!up(
+            "GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"
+        ));
+    }
+
+    #[test]
+    fn max_forwards_only_for_options_and_trace() {
+        let mf = |t: &str| req(t).unwrap().max_forwards;
+        assert_eq!(
+            mf("OPTIONS * HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0\r\n\r\n"),
+            Some(0)
+        );
+        assert_eq!(
+            mf("TRACE / HTTP/1.1\r\nHost: a\r\nMax-Forwards: 07\r\nMax-Forwards: 0\r\n\r\n"),
+            Some(7)
+        );
+        assert_eq!(
+            mf("OPTIONS / HTTP/1.1\r\nHost: a\r\nMax-Forwards: -1\r\n\r\n"),
+            None
+        );
+        assert_eq!(
+            mf("GET / HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0\r\n\r\n"),
+            None
+        );
+        assert_eq!(mf("OPTIONS / HTTP/1.1\r\nHost: a\r\n\r\n"), None);
     }
 
     #[test]

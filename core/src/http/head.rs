@@ -46,8 +46,12 @@ pub enum FieldKind {
     TransferEncoding,
     /// `Connection`
     Connection,
-    /// Other hop-by-hop fields: Keep-Alive, Proxy-Connection, TE, Trailer, Upgrade (RFC 9110 §7.6.1).
+    /// Other hop-by-hop fields: Proxy-Connection, TE, Trailer (RFC 9110 §7.6.1).
     HopByHop,
+    /// `Upgrade` (RFC 9110 §7.8): hop-by-hop, forwarded only for a real upgrade.
+    Upgrade,
+    /// `Max-Forwards` (RFC 9110 §7.6.2): decremented on OPTIONS and TRACE.
+    MaxForwards,
     /// `X-Forwarded-For`
     XForwardedFor,
     /// `X-Forwarded-Proto`
@@ -79,12 +83,13 @@ fn classify(name: &[u8]) -> FieldKind {
         16 if is!(b"proxy-connection") => FieldKind::HopByHop,
         2 if is!(b"te") => FieldKind::HopByHop,
         7 if is!(b"trailer") => FieldKind::HopByHop,
-        7 if is!(b"upgrade") => FieldKind::HopByHop,
+        7 if is!(b"upgrade") => FieldKind::Upgrade,
         15 if is!(b"x-forwarded-for") => FieldKind::XForwardedFor,
         17 if is!(b"x-forwarded-proto") => FieldKind::XForwardedProto,
         9 if is!(b"forwarded") => FieldKind::ForwardedOther,
         9 if is!(b"x-real-ip") => FieldKind::ForwardedOther,
         12 if is!(b"x-request-id") => FieldKind::RequestId,
+        12 if is!(b"max-forwards") => FieldKind::MaxForwards,
         6 if is!(b"expect") => FieldKind::Expect,
         3 if is!(b"via") => FieldKind::Via,
         _ => FieldKind::Other,

@@ -808,6 +808,16 @@ impl Client {
     /// Reads only a response head (1xx skipped); its body stays buffered. `None` on EOF before a head.
     pub fn read_head(&mut self) -> Option<Response> {
         loop {
+            let r = self.read_any_head()?;
+            if !(100..200).contains(&r.status) {
+                return Some(r);
+            }
+        }
+    }
+
+    /// Reads the next response head, interim (1xx) ones included. `None` on EOF before a head.
+    pub fn read_any_head(&mut self) -> Option<Response> {
+        loop {
             let mut headers = [httparse::EMPTY_HEADER; 128];
             let mut res = httparse::Response::new(&mut headers);
             if let Ok(httparse::Status::Complete(n)) = res.parse(&self.buf) {
@@ -827,9 +837,6 @@ impl Client {
                     ..Response::default()
                 };
                 self.buf.drain(..n);
-                if (100..200).contains(&r.status) {
-                    continue;
-                }
                 return Some(r);
             }
             fill(&mut self.s, &mut self.buf)?;

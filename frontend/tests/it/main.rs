@@ -26,6 +26,7 @@ macro_rules! both_drivers {
 
 mod capacity;
 mod cli;
+mod conformance;
 mod deadlines;
 mod deploy;
 mod drops;

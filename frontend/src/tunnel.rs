@@ -1,0 +1,94 @@
+//! The byte tunnel after `101 Switching Protocols` (RFC 9110 §7.8, §15.2.2): once the upstream agreed to
+//! an upgrade the client asked for, edge copies bytes both ways on the same worker until both sides have
+//! closed. A side that closes its write half (EOF) is passed on with `shutdown(Write)` and the other
+//! direction goes on (half-close). The tunnel ends early when either direction fails, or when no byte
+//! moved in either direction for the `idle` timeout (DESIGN.md "Inbound deadlines": counted as
+//! `edge_inbound_timeouts_total{phase="idle"}`, logged at debug). The upstream connection is never pooled
+//! afterwards; it counts in `edge_upstream_connections{state="active"}` while the tunnel runs.
+
+use std::{cell::Cell, future::Future, pin::pin, task::Poll};
+
+use edge_core::{buf::RecvBuf, metrics::InboundPhase};
+use edge_upstream::UpstreamConn;
+use monoio::{
+    io::{AsyncReadRent, AsyncWriteRent, Splitable},
+    net::TcpStream,
+    time::{sleep_until, Instant},
+};
+
+use crate::worker::Worker;
+
+/// Runs the tunnel between `client` and `up` until it ends; both connections are closed afterwards.
+/// `client_buf` holds bytes the client sent after its request (they go upstream first); `up.buf` bytes
+/// the upstream sent after its 101 head (they go to the client first).
+pub async fn run(w: &Worker, client: TcpStream, mut client_buf: RecvBuf, up: UpstreamConn) {
+    w.metrics.upstream_active.increment(1.0);
+    let idle = w.current().cfg.config.server.timeouts.idle.0;
+    let (ustream, mut parts) = up.into_parts();
+    let (mut cr, mut cw) = client.into_split();
+    let (mut ur, mut uw) = ustream.into_split();
+    let last = Cell::new(Instant::now());
+    let mut upward = pin!(pump(&mut cr, &mut uw, &mut client_buf, &last));
+    let mut downward = pin!(pump(&mut ur, &mut cw, &mut parts.buf, &last));
+    let mut timer = pin!(sleep_until(last.get() + idle));
+    let (mut up_done, mut down_done) = (false, false);
+    let end = std::future::poll_fn(|cx| {
+        for (done, dir) in [
+            (&mut up_done, upward.as_mut()),
+            (&mut down_done, downward.as_mut()),
+        ] {
+            if !*done {
+                if let Poll::Ready(r) = dir.poll(cx) {
+                    *done = true;
+                    if r.is_err() {
+                        return Poll::Ready("read or write failed");
+                    }
+                }
+            }
+        }
+        if up_done && down_done {
+            return Poll::Ready("both sides closed");
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            let deadline = last.get() + idle;
+            if Instant::now() >= deadline {
+                return Poll::Ready("idle");
+            }
+            timer.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    })
+    .await;
+    if end == "idle" {
+        w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
+    }
+    tracing::debug!(event = "tunnel.closed", worker = w.id, why = end);
+    w.metrics.upstream_active.decrement(1.0);
+}
+
+/// Copies `src` to `dst` (bytes already in `buf` first) until `src` reaches EOF, then shuts down `dst`'s
+/// write half. Every completed read or write marks `last`.
+///
+/// # Errors
+/// A failed read, write or shutdown.
+///
+/// # Cancel safety
+/// Not cancel safe (bytes in flight are lost); the tunnel drops it only to close both connections.
+async fn pump<R: AsyncReadRent, W: AsyncWriteRent>(
+    src: &mut R,
+    dst: &mut W,
+    buf: &mut RecvBuf,
+    last: &Cell<Instant>,
+) -> std::io::Result<()> {
+    loop {
+        if !buf.is_empty() {
+            let n = buf.len();
+            buf.write_prefix(dst, n).await?;
+            last.set(Instant::now());
+        }
+        if buf.fill(src).await? == 0 {
+            return dst.shutdown().await;
+        }
+        last.set(Instant::now());
+    }
+}
