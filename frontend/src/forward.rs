@@ -5,11 +5,12 @@
 //! X-Real-IP dropped); X-Request-Id is forwarded or generated. Writes into a reused buffer: no allocation
 //! once the buffer has grown.
 
-use std::{io::Write, net::IpAddr};
+use std::net::IpAddr;
 
 use edge_core::http::{
     framing::{connection_has, is_h2c, Body},
     head::{list_elements, Field, FieldKind, RequestHead, ResponseHead},
+    write::{push_dec, push_hex, push_ip},
 };
 
 /// The Via value edge adds (RFC 9110 §7.6.3).
@@ -85,7 +86,11 @@ impl RequestId {
         match *self {
             RequestId::Given(i) => out.extend_from_slice(fields[i].value(buf)),
             RequestId::Generated(p, w, n) => {
-                let _ = write!(out, "{p:08x}-{w}-{n:x}");
+                push_hex(out, u64::from(p), 8);
+                out.push(b'-');
+                push_dec(out, u64::from(w));
+                out.push(b'-');
+                push_hex(out, n, 0);
             }
         }
     }
@@ -143,7 +148,9 @@ pub fn request_head(
                 if !max_forwards_done {
                     max_forwards_done = true;
                     let n = rw.max_forwards.unwrap_or(1).saturating_sub(1);
-                    let _ = write!(out, "Max-Forwards: {n}\r\n");
+                    out.extend_from_slice(b"Max-Forwards: ");
+                    push_dec(out, n);
+                    out.extend_from_slice(b"\r\n");
                 }
                 continue;
             }
@@ -177,7 +184,8 @@ pub fn request_head(
             }
         }
     }
-    let _ = write!(out, "{}\r\n", rw.peer);
+    push_ip(out, rw.peer);
+    out.extend_from_slice(b"\r\n");
     if !proto_kept {
         out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
     }
@@ -187,7 +195,9 @@ pub fn request_head(
     field(out, b"Via", VIA);
     match rw.body {
         Body::Length(n) => {
-            let _ = write!(out, "Content-Length: {n}\r\n");
+            out.extend_from_slice(b"Content-Length: ");
+            push_dec(out, n);
+            out.extend_from_slice(b"\r\n");
         }
         Body::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
         Body::None | Body::CloseDelimited => {}
@@ -241,7 +251,9 @@ fn status_and_fields(
     fields: &[Field],
     drop_length: bool,
 ) {
-    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_dec(out, u64::from(head.status));
+    out.push(b' ');
     out.extend_from_slice(&buf[head.reason.clone()]);
     out.extend_from_slice(b"\r\n");
     let named = connection_names_fields(buf, fields);
@@ -286,7 +298,9 @@ pub fn response_head(
     field(out, b"Via", VIA);
     match framing {
         OutFraming::Length(n) => {
-            let _ = write!(out, "Content-Length: {n}\r\n");
+            out.extend_from_slice(b"Content-Length: ");
+            push_dec(out, n);
+            out.extend_from_slice(b"\r\n");
         }
         OutFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
         OutFraming::None | OutFraming::Close => {}

@@ -177,6 +177,9 @@ impl Upstream {
     /// Waits up to `queue_timeout` for a `max_active` permit of endpoint `i`.
     async fn permit(&self, i: usize) -> Result<crate::permit::Permit, UpstreamError> {
         let slots = &self.endpoints[i].slots;
+        if let Some(p) = slots.try_acquire(self.config.max_active) {
+            return Ok(p);
+        }
         monoio::time::timeout(
             self.config.queue_timeout.0,
             slots.acquire(self.config.max_active),

@@ -49,6 +49,18 @@ impl Slots {
         .await
     }
 
+    /// A permit if one is free now (`max == 0` means unlimited), without waiting: the common case
+    /// needs no `queue_timeout` timer.
+    pub fn try_acquire(self: &Rc<Self>, max: usize) -> Option<Permit> {
+        if max == 0 {
+            return Some(Permit::unlimited());
+        }
+        (self.active.get() < max).then(|| {
+            self.active.set(self.active.get() + 1);
+            Permit(Some(self.clone()))
+        })
+    }
+
     /// Permits held now.
     pub fn active(&self) -> usize {
         self.active.get()

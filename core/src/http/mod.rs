@@ -6,3 +6,4 @@ pub mod body;
 pub mod chunked;
 pub mod framing;
 pub mod head;
+pub mod write;
