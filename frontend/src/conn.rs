@@ -457,24 +457,17 @@ async fn health(
     close: bool,
     started: Instant,
 ) -> Next {
-    c.rb.consume(head_len);
-    let deadline = started + w.current().cfg.config.server.timeouts.request.0;
-    let close = close || !discard_body(c, body, deadline).await;
-    let ready = w.shared.ready();
-    let (status, text) = if ready {
-        (200, "ok")
-    } else {
-        (503, "not ready\n")
-    };
-    let mut out = SendBuf::take();
-    respond::simple(&mut out.0, status, text, close, !ready, is_head);
-    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
-    finish(w, c, status, started);
-    if r.is_err() || close {
-        Next::Close
-    } else {
-        Next::Keep
-    }
+    answer_locally(w, c, head_len, body, close, started, |out, close| {
+        let ready = w.shared.ready();
+        let (status, text) = if ready {
+            (200, "ok")
+        } else {
+            (503, "not ready\n")
+        };
+        respond::simple(out, status, text, close, !ready, is_head);
+        status
+    })
+    .await
 }
 
 /// Answers an OPTIONS or TRACE request carrying `Max-Forwards: 0` itself: edge is its final recipient
@@ -492,24 +485,42 @@ async fn last_hop(
     close: bool,
     started: Instant,
 ) -> Next {
+    answer_locally(w, c, head_len, body, close, started, |out, close| {
+        if trace {
+            respond::simple(
+                out,
+                405,
+                "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n",
+                close,
+                false,
+                false,
+            );
+            405
+        } else {
+            respond::options(out, close);
+            200
+        }
+    })
+    .await
+}
+
+/// A request edge answers itself: its body is discarded (up to the `request` deadline), `write` builds
+/// the response (given whether it closes) and returns its status, which is counted like any other.
+/// A connection that closes with input possibly unread gets a lingering close.
+async fn answer_locally(
+    w: &Worker,
+    c: &mut Conn,
+    head_len: usize,
+    body: Body,
+    close: bool,
+    started: Instant,
+    write: impl FnOnce(&mut Vec<u8>, bool) -> u16,
+) -> Next {
     c.rb.consume(head_len);
     let deadline = started + w.current().cfg.config.server.timeouts.request.0;
     let close = close || !discard_body(c, body, deadline).await;
     let mut out = SendBuf::take();
-    let status = if trace {
-        respond::simple(
-            &mut out.0,
-            405,
-            "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n",
-            close,
-            false,
-            false,
-        );
-        405
-    } else {
-        respond::options(&mut out.0, close);
-        200
-    };
+    let status = write(&mut out.0, close);
     let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     finish(w, c, status, started);
     match (r.is_err(), close) {

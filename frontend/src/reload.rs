@@ -40,76 +40,83 @@ pub struct Refused {
 /// The settings fixed at start that differ between `old` and `new`.
 pub fn fixed_changes(old: &Resolved, new: &Resolved) -> Vec<Refused> {
     let (o, n) = (&old.config, &new.config);
-    let mut out = Vec::new();
-    let mut check = |key: &'static str, what: &str, a: String, b: String| {
-        if a != b {
-            out.push(Refused {
-                key,
-                reason: format!("{what} cannot change on reload (was {a}, now {b}); restart or use `edge --upgrade`"),
-            });
-        }
-    };
-    check(
-        "server.listen",
-        "the traffic listener",
-        format!("{:?}", o.server.listen),
-        format!("{:?}", n.server.listen),
-    );
-    check(
-        "admin.listen",
-        "the admin listener",
-        format!("{:?}", o.admin.listen),
-        format!("{:?}", n.admin.listen),
-    );
-    check(
-        "server.workers",
-        "the worker count",
-        format!("{:?}", o.server.workers),
-        format!("{:?}", n.server.workers),
-    );
-    check(
-        "server.pin_workers",
-        "worker pinning",
-        format!("{:?}", o.server.pin_workers),
-        format!("{:?}", n.server.pin_workers),
-    );
-    check(
-        "server.io_driver",
-        "the io driver",
-        format!("{:?}", o.server.io_driver),
-        format!("{:?}", n.server.io_driver),
-    );
-    check(
-        "server.backlog",
-        "the listen backlog",
-        o.server.backlog.to_string(),
-        n.server.backlog.to_string(),
-    );
-    check(
-        "server.max_connections",
-        "max_connections",
-        o.server.max_connections.to_string(),
-        n.server.max_connections.to_string(),
-    );
-    check(
-        "server.upgrade_socket",
-        "the upgrade socket",
-        format!("{:?}", o.server.upgrade_socket),
-        format!("{:?}", n.server.upgrade_socket),
-    );
-    check(
-        "log.format",
-        "the log format",
-        format!("{:?}", o.log.format),
-        format!("{:?}", n.log.format),
-    );
-    check(
-        "log.level",
-        "the log level",
-        format!("{:?}", o.log.level),
-        format!("{:?}", n.log.level),
-    );
-    out
+    // (key, what it is, old value, new value), compared as their Debug text.
+    let fixed: [(&'static str, &str, String, String); 10] = [
+        (
+            "server.listen",
+            "the traffic listener",
+            dbg(&o.server.listen),
+            dbg(&n.server.listen),
+        ),
+        (
+            "admin.listen",
+            "the admin listener",
+            dbg(&o.admin.listen),
+            dbg(&n.admin.listen),
+        ),
+        (
+            "server.workers",
+            "the worker count",
+            dbg(&o.server.workers),
+            dbg(&n.server.workers),
+        ),
+        (
+            "server.pin_workers",
+            "worker pinning",
+            dbg(&o.server.pin_workers),
+            dbg(&n.server.pin_workers),
+        ),
+        (
+            "server.io_driver",
+            "the io driver",
+            dbg(&o.server.io_driver),
+            dbg(&n.server.io_driver),
+        ),
+        (
+            "server.backlog",
+            "the listen backlog",
+            dbg(&o.server.backlog),
+            dbg(&n.server.backlog),
+        ),
+        (
+            "server.max_connections",
+            "max_connections",
+            dbg(&o.server.max_connections),
+            dbg(&n.server.max_connections),
+        ),
+        (
+            "server.upgrade_socket",
+            "the upgrade socket",
+            dbg(&o.server.upgrade_socket),
+            dbg(&n.server.upgrade_socket),
+        ),
+        (
+            "log.format",
+            "the log format",
+            dbg(&o.log.format),
+            dbg(&n.log.format),
+        ),
+        (
+            "log.level",
+            "the log level",
+            dbg(&o.log.level),
+            dbg(&n.log.level),
+        ),
+    ];
+    fixed
+        .into_iter()
+        .filter(|(_, _, a, b)| a != b)
+        .map(|(key, what, a, b)| Refused {
+            key,
+            reason: format!(
+                "{what} cannot change on reload (was {a}, now {b}); restart or use `edge --upgrade`"
+            ),
+        })
+        .collect()
+}
+
+fn dbg(v: &impl std::fmt::Debug) -> String {
+    format!("{v:?}")
 }
 
 /// Handles one SIGHUP: reads, validates and resolves the configuration again and publishes it, or logs

@@ -39,22 +39,8 @@ both_drivers!(
 both_drivers!(connect_that_hangs_gives_504_at_connect_timeout, |d| {
     // A listener with a backlog of 0 that never accepts: once its queue is full, SYNs are dropped and a
     // connect hangs (PLATFORM.md).
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
-    s.listen(0).unwrap();
-    let addr = s.local_addr().unwrap().as_socket().unwrap();
-    let fillers: Vec<_> = (0..4)
-        .filter_map(|_| {
-            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()
-        })
-        .collect();
-    assert!(!fillers.is_empty());
+    let hanging = crate::harness::HangingListener::new();
+    let addr = hanging.addr;
     let edge = Edge::start(&config(d, addr, "", ""));
     let t = Instant::now();
     let mut c = Client::connect(edge.addr);

@@ -1004,3 +1004,45 @@ impl Drop for Drip {
         self.halt();
     }
 }
+
+/// A loopback address where nothing listens (bound, read back, closed): connects are refused.
+pub fn refused_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// `cfg` (from [`config`] with `origin`) with the upstream's endpoints replaced by `endpoints`.
+pub fn with_endpoints(cfg: &str, origin: SocketAddr, endpoints: &[SocketAddr]) -> String {
+    let list: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+    cfg.replace(
+        &format!("endpoints = [\"{origin}\"]"),
+        &format!("endpoints = [{}]", list.join(", ")),
+    )
+}
+
+/// A listener with a backlog of 0 that never accepts, its queue filled: SYNs to it are dropped and a
+/// connect hangs (PLATFORM.md). Lives as long as the value.
+pub struct HangingListener {
+    pub addr: SocketAddr,
+    _socket: socket2::Socket,
+    _fillers: Vec<TcpStream>,
+}
+
+impl HangingListener {
+    pub fn new() -> Self {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        s.listen(0).unwrap();
+        let addr = s.local_addr().unwrap().as_socket().unwrap();
+        let fillers: Vec<_> = (0..4)
+            .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok())
+            .collect();
+        assert!(!fillers.is_empty(), "could not fill the backlog");
+        HangingListener {
+            addr,
+            _socket: s,
+            _fillers: fillers,
+        }
+    }
+}

@@ -185,9 +185,7 @@ both_drivers!(health_answers_fast_behind_slow_requests, |d| {
 });
 
 both_drivers!(upstream_down_gives_502_and_proxy_keeps_serving, |d| {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
+    let dead_addr = crate::harness::refused_addr();
     let origin = Origin::fixed(b"alive");
     let cfg = config(d, dead_addr, "", "")
         + &format!("\n[[upstreams]]\nname = \"live\"\nendpoints = [\"{}\"]\n\n[[routes]]\npath_prefix = \"/live\"\nupstream = \"live\"\n", origin.addr);
@@ -263,13 +261,12 @@ both_drivers!(upstream_max_active_queue_timeout_sheds_with_503, |d| {
 });
 
 both_drivers!(failing_endpoint_is_ejected_while_the_other_serves, |d| {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
+    let dead_addr = crate::harness::refused_addr();
     let origin = Origin::fixed(b"alive");
-    let cfg = config(d, origin.addr, "", "").replace(
-        &format!("endpoints = [\"{}\"]", origin.addr),
-        &format!("endpoints = [\"{dead_addr}\", \"{}\"]", origin.addr),
+    let cfg = crate::harness::with_endpoints(
+        &config(d, origin.addr, "", ""),
+        origin.addr,
+        &[dead_addr, origin.addr],
     );
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);

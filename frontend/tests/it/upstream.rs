@@ -24,7 +24,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{config, read_request, Client, Edge, Origin, Reply};
+use crate::harness::{
+    config, read_request, refused_addr, with_endpoints, Client, Edge, Origin, Reply,
+};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -520,23 +522,12 @@ both_drivers!(keep_alive_timeout_caps_the_pooled_lifetime, |d| {
 both_drivers!(connect_timeout_retries_on_the_next_endpoint, |d| {
     // First endpoint: a full backlog, so the connect hangs; second: a live origin. Any method is retried
     // (nothing was sent), here a POST, once, on the next endpoint.
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
-    s.listen(0).unwrap();
-    let hanging = s.local_addr().unwrap().as_socket().unwrap();
-    let _fillers: Vec<_> = (0..4)
-        .filter_map(|_| TcpStream::connect_timeout(&hanging, Duration::from_millis(300)).ok())
-        .collect();
+    let hanging = crate::harness::HangingListener::new();
     let origin = Origin::echo();
-    let cfg = config(d, hanging, "", "").replace(
-        &format!("endpoints = [\"{hanging}\"]"),
-        &format!("endpoints = [\"{hanging}\", \"{}\"]", origin.addr),
+    let cfg = with_endpoints(
+        &config(d, origin.addr, "", ""),
+        origin.addr,
+        &[hanging.addr, origin.addr],
     );
     let edge = Edge::start(&cfg);
     let mut c = Client::connect_timeout(edge.addr, 10 * SEC);
@@ -557,13 +548,12 @@ both_drivers!(connect_timeout_retries_on_the_next_endpoint, |d| {
 both_drivers!(ejected_endpoint_returns_after_its_backoff, |d| {
     // The first endpoint refuses until it comes back; after 5 consecutive failures it is ejected for
     // 1 s, then tried again, connects, and is logged as returned.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
+    let dead_addr = refused_addr();
     let origin = Origin::fixed(b"alive");
-    let cfg = config(d, origin.addr, "", "").replace(
-        &format!("endpoints = [\"{}\"]", origin.addr),
-        &format!("endpoints = [\"{dead_addr}\", \"{}\"]", origin.addr),
+    let cfg = with_endpoints(
+        &config(d, origin.addr, "", ""),
+        origin.addr,
+        &[dead_addr, origin.addr],
     );
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
