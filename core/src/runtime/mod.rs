@@ -71,17 +71,48 @@ pub fn choose_driver(setting: IoDriverSetting) -> Result<(IoDriver, Option<io::E
 /// When the runtime cannot be built (e.g. io_uring setup fails on this thread).
 pub fn block_on<F: Future>(driver: IoDriver, fut: F) -> io::Result<F::Output> {
     match driver {
-        IoDriver::IoUring => Ok(monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .with_entries(4096)
-            .enable_timer()
-            .build()?
-            .block_on(fut)),
+        IoDriver::IoUring => {
+            let build = |urb: io_uring::Builder| {
+                monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+                    .uring_builder(urb)
+                    .with_entries(4096)
+                    .enable_timer()
+                    .build()
+            };
+            // A ring setup the kernel refuses (flags newer than it) falls back to monoio's default.
+            let mut rt = match ring_setup() {
+                Some(urb) => build(urb).or_else(|_| build(io_uring::IoUring::builder()))?,
+                None => build(io_uring::IoUring::builder())?,
+            };
+            Ok(rt.block_on(fut))
+        }
         IoDriver::Epoll => Ok(monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
             .with_entries(4096)
             .enable_timer()
             .build()?
             .block_on(fut)),
     }
+}
+
+/// The io_uring setup flags of the bench knob `EDGE_IO_URING_SETUP` (read per worker thread at start):
+/// unset or `default`: monoio's default ring (`None`); `coop`: IORING_SETUP_COOP_TASKRUN and
+/// SINGLE_ISSUER (a worker's ring is only ever used by its own thread); `defer`: those plus
+/// DEFER_TASKRUN (completions are processed only when the worker waits for events). Kernel 6.1+ for all.
+fn ring_setup() -> Option<io_uring::Builder> {
+    let mode = std::env::var("EDGE_IO_URING_SETUP").ok()?;
+    let mut urb = io_uring::IoUring::builder();
+    match mode.as_str() {
+        "coop" => {
+            urb.setup_coop_taskrun().setup_single_issuer();
+        }
+        "defer" => {
+            urb.setup_coop_taskrun()
+                .setup_single_issuer()
+                .setup_defer_taskrun();
+        }
+        _ => return None,
+    }
+    Some(urb)
 }
 
 /// A worker's heartbeat slot, alone on its cache line so workers never share a line.
