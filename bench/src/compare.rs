@@ -1,5 +1,6 @@
 //! `edge-bench compare`: side-by-side throughput of edge (io_uring and epoll), nginx, HAProxy and
-//! "direct to origin" under the same wrk load (DESIGN.md, Benchmark method).
+//! "direct to origin" under the same wrk load, per workload (DESIGN.md, Benchmark method; the
+//! workloads are in [`crate::compare_workload`]).
 //!
 //! Method:
 //! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
@@ -8,14 +9,19 @@
 //! - every proxy is started once, pinned to the proxy CPU set with `taskset`, health-checked
 //!   through the proxy (`GET /fast` answers 200), warmed up with one unmeasured wrk run, and kept
 //!   running across all rounds (only the target under test gets load; idle proxies sleep);
-//! - rounds interleave the targets (A B C … A B C …); each run is
-//!   `taskset -c LOAD wrk -t1 -cN -dD --latency http://TARGET/fast`;
+//! - workloads run one after the other; within one, rounds interleave the targets
+//!   (A B C … A B C …); each run is
+//!   `taskset -c LOAD wrk -t1 -cN -dD --latency -s SCRIPT [-H …] http://TARGET/PATH`;
+//! - before the `close` workload, each target is checked to close after a `Connection: close`
+//!   request;
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
 //!   load-bound (see [`crate::compare_report`]);
 //! - at the end every proxy is stopped by its own pid (SIGTERM, SIGKILL after a grace), all in
-//!   parallel, and the tables print: every run, per-target medians, edge-versus-others ratios.
+//!   parallel; the Markdown tables print per workload (every run, per-target medians with ratios
+//!   to nginx, edge against the others) and a summary of ratios to nginx; the JSON record and the
+//!   SVG plots go to `--out-dir` ([`crate::compare_json`], [`crate::compare_plot`]).
 //!
 //! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
 //! died, or a wrk run failed.

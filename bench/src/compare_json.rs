@@ -76,6 +76,13 @@ pub fn cpu_model() -> Option<String> {
         .map(|(_, v)| v.trim().to_string())
 }
 
+/// CPUs online on the machine (not this process's affinity mask, which `compare` narrows).
+pub fn online_cpus() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u64::try_from(n).ok().filter(|&n| n > 0)
+}
+
 /// `uname -r`.
 pub fn kernel_release() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -189,7 +196,7 @@ pub fn document(info: &RunInfo, samples: &[Sample], date: &str, commit: &str) ->
         "commit": commit,
         "machine": {
             "cpu_model": cpu_model(),
-            "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
+            "cpus": online_cpus(),
         },
         "kernel": kernel_release(),
         "drivers": drivers,
@@ -227,6 +234,7 @@ mod tests {
         assert_eq!(civil_date(19_782), "2024-02-29");
         assert_eq!(civil_date(20_453), "2025-12-31");
         assert_eq!(utc_date().len(), 10);
+        assert!(online_cpus().unwrap() >= 1);
     }
 
     #[test]
