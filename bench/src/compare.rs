@@ -35,18 +35,18 @@ use clap::Args;
 use crate::compare_report::{Sample, LOAD_BOUND_UTIL};
 use crate::compare_tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
 use crate::compare_target::{
-    clock_ticks_per_sec, closes_after_request, cpus_allowed, start_origin, Binaries, Target,
-    TargetKind, HAPROXY_BIN, LOAD_PATH, NGINX_BIN,
+    closes_after_request, cpus_allowed, start_origin, Binaries, Target, TargetKind, HAPROXY_BIN,
+    LOAD_PATH, NGINX_BIN,
 };
 use crate::compare_workload::Workload;
-use crate::compare_wrk::{run_wrk, wrk_seconds, WrkSpec};
-use crate::edge_proc::{locate_edge_bin, EdgeProcess, STOP_GRACE};
+use crate::compare_wrk::wrk_seconds;
+use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 
 /// How long a proxy gets to answer its first request through to the origin.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pause between two runs (lets sockets of the previous run close).
-const SETTLE: Duration = Duration::from_millis(300);
+pub(crate) const SETTLE: Duration = Duration::from_millis(300);
 
 /// Options of `edge-bench compare`.
 #[derive(Debug, Clone, Args)]
@@ -344,7 +344,7 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
         let script = scripts.join(format!("{}.lua", w.name()));
         std::fs::write(&script, w.lua_script())?;
         let before = samples.len();
-        let ctx = WorkloadRun {
+        let ctx = crate::compare_run::WorkloadRun {
             args,
             workload: w,
             script: &script,
@@ -499,143 +499,6 @@ fn check_closes(targets: &[Target]) -> Vec<(TargetKind, String)> {
             (t.kind, what)
         })
         .collect()
-}
-
-/// One workload over every target: warm-up, then interleaved rounds.
-struct WorkloadRun<'a> {
-    args: &'a CompareArgs,
-    workload: Workload,
-    script: &'a Path,
-    load_list: &'a str,
-}
-
-impl WorkloadRun<'_> {
-    fn spec(&self, duration: Duration) -> WrkSpec<'_> {
-        WrkSpec {
-            wrk: &self.args.wrk_bin,
-            cpus: self.load_list,
-            connections: self.workload.connections(self.args.connections),
-            duration,
-            script: Some(self.script),
-            headers: self.workload.headers(),
-        }
-    }
-
-    fn run(
-        &self,
-        targets: &mut [Target],
-        dead: &mut [bool],
-        origin: &mut EdgeProcess,
-        samples: &mut Vec<Sample>,
-        failures: &mut Vec<String>,
-    ) -> io::Result<()> {
-        let (args, w) = (self.args, self.workload);
-        let path = w.path();
-        println!(
-            "\n{}: taskset -c {} {} -t1 -c{} -d{}s --latency -s {}{} http://TARGET{path}; {} round(s), targets in order: {}",
-            w.name(),
-            self.load_list,
-            args.wrk_bin.display(),
-            w.connections(args.connections),
-            wrk_seconds(args.duration),
-            self.script.display(),
-            w.headers().iter().map(|h| format!(" -H \"{h}\"")).collect::<String>(),
-            args.rounds,
-            targets.iter().map(|t| t.kind.name()).collect::<Vec<_>>().join(" ")
-        );
-        if !args.warmup.is_zero() {
-            let warm = self.spec(args.warmup);
-            for t in targets.iter() {
-                let url = format!("http://{}{path}", t.addr);
-                if let Err(e) = run_wrk(&warm, &url, || {}) {
-                    failures.push(format!("{} {w} warm-up: {e}", t.kind.name()));
-                }
-            }
-        }
-        let measured = self.spec(args.duration);
-        let hz = clock_ticks_per_sec();
-        for round in 1..=args.rounds {
-            if let Some(st) = origin.exited()? {
-                failures.push(format!("the origin exited before {w} round {round} ({st})"));
-                return Ok(());
-            }
-            for (i, t) in targets.iter_mut().enumerate() {
-                if dead[i] {
-                    continue;
-                }
-                if let Err(e) = t.check_alive() {
-                    eprintln!("{e}");
-                    failures.push(format!("{w} round {round}: {e}"));
-                    dead[i] = true;
-                    continue;
-                }
-                let url = format!("http://{}{path}", t.addr);
-                let mut before = Ok(None);
-                let run = run_wrk(&measured, &url, || {
-                    t.reset_peak_rss();
-                    before = t.usage();
-                });
-                let after = t.usage();
-                let rss_kib = t.peak_rss_kib();
-                let sample = run.and_then(|run| {
-                    let (cpu, wait) = match (before?, after?) {
-                        (Some(b), Some(a)) => (
-                            Some(Duration::from_micros(
-                                a.cpu_ticks.saturating_sub(b.cpu_ticks) * 1_000_000 / hz,
-                            )),
-                            Some(Duration::from_nanos(a.wait_ns.saturating_sub(b.wait_ns))),
-                        ),
-                        _ => (None, None),
-                    };
-                    Ok(Sample {
-                        workload: w,
-                        round,
-                        kind: t.kind,
-                        wrk: run.result,
-                        wall: run.wall,
-                        cpu,
-                        wait,
-                        rss_kib,
-                    })
-                });
-                match sample {
-                    Ok(s) => {
-                        print_round(&s, args.rounds);
-                        samples.push(s);
-                    }
-                    Err(e) => {
-                        eprintln!("{w} round {round} {}: {e}", t.kind.name());
-                        failures.push(format!("{w} round {round} {}: {e}", t.kind.name()));
-                    }
-                }
-                let _ = io::stdout().flush();
-                std::thread::sleep(SETTLE);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One progress line per run.
-fn print_round(s: &Sample, rounds: usize) {
-    let pct = |v: Option<f64>| v.map_or("-".into(), |u| format!("{:.0} %", u * 100.0));
-    println!(
-        "{} round {}/{rounds} {:<14} {:>8.0} req/s  p99 {:>9}  p99.9 {:>9}  CPU {} (runq wait {}){}{}",
-        s.workload,
-        s.round,
-        s.kind.name(),
-        s.wrk.req_per_sec,
-        crate::table::ms(s.wrk.p99),
-        s.wrk.p999().map_or("-".into(), crate::table::ms),
-        pct(s.utilisation()),
-        pct(s.wait_share()),
-        if s.load_bound() { "  load-bound" } else { "" },
-        if s.wrk.errors() > 0 {
-            format!("  errors: {}", s.wrk.error_detail())
-        } else {
-            String::new()
-        }
-    );
 }
 
 /// The CPU placement, with each proxy's pids and their actual affinity from `/proc`.
