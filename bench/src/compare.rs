@@ -1,5 +1,6 @@
 //! `edge-bench compare`: side-by-side throughput of edge (io_uring and epoll), nginx, HAProxy and
-//! "direct to origin" under the same wrk load (DESIGN.md, Benchmark method).
+//! "direct to origin" under the same wrk load, per workload (DESIGN.md, Benchmark method; the
+//! workloads are in [`crate::compare_workload`]).
 //!
 //! Method:
 //! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
@@ -8,14 +9,19 @@
 //! - every proxy is started once, pinned to the proxy CPU set with `taskset`, health-checked
 //!   through the proxy (`GET /fast` answers 200), warmed up with one unmeasured wrk run, and kept
 //!   running across all rounds (only the target under test gets load; idle proxies sleep);
-//! - rounds interleave the targets (A B C … A B C …); each run is
-//!   `taskset -c LOAD wrk -t1 -cN -dD --latency http://TARGET/fast`;
+//! - workloads run one after the other; within one, rounds interleave the targets
+//!   (A B C … A B C …); each run is
+//!   `taskset -c LOAD wrk -t1 -cN -dD --latency -s SCRIPT [-H …] http://TARGET/PATH`;
+//! - before the `close` workload, each target is checked to close after a `Connection: close`
+//!   request;
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
 //!   load-bound (see [`crate::compare_report`]);
 //! - at the end every proxy is stopped by its own pid (SIGTERM, SIGKILL after a grace), all in
-//!   parallel, and the tables print: every run, per-target medians, edge-versus-others ratios.
+//!   parallel; the Markdown tables print per workload (every run, per-target medians with ratios
+//!   to nginx, edge against the others) and a summary of ratios to nginx; the JSON record and the
+//!   SVG plots go to `--out-dir` ([`crate::compare_json`], [`crate::compare_plot`]).
 //!
 //! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
 //! died, or a wrk run failed.
@@ -26,19 +32,21 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::compare_report::{ratio_table, rounds_table, summary_table, Sample, LOAD_BOUND_UTIL};
+use crate::compare_report::{Sample, LOAD_BOUND_UTIL};
+use crate::compare_tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
 use crate::compare_target::{
-    clock_ticks_per_sec, cpus_allowed, start_origin, Binaries, Target, TargetKind, HAPROXY_BIN,
+    closes_after_request, cpus_allowed, start_origin, Binaries, Target, TargetKind, HAPROXY_BIN,
     LOAD_PATH, NGINX_BIN,
 };
-use crate::compare_wrk::{run_wrk, wrk_seconds, WrkSpec};
+use crate::compare_workload::Workload;
+use crate::compare_wrk::wrk_seconds;
 use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 
 /// How long a proxy gets to answer its first request through to the origin.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pause between two runs (lets sockets of the previous run close).
-const SETTLE: Duration = Duration::from_millis(300);
+pub(crate) const SETTLE: Duration = Duration::from_millis(300);
 
 /// Options of `edge-bench compare`.
 #[derive(Debug, Clone, Args)]
@@ -49,9 +57,26 @@ pub struct CompareArgs {
     /// Length of each measured run (wrk -d, whole seconds).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
-    /// wrk keep-alive connections (-c).
+    /// wrk connections (-c) of the workloads without a fixed count (all but get-64, get-256).
     #[arg(long, default_value_t = 64)]
     pub connections: usize,
+    /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "get-64,get-256,get-16k,get-1m,post-1m,close"
+    )]
+    pub workloads: Vec<Workload>,
+    /// A functional check, not a measurement: 1 round of 3 s, 1 s warm-up (overrides those
+    /// options); files go to OUT_DIR/quick.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the JSON record and the SVG plots go.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
+    pub out_dir: PathBuf,
+    /// Print only: write no JSON and no plots.
+    #[arg(long)]
+    pub no_files: bool,
     /// Targets, in the order each round runs them.
     #[arg(
         long,
@@ -180,13 +205,50 @@ fn require_file(p: &Path, what: &str) -> io::Result<()> {
     }
 }
 
+/// Everything about one run of `compare` that the JSON record and the plots need.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    /// Workloads run, in order.
+    pub workloads: Vec<Workload>,
+    /// Targets that ran, in round order.
+    pub kinds: Vec<TargetKind>,
+    /// Systems left out, with the reason.
+    pub skipped: Vec<(TargetKind, String)>,
+    /// Rounds per workload.
+    pub rounds: usize,
+    /// Run length in seconds (wrk -d).
+    pub duration_s: u64,
+    /// Connections of the workloads without a fixed count.
+    pub connections: usize,
+    /// Proxy and load CPU lists.
+    pub proxy_cpus: String,
+    /// CPUs of wrk, the origin and edge-bench.
+    pub load_cpus: String,
+    /// The placement text (pids and their actual CPU lists).
+    pub placement: String,
+    /// `name: version` lines.
+    pub versions: Vec<(String, String)>,
+    /// Whether each target closed the connection after a `Connection: close` request.
+    pub closes: Vec<(TargetKind, String)>,
+    /// Failures (start, death, wrk).
+    pub failures: Vec<String>,
+}
+
 /// Runs the comparison and prints its tables; `Ok(false)` when a target failed to start, died,
 /// or a wrk run failed (the remaining targets still run and print).
 ///
 /// # Errors
-/// Bad options, missing executables, origin start failures.
+/// Bad options, missing wrk or edge, origin start failures, and failures writing the results.
 pub fn run(args: &CompareArgs) -> io::Result<bool> {
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    let mut args = args.clone();
+    if args.quick {
+        args.rounds = 1;
+        args.duration = Duration::from_secs(3);
+        args.warmup = Duration::from_secs(1);
+        args.out_dir = args.out_dir.join("quick");
+    }
+    let args = &args;
     let proxy_cpus = parse_cpus(&args.proxy_cpus).map_err(invalid)?;
     let load_cpus = parse_cpus(&args.load_cpus).map_err(invalid)?;
     let allowed = allowed_cpus()?;
@@ -205,21 +267,26 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
             "--rounds and --connections must be at least 1".into(),
         ));
     }
-    let mut kinds: Vec<TargetKind> = Vec::new();
-    for k in &args.targets {
-        if !kinds.contains(k) {
-            kinds.push(*k);
+    let workloads = distinct(&args.workloads);
+    let mut kinds = distinct(&args.targets);
+    if kinds.is_empty() || workloads.is_empty() {
+        return Err(invalid("no targets or no workloads".into()));
+    }
+    require_file(&args.wrk_bin, "wrk (install it with bench/setup.sh)")?;
+    let mut skipped: Vec<(TargetKind, String)> = Vec::new();
+    for (kind, bin) in [
+        (TargetKind::Nginx, &args.nginx_bin),
+        (TargetKind::Haproxy, &args.haproxy_bin),
+    ] {
+        if kinds.contains(&kind) && !bin.is_file() {
+            let why = format!("{} not found (bench/setup.sh installs it)", bin.display());
+            println!("skipping {}: {why}", kind.name());
+            skipped.push((kind, why));
+            kinds.retain(|k| *k != kind);
         }
     }
     if kinds.is_empty() {
-        return Err(invalid("no targets".into()));
-    }
-    require_file(&args.wrk_bin, "wrk")?;
-    if kinds.contains(&TargetKind::Nginx) {
-        require_file(&args.nginx_bin, "nginx")?;
-    }
-    if kinds.contains(&TargetKind::Haproxy) {
-        require_file(&args.haproxy_bin, "haproxy")?;
+        return Err(invalid("every target was skipped".into()));
     }
     let edge = if kinds.iter().any(|k| k.is_edge()) {
         locate_edge_bin(args.edge_bin.as_deref())?
@@ -258,113 +325,54 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
     }
     let placement = placement(&targets, &proxy_list, &load_list, origin.pid());
     print!("{placement}");
-    let mut versions = vec![version_of(&args.wrk_bin, "-v")];
-    if kinds.iter().any(|k| k.is_edge()) {
-        versions.push(format!(
-            "{} ({})",
-            version_of(&bins.edge, "--version"),
-            bins.edge.display()
-        ));
-    }
-    if kinds.contains(&TargetKind::Nginx) {
-        versions.push(version_of(&bins.nginx, "-v"));
-    }
-    if kinds.contains(&TargetKind::Haproxy) {
-        versions.push(version_of(&bins.haproxy, "-v"));
-    }
-    println!("versions: {}", versions.join("; "));
-
-    let spec = |duration| WrkSpec {
-        wrk: &args.wrk_bin,
-        cpus: &load_list,
-        connections: args.connections,
-        duration,
+    let versions = versions(args, &bins, &kinds);
+    let line: Vec<String> = versions.iter().map(|(_, v)| v.clone()).collect();
+    println!("versions: {}", line.join("; "));
+    let closes = if workloads.contains(&Workload::Close) {
+        check_closes(&targets)
+    } else {
+        Vec::new()
     };
-    let measured = spec(args.duration);
-    println!(
-        "wrk: taskset -c {load_list} {} -t1 -c{} -d{}s --latency http://TARGET{LOAD_PATH}; {} round(s), targets in order: {}",
-        args.wrk_bin.display(),
-        args.connections,
-        wrk_seconds(args.duration),
-        args.rounds,
-        targets.iter().map(|t| t.kind.name()).collect::<Vec<_>>().join(" ")
-    );
-    if !args.warmup.is_zero() {
-        let warm = spec(args.warmup);
-        for t in &targets {
-            let url = format!("http://{}{LOAD_PATH}", t.addr);
-            if let Err(e) = run_wrk(&warm, &url, || {}) {
-                failures.push(format!("{} warm-up: {e}", t.kind.name()));
-            }
-        }
-    }
 
-    let hz = clock_ticks_per_sec();
+    let scripts =
+        std::env::temp_dir().join(format!("edge-bench-compare-{}-lua", std::process::id()));
+    std::fs::create_dir_all(&scripts)?;
     let mut samples: Vec<Sample> = Vec::new();
     let mut dead = vec![false; targets.len()];
-    for round in 1..=args.rounds {
-        if let Some(st) = origin.exited()? {
-            failures.push(format!("the origin exited before round {round} ({st})"));
-            break;
+    let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
+    for &w in &workloads {
+        let script = scripts.join(format!("{}.lua", w.name()));
+        std::fs::write(&script, w.lua_script())?;
+        let before = samples.len();
+        let ctx = crate::compare_run::WorkloadRun {
+            args,
+            workload: w,
+            script: &script,
+            load_list: &load_list,
+        };
+        ctx.run(
+            &mut targets,
+            &mut dead,
+            &mut origin,
+            &mut samples,
+            &mut failures,
+        )?;
+        let these = &samples[before..];
+        println!("\n### {} ({})\n", w.name(), w.describe(args.connections));
+        print!("{}", rounds_table(these).render_markdown());
+        println!(
+            "\nmedians over {} round(s) of {} s (load-bound rounds left out):\n",
+            args.rounds,
+            wrk_seconds(args.duration)
+        );
+        print!("{}", summary_table(these, &ran).render_markdown());
+        if ran.iter().any(|k| k.is_edge()) {
+            println!();
+            print!("{}", ratio_table(these, &ran).render_markdown());
         }
-        for (i, t) in targets.iter_mut().enumerate() {
-            if dead[i] {
-                continue;
-            }
-            if let Err(e) = t.check_alive() {
-                eprintln!("{e}");
-                failures.push(format!("round {round}: {e}"));
-                dead[i] = true;
-                continue;
-            }
-            let url = format!("http://{}{LOAD_PATH}", t.addr);
-            let mut before = Ok(None);
-            let run = run_wrk(&measured, &url, || before = t.usage());
-            let after = t.usage();
-            let sample = run.and_then(|run| {
-                let (cpu, wait) = match (before?, after?) {
-                    (Some(b), Some(a)) => (
-                        Some(Duration::from_micros(
-                            a.cpu_ticks.saturating_sub(b.cpu_ticks) * 1_000_000 / hz,
-                        )),
-                        Some(Duration::from_nanos(a.wait_ns.saturating_sub(b.wait_ns))),
-                    ),
-                    _ => (None, None),
-                };
-                Ok(Sample {
-                    round,
-                    kind: t.kind,
-                    wrk: run.result,
-                    wall: run.wall,
-                    cpu,
-                    wait,
-                })
-            });
-            match sample {
-                Ok(s) => {
-                    let pct =
-                        |v: Option<f64>| v.map_or("-".into(), |u| format!("{:.0} %", u * 100.0));
-                    println!(
-                        "round {round}/{} {:<14} {:>8.0} req/s  p99 {:>9}  CPU {} (runq wait {}){}",
-                        args.rounds,
-                        s.kind.name(),
-                        s.wrk.req_per_sec,
-                        crate::table::ms(s.wrk.p99),
-                        pct(s.utilisation()),
-                        pct(s.wait_share()),
-                        if s.load_bound() { "  load-bound" } else { "" }
-                    );
-                    samples.push(s);
-                }
-                Err(e) => {
-                    eprintln!("round {round} {}: {e}", t.kind.name());
-                    failures.push(format!("round {round} {}: {e}", t.kind.name()));
-                }
-            }
-            let _ = io::stdout().flush();
-            std::thread::sleep(SETTLE);
-        }
+        let _ = io::stdout().flush();
     }
+    let _ = std::fs::remove_dir_all(&scripts);
     for (i, t) in targets.iter_mut().enumerate() {
         if !dead[i] {
             if let Err(e) = t.check_alive() {
@@ -378,26 +386,39 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
     }
     let _ = origin.stop(STOP_GRACE);
 
-    println!("\nevery run:");
-    print!("{}", rounds_table(&samples).render());
-    println!(
-        "\nmedians over {} round(s) of {} s, {} connections (load-bound rounds left out):",
-        args.rounds,
-        wrk_seconds(args.duration),
-        args.connections
+    println!("\n### ratios to nginx (medians; req/s above 1x: more; CPU/request and p99 below 1x: less)\n");
+    print!(
+        "{}",
+        nginx_summary_table(&samples, &ran, &workloads).render_markdown()
     );
-    print!("{}", summary_table(&samples, &kinds).render());
-    if kinds.iter().any(|k| k.is_edge()) {
-        println!("\nedge / other (above 1x: edge served more req/s; below 1x: edge spent less CPU per request):");
-        print!("{}", ratio_table(&samples, &kinds).render());
-    }
     println!(
-        "\nCPU util = proxy CPU time (utime+stime, all threads; nginx master+worker) / wall time of the run; \
-         under {:.0} % of one CPU a round is load-bound. runq wait = time the proxy was runnable but its CPU ran \
-         something else. * = every round load-bound (medians over all rounds).",
+        "\nCPU s/100k req = proxy CPU time (utime+stime, all threads; nginx master+worker) per 100 000 requests. \
+         CPU util = that time / wall time of the run; under {:.0} % of one CPU a round is load-bound. \
+         runq wait = time the proxy was runnable but its CPU ran something else. peak RSS = VmHWM over the \
+         run (nginx: master+worker). * = every round load-bound (medians over all rounds).",
         LOAD_BOUND_UTIL * 100.0
     );
     print!("{placement}");
+    for (k, c) in &closes {
+        println!("Connection: close on {}: {c}", k.name());
+    }
+    let info = RunInfo {
+        workloads,
+        kinds: ran,
+        skipped,
+        rounds: args.rounds,
+        duration_s: wrk_seconds(args.duration),
+        connections: args.connections,
+        proxy_cpus: proxy_list,
+        load_cpus: load_list,
+        placement,
+        versions,
+        closes,
+        failures: failures.clone(),
+    };
+    if !args.no_files {
+        write_results(&args.out_dir, &info, &samples)?;
+    }
     if failures.is_empty() {
         Ok(true)
     } else {
@@ -407,6 +428,77 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
         }
         Ok(false)
     }
+}
+
+/// Writes `compare-DATE-COMMIT.json` and the SVG plots under `dir`, printing their paths.
+fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let commit = crate::compare_json::git_commit();
+    let date = crate::compare_json::utc_date();
+    let json = dir.join(format!("compare-{date}-{commit}.json"));
+    let doc = crate::compare_json::document(info, samples, &date, &commit);
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&doc).map_err(io::Error::other)? + "\n",
+    )?;
+    println!("\nresults: {}", json.display());
+    for path in crate::compare_plot::write_plots(dir, info, samples)? {
+        println!("plot: {}", path.display());
+    }
+    Ok(())
+}
+
+/// Items of `v` without repeats, in first-seen order.
+fn distinct<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for x in v {
+        if !out.contains(x) {
+            out.push(*x);
+        }
+    }
+    out
+}
+
+/// (program, version line) for wrk, edge, nginx and HAProxy as far as they run.
+fn versions(args: &CompareArgs, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
+    let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
+    if kinds.iter().any(|k| k.is_edge()) {
+        v.push((
+            "edge".to_string(),
+            format!(
+                "{} ({}, commit {})",
+                version_of(&bins.edge, "--version"),
+                bins.edge.display(),
+                crate::compare_json::git_commit()
+            ),
+        ));
+    }
+    if kinds.contains(&TargetKind::Nginx) {
+        v.push(("nginx".to_string(), version_of(&bins.nginx, "-v")));
+    }
+    if kinds.contains(&TargetKind::Haproxy) {
+        v.push(("haproxy".to_string(), version_of(&bins.haproxy, "-v")));
+    }
+    v
+}
+
+/// Checks that every target closes a connection after answering a `Connection: close` request
+/// (otherwise the `close` workload would not open a connection per request); prints and returns
+/// what each did.
+fn check_closes(targets: &[Target]) -> Vec<(TargetKind, String)> {
+    targets
+        .iter()
+        .map(|t| {
+            let what = match closes_after_request(t.addr, LOAD_PATH) {
+                Ok(Some(true)) => "closes after the response".to_string(),
+                Ok(Some(false)) => "WARNING: keeps the connection open".to_string(),
+                Ok(None) => "WARNING: answered non-200".to_string(),
+                Err(e) => format!("WARNING: check failed: {e}"),
+            };
+            println!("Connection: close check, {}: {what}", t.kind.name());
+            (t.kind, what)
+        })
+        .collect()
 }
 
 /// The CPU placement, with each proxy's pids and their actual affinity from `/proc`.

@@ -1,5 +1,7 @@
-//! Results of `edge-bench compare`: one [`Sample`] per (round, target), the per-target medians,
-//! the edge-versus-others ratios, and the tables that print them.
+//! Results of `edge-bench compare`: one [`Sample`] per (workload, round, target), the per-target
+//! medians, the ratios (edge against the others; every target against nginx), the merged latency
+//! percentiles for the CDF plot, and the tables that print them. Functions that summarise take
+//! the samples of one workload.
 //!
 //! Rules (DESIGN.md, Benchmark method): a proxy round whose proxy used under
 //! [`LOAD_BOUND_UTIL`] of one CPU over the run is *load-bound*: shown, but left out of that
@@ -11,8 +13,8 @@
 use std::time::Duration;
 
 use crate::compare_target::TargetKind;
+use crate::compare_workload::Workload;
 use crate::compare_wrk::WrkResult;
-use crate::table::{ms, Table};
 
 /// Under this share of one CPU, a proxy round is load-bound.
 pub const LOAD_BOUND_UTIL: f64 = 0.85;
@@ -20,6 +22,8 @@ pub const LOAD_BOUND_UTIL: f64 = 0.85;
 /// One measured run of one target.
 #[derive(Debug, Clone)]
 pub struct Sample {
+    /// Which workload.
+    pub workload: Workload,
     /// Round number, from 1.
     pub round: usize,
     /// Which target.
@@ -32,6 +36,8 @@ pub struct Sample {
     pub cpu: Option<Duration>,
     /// Time the proxy's threads were runnable but waiting for a CPU over the run.
     pub wait: Option<Duration>,
+    /// Peak RSS over the run (VmHWM, reset before it; nginx: master + worker), KiB.
+    pub rss_kib: Option<u64>,
 }
 
 impl Sample {
@@ -56,6 +62,11 @@ impl Sample {
         self.cpu
             .filter(|_| self.wrk.requests > 0)
             .map(|c| c.as_secs_f64() * 1e6 / self.wrk.requests as f64)
+    }
+
+    /// Proxy CPU seconds per 100 000 completed requests.
+    pub fn cpu_s_per_100k(&self) -> Option<f64> {
+        self.cpu_us_per_req().map(per_100k)
     }
 
     /// A proxy round where the proxy was not the bottleneck.
@@ -88,12 +99,37 @@ pub struct Summary {
     pub p50: Duration,
     /// Median of the rounds' p99.
     pub p99: Duration,
+    /// Median of the rounds' p99.9 (wrk script report).
+    pub p999: Option<Duration>,
     /// Median proxy CPU µs per request.
     pub cpu_us_per_req: Option<f64>,
     /// Median proxy CPU utilisation.
     pub utilisation: Option<f64>,
     /// Median run-queue wait share.
     pub wait_share: Option<f64>,
+    /// Median peak RSS, KiB.
+    pub rss_kib: Option<f64>,
+}
+
+impl Summary {
+    /// Median proxy CPU seconds per 100 000 requests.
+    pub fn cpu_s_per_100k(&self) -> Option<f64> {
+        self.cpu_us_per_req.map(per_100k)
+    }
+}
+
+/// CPU µs per request as CPU seconds per 100 000 requests.
+pub fn per_100k(us_per_req: f64) -> f64 {
+    us_per_req * 100_000.0 / 1e6
+}
+
+/// The samples of one workload.
+pub fn of_workload(samples: &[Sample], w: Workload) -> Vec<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.workload == w)
+        .cloned()
+        .collect()
 }
 
 /// The median of `v` (mean of the middle two for an even count); `None` when empty.
@@ -142,10 +178,89 @@ pub fn summarize(samples: &[Sample], kind: TargetKind) -> Option<Summary> {
         req_per_sec: med(&|s| Some(s.wrk.req_per_sec)).unwrap_or(0.0),
         p50: secs(med(&|s| Some(s.wrk.p50.as_secs_f64()))),
         p99: secs(med(&|s| Some(s.wrk.p99.as_secs_f64()))),
+        p999: med(&|s| s.wrk.p999().map(|d| d.as_secs_f64())).map(|v| secs(Some(v))),
         cpu_us_per_req: med(&|s| s.cpu_us_per_req()),
         utilisation: med(&|s| s.utilisation()),
         wait_share: med(&|s| s.wait_share()),
+        rss_kib: med(&|s| s.rss_kib.map(|k| k as f64)),
     })
+}
+
+/// `a / b`, when both are there and `b` is positive.
+fn quotient(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a.is_finite() => Some(a / b),
+        _ => None,
+    }
+}
+
+/// One target's medians over nginx's, in one workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VsNginx {
+    /// The target.
+    pub kind: TargetKind,
+    /// req/s over nginx's (above 1: more).
+    pub req_per_sec: Option<f64>,
+    /// p99 over nginx's (below 1: faster).
+    pub p99: Option<f64>,
+    /// CPU per request over nginx's (below 1: cheaper).
+    pub cpu: Option<f64>,
+    /// Peak RSS over nginx's.
+    pub rss: Option<f64>,
+}
+
+/// Every target's medians over nginx's (nginx itself is 1x); empty without nginx samples.
+pub fn vs_nginx(samples: &[Sample], kinds: &[TargetKind]) -> Vec<VsNginx> {
+    let Some(n) = summarize(samples, TargetKind::Nginx) else {
+        return Vec::new();
+    };
+    kinds
+        .iter()
+        .filter_map(|&k| summarize(samples, k))
+        .map(|s| VsNginx {
+            kind: s.kind,
+            req_per_sec: quotient(Some(s.req_per_sec), Some(n.req_per_sec)),
+            p99: quotient(Some(s.p99.as_secs_f64()), Some(n.p99.as_secs_f64())),
+            cpu: quotient(s.cpu_us_per_req, n.cpu_us_per_req),
+            rss: quotient(s.rss_kib, n.rss_kib),
+        })
+        .collect()
+}
+
+/// The latency percentiles of several runs merged into one curve: for every percentile that
+/// all runs report, the median of their latencies at it (ascending by percentile). Used for the
+/// CDF plot; the rounds of a target are merged this way, not their raw requests (wrk does not
+/// export its histogram).
+pub fn merge_percentiles(runs: &[&[(f64, Duration)]]) -> Vec<(f64, Duration)> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    let mut out: Vec<(f64, Duration)> = first
+        .iter()
+        .filter_map(|&(p, _)| {
+            let at: Vec<f64> = runs
+                .iter()
+                .map(|r| r.iter().find(|(q, _)| (q - p).abs() < 1e-9).map(|x| x.1))
+                .collect::<Option<Vec<Duration>>>()?
+                .iter()
+                .map(Duration::as_secs_f64)
+                .collect();
+            Some((p, Duration::from_secs_f64(median(&at)?)))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The CDF of `kind` in one workload: its counted rounds' percentiles, merged.
+pub fn cdf(samples: &[Sample], kind: TargetKind) -> Vec<(f64, Duration)> {
+    let (used, _) = used(samples, kind);
+    let runs: Vec<&[(f64, Duration)]> = used
+        .iter()
+        .map(|s| s.wrk.percentiles.as_slice())
+        .filter(|p| !p.is_empty())
+        .collect();
+    merge_percentiles(&runs)
 }
 
 /// edge against one other target.
@@ -207,120 +322,13 @@ pub fn ratios(samples: &[Sample], kinds: &[TargetKind]) -> Vec<Ratio> {
     out
 }
 
-fn pct(v: Option<f64>) -> String {
-    v.map_or("-".to_string(), |u| format!("{:.0} %", u * 100.0))
-}
-
-fn us(v: Option<f64>) -> String {
-    v.map_or("-".to_string(), |c| format!("{c:.2}"))
-}
-
-fn x(v: Option<f64>) -> String {
-    v.filter(|r| r.is_finite())
-        .map_or("-".to_string(), |r| format!("{r:.2}x"))
-}
-
-/// Every run, in the order it ran.
-pub fn rounds_table(samples: &[Sample]) -> Table {
-    let mut t = Table::new(&[
-        "round",
-        "target",
-        "req/s",
-        "p50",
-        "p99",
-        "CPU µs/req",
-        "CPU util",
-        "runq wait",
-        "note",
-    ]);
-    for s in samples {
-        let mut note = Vec::new();
-        if s.load_bound() {
-            let starved = s.utilisation().unwrap_or(0.0) + s.wait_share().unwrap_or(0.0);
-            note.push(if starved >= LOAD_BOUND_UTIL {
-                "load-bound (CPU shared: see runq wait)".to_string()
-            } else {
-                "load-bound".to_string()
-            });
-        }
-        if s.wrk.errors() > 0 {
-            note.push(format!("errors: {}", s.wrk.error_detail()));
-        }
-        t.row([
-            s.round.to_string(),
-            s.kind.name().to_string(),
-            format!("{:.0}", s.wrk.req_per_sec),
-            ms(s.wrk.p50),
-            ms(s.wrk.p99),
-            us(s.cpu_us_per_req()),
-            pct(s.utilisation()),
-            pct(s.wait_share()),
-            note.join("; "),
-        ]);
-    }
-    t
-}
-
-/// Per-target medians.
-pub fn summary_table(samples: &[Sample], kinds: &[TargetKind]) -> Table {
-    let mut t = Table::new(&[
-        "target",
-        "req/s",
-        "p50",
-        "p99",
-        "CPU µs/req",
-        "CPU util",
-        "runq wait",
-        "load-bound",
-        "errors",
-    ]);
-    for s in kinds.iter().filter_map(|&k| summarize(samples, k)) {
-        let mark = if s.all_load_bound { " *" } else { "" };
-        t.row([
-            format!("{}{mark}", s.kind.name()),
-            format!("{:.0}", s.req_per_sec),
-            ms(s.p50),
-            ms(s.p99),
-            us(s.cpu_us_per_req),
-            pct(s.utilisation),
-            pct(s.wait_share),
-            if s.kind.is_proxy() {
-                format!("{}/{}", s.load_bound, s.rounds)
-            } else {
-                "n/a".to_string()
-            },
-            s.errors.to_string(),
-        ]);
-    }
-    t
-}
-
-/// edge over nginx, HAProxy and direct.
-pub fn ratio_table(samples: &[Sample], kinds: &[TargetKind]) -> Table {
-    let mut t = Table::new(&[
-        "ratio",
-        "req/s (medians)",
-        "req/s (same-round median)",
-        "CPU µs/req",
-    ]);
-    for r in ratios(samples, kinds) {
-        let mark = if r.load_bound { " *" } else { "" };
-        t.row([
-            format!("{}/{}{mark}", r.edge.name(), r.other.name()),
-            x(Some(r.req_per_sec)),
-            x(r.per_round),
-            x(r.cpu_per_req),
-        ]);
-    }
-    t
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sample(round: usize, kind: TargetKind, rps: f64, cpu_ms: Option<u64>) -> Sample {
+    pub(crate) fn sample(round: usize, kind: TargetKind, rps: f64, cpu_ms: Option<u64>) -> Sample {
         Sample {
+            workload: Workload::Get64,
             round,
             kind,
             wrk: WrkResult {
@@ -332,10 +340,16 @@ mod tests {
                 socket_errors: 0,
                 socket_detail: String::new(),
                 non_2xx: 0,
+                percentiles: vec![
+                    (50.0, Duration::from_micros(1000)),
+                    (99.9, Duration::from_micros(5000)),
+                ],
+                max: None,
             },
             wall: Duration::from_secs(10),
             cpu: cpu_ms.map(Duration::from_millis),
             wait: cpu_ms.map(|_| Duration::ZERO),
+            rss_kib: cpu_ms.map(|_| 4096),
         }
     }
 
@@ -378,7 +392,61 @@ mod tests {
         let s = vec![sample(1, TargetKind::Haproxy, 10_000.0, Some(1_000))];
         let h = summarize(&s, TargetKind::Haproxy).unwrap();
         assert!(h.all_load_bound && h.req_per_sec == 10_000.0);
-        let text = summary_table(&s, &[TargetKind::Haproxy]).render();
-        assert!(text.contains("haproxy *"), "{text}");
+    }
+
+    #[test]
+    fn per_100k_requests() {
+        assert!((per_100k(12.5) - 1.25).abs() < 1e-12);
+        let s = sample(1, TargetKind::Nginx, 50_000.0, Some(9_000));
+        // 9 s of CPU over 500 000 requests = 18 µs each = 1.8 s per 100k.
+        assert!((s.cpu_s_per_100k().unwrap() - 1.8).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ratios_to_nginx() {
+        use TargetKind::*;
+        let mut s = vec![
+            sample(1, EdgeUring, 60_000.0, Some(9_000)),
+            sample(1, Nginx, 50_000.0, Some(9_000)),
+            sample(1, Direct, 100_000.0, None),
+        ];
+        s[0].rss_kib = Some(2048);
+        s[0].wrk.p99 = Duration::from_micros(1500);
+        let r = vs_nginx(&s, &[EdgeUring, Nginx, Direct]);
+        assert_eq!(r.len(), 3);
+        assert!((r[0].req_per_sec.unwrap() - 1.2).abs() < 1e-9);
+        assert!((r[0].cpu.unwrap() - 50.0 / 60.0).abs() < 1e-9);
+        assert!((r[0].rss.unwrap() - 0.5).abs() < 1e-9);
+        assert!((r[0].p99.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(r[1].req_per_sec, Some(1.0));
+        assert_eq!((r[2].cpu, r[2].rss), (None, None));
+        assert!(vs_nginx(&s[..1], &[EdgeUring]).is_empty());
+        let e = summarize(&s, EdgeUring).unwrap();
+        assert_eq!(e.p999, Some(Duration::from_micros(5000)));
+        assert_eq!(e.rss_kib, Some(2048.0));
+    }
+
+    #[test]
+    fn percentile_merge() {
+        let us = Duration::from_micros;
+        let a = [(50.0, us(100)), (99.0, us(900)), (99.9, us(2000))];
+        let b = [(50.0, us(300)), (99.0, us(700))];
+        let c = [(50.0, us(200)), (99.0, us(800)), (99.9, us(1000))];
+        // Only percentiles every run reports; the median of the runs at each.
+        assert_eq!(
+            merge_percentiles(&[&a, &b, &c]),
+            vec![(50.0, us(200)), (99.0, us(800))]
+        );
+        assert_eq!(
+            merge_percentiles(&[&a, &c]),
+            vec![(50.0, us(150)), (99.0, us(850)), (99.9, us(1500))]
+        );
+        assert!(merge_percentiles(&[]).is_empty());
+        let mut s = vec![
+            sample(1, TargetKind::Nginx, 50_000.0, Some(9_900)),
+            sample(2, TargetKind::Nginx, 50_000.0, Some(1_000)), // load-bound: left out
+        ];
+        s[1].wrk.percentiles = vec![(50.0, us(9999))];
+        assert_eq!(cdf(&s, TargetKind::Nginx)[0], (50.0, us(1000)));
     }
 }

@@ -10,7 +10,9 @@
 //!   one-CPU mask and one worker, edge's `pin_workers = "auto"` pins the worker to that CPU);
 //! - nginx: `nginx -p DIR -e DIR/error.log -c DIR/nginx.conf`, one worker, `daemon off`,
 //!   upstream `keepalive 64`, `proxy_http_version 1.1`, `Connection ""`, access log off, every
-//!   pid/temp path in DIR;
+//!   pid/temp path in DIR; bodies are streamed both ways like edge and HAProxy do
+//!   (`proxy_request_buffering off`, `proxy_max_temp_file_size 0`: no spooling of a 1 MiB body to
+//!   a temp file) and `client_max_body_size 0` (no limit; the default 1m is at the POST size);
 //! - HAProxy: `haproxy -db -f DIR/haproxy.cfg`, `nbthread 1`, `maxconn 4000`, `mode http`,
 //!   `option http-keep-alive`, `http-reuse always`.
 //!
@@ -21,6 +23,10 @@
 //! its direct children (the nginx worker), in clock ticks. The run-queue wait of their threads
 //! (`/proc/PID/task/*/schedstat`) tells a proxy starved by other work on its CPU from one that
 //! was simply not given enough load.
+//!
+//! Peak RSS per run: `VmHWM` of `/proc/PID/status` of the proxy and its direct children (nginx:
+//! master + worker, summed), reset before each run by writing `5` to `/proc/PID/clear_refs`
+//! (Linux ≥ 4.0), so a run's peak is not an earlier workload's.
 
 use std::fs;
 use std::io;
@@ -286,6 +292,28 @@ impl Target {
         Ok(Some(usage))
     }
 
+    /// Resets the peak RSS of the proxy and its children to their current RSS; `false` when a
+    /// reset failed (the next [`peak_rss_kib`](Self::peak_rss_kib) is then the lifetime peak).
+    pub fn reset_peak_rss(&self) -> bool {
+        self.pids()
+            .into_iter()
+            .all(|p| fs::write(format!("/proc/{p}/clear_refs"), "5").is_ok())
+    }
+
+    /// `VmHWM` of the proxy plus its direct children, KiB; `None` for `direct` or when unreadable.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        let pids = self.pids();
+        if pids.is_empty() {
+            return None;
+        }
+        pids.into_iter()
+            .map(|p| {
+                let text = fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+                status_kib(&text, "VmHWM")
+            })
+            .sum()
+    }
+
     /// Fails when the proxy has exited.
     ///
     /// # Errors
@@ -453,6 +481,41 @@ pub fn clock_ticks_per_sec() -> u64 {
     u64::try_from(t).ok().filter(|&t| t > 0).unwrap_or(100)
 }
 
+/// A `Key:   1234 kB` value of `/proc/PID/status`, in KiB.
+pub fn status_kib(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|l| {
+        let v = l.strip_prefix(key)?.strip_prefix(':')?;
+        v.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
+
+/// Whether the server at `addr` closes the connection after answering `GET path` sent with
+/// `Connection: close`: `Ok(Some(true))` on EOF (or reset) within 2 s after a 200,
+/// `Ok(Some(false))` when the connection stays open, `Ok(None)` when the answer is not 200.
+///
+/// # Errors
+/// Connect, write and read errors before the answer.
+pub fn closes_after_request(addr: SocketAddr, path: &str) -> io::Result<Option<bool>> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let mut s = crate::probe::connect(addr, Duration::from_secs(2))?;
+    crate::probe::send_get(&mut s, &addr.to_string(), path, true)?;
+    let r = crate::probe::read_response(&mut s, deadline)?;
+    if r.status != 200 {
+        return Ok(None);
+    }
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut b = [0u8; 64];
+    Ok(Some(match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ),
+    }))
+}
+
 /// `Cpus_allowed_list` of a process from `/proc/PID/status`.
 pub fn cpus_allowed(pid: u32) -> Option<String> {
     let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -476,6 +539,7 @@ events {{
 }}
 http {{
     access_log off;
+    client_max_body_size 0;
     client_body_temp_path {d}/client_body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
@@ -491,6 +555,8 @@ http {{
             proxy_pass http://origin;
             proxy_http_version 1.1;
             proxy_set_header Connection \"\";
+            proxy_request_buffering off;
+            proxy_max_temp_file_size 0;
         }}
     }}
 }}
@@ -585,9 +651,32 @@ mod tests {
         let n = nginx_config(Path::new("/tmp/x"), l, o);
         assert!(n.contains("listen 127.0.0.1:1000;") && n.contains("server 127.0.0.1:2000;"));
         assert!(n.contains("keepalive 64;") && n.contains("pid /tmp/x/nginx.pid;"));
+        assert!(n.contains("worker_processes 1;") && n.contains("daemon off;"));
+        assert!(
+            n.contains("proxy_http_version 1.1;")
+                && n.contains("proxy_set_header Connection \"\";")
+        );
+        assert!(
+            n.contains("proxy_request_buffering off;") && n.contains("client_max_body_size 0;")
+        );
+        assert!(n.contains("proxy_temp_path /tmp/x/proxy;"));
+        // Balanced braces: every block the template opens, it closes.
+        assert_eq!(n.matches('{').count(), n.matches('}').count());
         let h = haproxy_config(l, o);
         assert!(h.contains("bind 127.0.0.1:1000") && h.contains("server origin 127.0.0.1:2000"));
         assert!(h.contains("nbthread 1") && h.contains("http-reuse always"));
+        assert!(h.contains("mode http") && h.contains("option http-keep-alive"));
+        assert!(h.contains("default_backend origin") && h.contains("\nbackend origin\n"));
+    }
+
+    #[test]
+    fn status_values() {
+        let st = "Name:\tnginx\nVmPeak:\t  9000 kB\nVmHWM:\t    5120 kB\nVmRSS:\t 4000 kB\n";
+        assert_eq!(status_kib(st, "VmHWM"), Some(5120));
+        assert_eq!(status_kib(st, "VmRSS"), Some(4000));
+        assert_eq!(status_kib(st, "VmSwap"), None);
+        let me = fs::read_to_string("/proc/self/status").unwrap();
+        assert!(status_kib(&me, "VmHWM").unwrap() > 0);
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! with `taskset`, and parsing of wrk's text report (requests, requests/s, latency percentiles,
 //! socket errors, non-2xx answers).
 //!
-//! wrk is started as `taskset -c CPUS wrk -t1 -cN -dDs --latency URL` (taskset execs wrk, so the
+//! wrk is started as `taskset -c CPUS wrk -t1 -cN -dDs --latency [-s SCRIPT] [-H H…] URL` (taskset execs wrk, so the
 //! pinned process is wrk itself), with `PR_SET_PDEATHSIG = SIGKILL` so it does not outlive a killed
 //! edge-bench. Its `-d` takes whole seconds, so durations are rounded to seconds (at least 1).
+//! The script's `done()` hook prints `edge-bench percentile P MICROS` and `edge-bench latency max
+//! MICROS` lines (see [`crate::compare_workload`]); they are parsed into
+//! [`WrkResult::percentiles`].
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -31,12 +34,29 @@ pub struct WrkResult {
     pub socket_detail: String,
     /// `Non-2xx or 3xx responses:`.
     pub non_2xx: u64,
+    /// (percentile in %, latency) from the script's report, ascending; empty without a script.
+    pub percentiles: Vec<(f64, Duration)>,
+    /// Slowest request, from the script's report.
+    pub max: Option<Duration>,
 }
 
 impl WrkResult {
     /// Socket errors plus non-2xx/3xx answers.
     pub fn errors(&self) -> u64 {
         self.socket_errors + self.non_2xx
+    }
+
+    /// The latency at percentile `p` (in %) from the script's report.
+    pub fn percentile(&self, p: f64) -> Option<Duration> {
+        self.percentiles
+            .iter()
+            .find(|(q, _)| (q - p).abs() < 1e-9)
+            .map(|&(_, d)| d)
+    }
+
+    /// The 99.9th percentile latency (script report).
+    pub fn p999(&self) -> Option<Duration> {
+        self.percentile(99.9)
     }
 
     /// The errors in words, e.g. `read 52, non-2xx 3`; empty when there were none.
@@ -72,6 +92,10 @@ pub struct WrkSpec<'a> {
     pub connections: usize,
     /// Run length (`-d`, whole seconds).
     pub duration: Duration,
+    /// Lua script (`-s`).
+    pub script: Option<&'a Path>,
+    /// Extra request headers (`-H`).
+    pub headers: &'a [&'a str],
 }
 
 /// wrk's `-d` argument for `d`: whole seconds, rounded, at least 1.
@@ -93,9 +117,14 @@ pub fn run_wrk(spec: &WrkSpec<'_>, url: &str, before: impl FnOnce()) -> io::Resu
         .arg("-t1")
         .arg(format!("-c{}", spec.connections))
         .arg(format!("-d{}s", wrk_seconds(spec.duration)))
-        .arg("--latency")
-        .arg(url)
-        .stdin(Stdio::null());
+        .arg("--latency");
+    if let Some(script) = spec.script {
+        cmd.arg("-s").arg(script);
+    }
+    for h in spec.headers {
+        cmd.arg("-H").arg(h);
+    }
+    cmd.arg(url).stdin(Stdio::null());
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
@@ -137,8 +166,15 @@ pub fn parse_wrk(out: &str) -> Option<WrkResult> {
     let mut socket_errors = 0;
     let mut socket_detail = Vec::new();
     let mut non_2xx = 0;
+    let mut percentiles = Vec::new();
+    let mut max = None;
     for line in out.lines().map(str::trim) {
-        if let Some(v) = line.strip_prefix("Requests/sec:") {
+        if let Some(v) = line.strip_prefix("edge-bench percentile ") {
+            let (p, us) = v.split_once(' ')?;
+            percentiles.push((p.trim().parse::<f64>().ok()?, micros(us)?));
+        } else if let Some(v) = line.strip_prefix("edge-bench latency max ") {
+            max = Some(micros(v)?);
+        } else if let Some(v) = line.strip_prefix("Requests/sec:") {
             req_per_sec = v.trim().parse::<f64>().ok();
         } else if let Some(v) = line.strip_prefix("50%") {
             p50 = parse_wrk_time(v.trim());
@@ -179,7 +215,17 @@ pub fn parse_wrk(out: &str) -> Option<WrkResult> {
         socket_errors,
         socket_detail: socket_detail.join(", "),
         non_2xx,
+        percentiles: {
+            percentiles.sort_by(|a, b| a.0.total_cmp(&b.0));
+            percentiles
+        },
+        max,
     })
+}
+
+/// A whole number of microseconds as the script prints it.
+fn micros(s: &str) -> Option<Duration> {
+    s.trim().parse::<u64>().ok().map(Duration::from_micros)
 }
 
 /// Parses one of wrk's time values: `546.55us`, `1.23ms`, `10.00s`, `1.50m`, `2.00h`.
@@ -229,6 +275,27 @@ Transfer/sec:      6.14MB
         assert_eq!(r.p99, Duration::from_micros(2050));
         assert_eq!((r.socket_errors, r.non_2xx, r.errors()), (3, 7, 10));
         assert_eq!(r.error_detail(), "read 2, timeout 1, non-2xx 7");
+    }
+
+    #[test]
+    fn parses_the_script_report() {
+        let out = format!(
+            "{REPORT}edge-bench percentile 50 1100\nedge-bench percentile 99.9 4321\n\
+             edge-bench percentile 1 200\nedge-bench latency max 9870\n"
+        );
+        let r = parse_wrk(&out).unwrap();
+        let us = Duration::from_micros;
+        assert_eq!(
+            r.percentiles,
+            vec![(1.0, us(200)), (50.0, us(1100)), (99.9, us(4321))]
+        );
+        assert_eq!((r.p999(), r.max), (Some(us(4321)), Some(us(9870))));
+        assert_eq!(r.percentile(99.0), None);
+        assert!(parse_wrk(REPORT).unwrap().percentiles.is_empty());
+        assert_eq!(
+            parse_wrk(&format!("{REPORT}edge-bench percentile x 1\n")),
+            None
+        );
     }
 
     #[test]

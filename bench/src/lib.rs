@@ -11,16 +11,22 @@
 //! - [`alloc`]: allocations per request with a counting allocator (`alloc`);
 //! - [`idle_wedge`], [`inbound`] (`partial`, `drip`), [`idle_memory`]: the capacity, inbound
 //!   deadline and idle-memory scenarios, with shared helpers in [`scenario`];
-//! - [`compare`] ([`compare_target`], [`compare_wrk`], [`compare_report`]): the `compare`
-//!   subcommand, edge against nginx, HAProxy and direct under wrk;
+//! - [`compare`] ([`compare_run`], [`compare_target`], [`compare_workload`], [`compare_wrk`], [`compare_report`],
+//!   [`compare_tables`], [`compare_json`], [`compare_plot`]): the `compare` subcommand, edge
+//!   against nginx, HAProxy and direct under wrk, per workload, with JSON and SVG output;
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
 pub mod alloc;
 pub mod chunked;
 pub mod compare;
+pub mod compare_json;
+pub mod compare_plot;
 pub mod compare_report;
+pub mod compare_run;
+pub mod compare_tables;
 pub mod compare_target;
+pub mod compare_workload;
 pub mod compare_wrk;
 pub mod demo;
 pub mod edge_proc;

@@ -11,6 +11,10 @@
 //! - a path starting with `/slow` waits `delay` when set, else [`DEFAULT_SLOW`] (3 s);
 //! - any other path waits `delay` when set.
 //!
+//! Fixed sizes, whatever `--body-bytes` says: `/size/16k` answers 16 KiB and `/size/1m` 1 MiB
+//! ([`SIZED_PATHS`]), never delayed and always Content-Length framed, so one origin serves every
+//! workload of `edge-bench compare`.
+//!
 //! Hot path: the response (head and body together) is built once per worker and written with one
 //! `write_all` of an `Rc` clone; the read buffer is per connection and reused, so a keep-alive
 //! request allocates nothing.
@@ -37,6 +41,9 @@ use crate::wire::{ReadBuf, SharedBytes};
 
 /// Delay for `/slow` paths when no `delay` is configured.
 pub const DEFAULT_SLOW: Duration = Duration::from_secs(3);
+
+/// Paths with a fixed response body size (bytes), matched exactly (a query is ignored).
+pub const SIZED_PATHS: [(&str, usize); 2] = [("/size/16k", 16 * 1024), ("/size/1m", 1024 * 1024)];
 
 /// The default response body.
 pub const DEFAULT_BODY: &[u8] = b"hello, world\n";
@@ -213,6 +220,8 @@ struct Worker {
     close: SharedBytes,
     /// For HTTP/1.0 clients: Content-Length framing even with `--chunked`.
     close_http10: SharedBytes,
+    /// Per [`SIZED_PATHS`] entry: keep-alive and close responses.
+    sized: Vec<(SharedBytes, SharedBytes)>,
 }
 
 /// One worker thread: build the runtime, register the listener, accept until stopped.
@@ -242,6 +251,15 @@ fn worker_main(
         keep_alive: Rc::new(build_response(opts.body_bytes, opts.chunked, false)),
         close: Rc::new(build_response(opts.body_bytes, opts.chunked, true)),
         close_http10: Rc::new(build_response(opts.body_bytes, false, true)),
+        sized: SIZED_PATHS
+            .iter()
+            .map(|&(_, n)| {
+                (
+                    Rc::new(build_response(n, false, false)),
+                    Rc::new(build_response(n, false, true)),
+                )
+            })
+            .collect(),
     });
     rt.block_on(async move {
         // from_std registers the fd with this thread's driver, so it must run inside the runtime.
@@ -301,10 +319,11 @@ async fn serve(mut stream: TcpStream, worker: Rc<Worker>) {
 
 async fn serve_conn(stream: &mut TcpStream, rb: &mut ReadBuf, worker: &Worker) -> io::Result<()> {
     loop {
-        let (head_len, body, keep_alive, expect_continue, http10, delay) = loop {
+        let (head_len, body, keep_alive, expect_continue, http10, delay, sized) = loop {
             match parse_request(rb.data()) {
                 Ok(Some(r)) => {
-                    let delay = delay_for(r.path, worker.delay);
+                    let sized = sized_index(r.path);
+                    let delay = delay_for(r.path, worker.delay).filter(|_| sized.is_none());
                     break (
                         r.head_len,
                         r.body,
@@ -312,6 +331,7 @@ async fn serve_conn(stream: &mut TcpStream, rb: &mut ReadBuf, worker: &Worker) -
                         r.expect_continue,
                         r.http10,
                         delay,
+                        sized,
                     );
                 }
                 Ok(None) => {
@@ -334,10 +354,12 @@ async fn serve_conn(stream: &mut TcpStream, rb: &mut ReadBuf, worker: &Worker) -
         if let Some(d) = delay {
             monoio::time::sleep(d).await;
         }
-        let response = match (keep_alive, http10) {
-            (_, true) => worker.close_http10.clone(),
-            (true, false) => worker.keep_alive.clone(),
-            (false, false) => worker.close.clone(),
+        let response = match (keep_alive, http10, sized) {
+            (true, false, Some(i)) => worker.sized[i].0.clone(),
+            (_, _, Some(i)) => worker.sized[i].1.clone(),
+            (_, true, None) => worker.close_http10.clone(),
+            (true, false, None) => worker.keep_alive.clone(),
+            (false, false, None) => worker.close.clone(),
         };
         let (res, _) = stream.write_all(response).await;
         res?;
@@ -361,6 +383,12 @@ pub fn delay_for(path: &str, delay: Option<Duration>) -> Option<Duration> {
     } else {
         delay
     }
+}
+
+/// Which [`SIZED_PATHS`] entry `path` names, if any.
+pub fn sized_index(path: &str) -> Option<usize> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    SIZED_PATHS.iter().position(|&(p, _)| p == path)
 }
 
 /// The complete response, head and body, as written on the wire.
@@ -404,6 +432,17 @@ mod tests {
         assert_eq!(delay_for("/slow", d), d);
         assert_eq!(delay_for("/other", d), d);
         assert_eq!(delay_for("/other", None), None);
+    }
+
+    #[test]
+    fn sized_paths() {
+        assert_eq!(sized_index("/size/16k"), Some(0));
+        assert_eq!(sized_index("/size/1m?x=1"), Some(1));
+        assert_eq!(sized_index("/size/1m/x"), None);
+        assert_eq!(sized_index("/fast"), None);
+        let r = build_response(SIZED_PATHS[1].1, false, false);
+        let info = parse_response(&r, false).unwrap().unwrap();
+        assert_eq!(info.body, BodyLen::Length(1024 * 1024));
     }
 
     #[test]

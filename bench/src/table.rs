@@ -74,6 +74,31 @@ impl Table {
     }
 }
 
+impl Table {
+    /// The table as Markdown: a header row, a `|---|` row, then the rows (cells with `|` escaped).
+    pub fn render_markdown(&self) -> String {
+        let cols = self
+            .rows
+            .iter()
+            .map(Vec::len)
+            .chain([self.header.len()])
+            .max()
+            .unwrap_or(0);
+        let line = |cells: &[String]| {
+            let cells: Vec<String> = (0..cols)
+                .map(|i| cells.get(i).map_or("", String::as_str).replace('|', "\\|"))
+                .collect();
+            format!("| {} |\n", cells.join(" | "))
+        };
+        let mut out = line(&self.header);
+        out.push_str(&format!("|{}\n", "---|".repeat(cols)));
+        for r in &self.rows {
+            out.push_str(&line(r));
+        }
+        out
+    }
+}
+
 /// A duration in milliseconds with a precision that suits its size: `0.153 ms`, `12.4 ms`, `3001 ms`.
 pub fn ms(d: Duration) -> String {
     let v = d.as_secs_f64() * 1e3;
@@ -128,6 +153,16 @@ mod tests {
         assert_eq!(
             t.render(),
             "k    probes\n-----------\n1        10\n128       9\n"
+        );
+    }
+
+    #[test]
+    fn markdown() {
+        let mut t = Table::new(&["k", "v"]);
+        t.row(["a|b", "1"]).row(["c"]);
+        assert_eq!(
+            t.render_markdown(),
+            "| k | v |\n|---|---|\n| a\\|b | 1 |\n| c |  |\n"
         );
     }
 
