@@ -356,9 +356,9 @@ fn open_loop_table(r: &OpenLoopReport, duration: Duration) -> Table {
     t.row(["errors".to_string(), r.errors.total().to_string()]);
     t.row(["unsent".to_string(), r.unsent.to_string()]);
     for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-        t.row([format!("{name} (from schedule)"), ms(r.latency(q))]);
+        t.row([name.to_string(), ms(r.latency(q))]);
     }
-    t.row(["max (from schedule)".to_string(), ms(r.latency_max())]);
+    t.row(["max".to_string(), ms(r.latency_max())]);
     let us = |h: &hdrhistogram::Histogram<u64>, q: f64| {
         ms(Duration::from_micros(h.value_at_quantile(q)))
     };

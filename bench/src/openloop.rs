@@ -18,11 +18,17 @@
 //! recorded in the latency histogram with the age they had at the hard end (a lower bound), so a
 //! server that falls behind cannot improve its percentiles by not answering.
 //!
-//! Three histograms (µs): `latency` from the due time to the last body byte (the figure to
-//! quote), `service` from the actual write to the last body byte (what a closed-loop tool would
-//! report), and `send_lag` from the due time to the actual write. monoio's timer has a 1 ms tick,
-//! so a send can be up to about 1 ms late even with an idle server; `send_lag` shows how much of
-//! `latency` is the generator's own pacing rather than the server.
+//! Three histograms (µs): `latency` (the figure to quote, see [`latency_start`]) to the last
+//! body byte, `service` from the actual write to the last body byte (what a closed-loop tool would
+//! report), and `send_lag` from the due time to the actual write.
+//!
+//! One refinement of "latency from the due time": monoio's timer has a 1 ms tick and rounds
+//! sleeps up, so a connection that is free at its due time sends up to about 2 ms late with an
+//! idle server. That lateness is the generator's, not the server's (the server had nothing of
+//! ours to hold up), so for such a request the latency counts from the actual write. Whenever the
+//! connection was still busy at the due time (an earlier response late, or a reconnect after a
+//! failure), the latency counts from the due time: that waiting is the queueing a closed-loop
+//! tool hides. `send_lag` shows how late the generator itself was.
 
 use std::cell::RefCell;
 use std::io;
@@ -140,6 +146,17 @@ pub fn latency_us(due: Instant, done: Instant) -> u64 {
     (done.saturating_duration_since(due).as_micros()).clamp(1, u128::from(MAX_LATENCY_US)) as u64
 }
 
+/// Where a request's latency starts: its due time when the connection was still busy then (the
+/// server held it up: no coordinated omission), else the actual write (the connection was free,
+/// so any lateness of the send is the generator's timer, not the server). `free_since` is when
+/// the connection finished its previous exchange or was connected; `None` counts as busy.
+pub fn latency_start(due: Instant, sent: Instant, free_since: Option<Instant>) -> Instant {
+    match free_since {
+        Some(free) if free <= due => sent.max(due),
+        _ => due,
+    }
+}
+
 /// The merged result of a run.
 #[derive(Debug, Clone)]
 pub struct OpenLoopReport {
@@ -157,7 +174,8 @@ pub struct OpenLoopReport {
     pub unsent: u64,
     /// Wall time from the start until the last connection finished.
     pub elapsed: Duration,
-    /// Due time to last body byte (and unsent requests' age at the hard end), µs.
+    /// From [`latency_start`] to the last body byte (and unsent requests' age at the hard end
+    /// from their due time), µs.
     pub latency_us: Histogram<u64>,
     /// Actual write to last body byte, µs.
     pub service_us: Histogram<u64>,
@@ -366,6 +384,9 @@ async fn conn_loop(plan: Rc<Plan>, sched: ConnSchedule, stats: Rc<RefCell<Thread
         };
         let _ = stream.set_nodelay(true);
         rb.reset();
+        // Free from the moment it is connected: a (re)connect that ends after the due time is
+        // charged to the request from its due time.
+        let mut free_since = Some(Instant::now());
         while k < total {
             let due = plan.start + sched.due(k);
             sleep_until(due).await;
@@ -384,7 +405,9 @@ async fn conn_loop(plan: Rc<Plan>, sched: ConnSchedule, stats: Rc<RefCell<Thread
             let mut s = stats.borrow_mut();
             match outcome {
                 Ok(Ok(resp)) => {
-                    s.latency_us.saturating_record(latency_us(due, done));
+                    let from = latency_start(due, sent, free_since);
+                    free_since = Some(done);
+                    s.latency_us.saturating_record(latency_us(from, done));
                     s.service_us.saturating_record(latency_us(sent, done));
                     s.send_lag_us.saturating_record(latency_us(due, sent));
                     s.responses += 1;
@@ -481,6 +504,25 @@ mod tests {
             ConnSchedule::new(63, 64, 5.0).count_before(Duration::from_secs(1)),
             0
         );
+    }
+
+    #[test]
+    fn latency_starts_at_the_due_time_unless_the_connection_was_free() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let due = t0 + ms(10);
+        // Free since 5 ms before the due time, timer fired 1.5 ms late: not the server's doing.
+        let sent = due + Duration::from_micros(1500);
+        assert_eq!(latency_start(due, sent, Some(t0 + ms(5))), sent);
+        // Free exactly at the due time: the same.
+        assert_eq!(latency_start(due, sent, Some(due)), sent);
+        // Busy until 3 ms after the due time (the previous response was late): from the due time.
+        let sent = due + ms(3);
+        assert_eq!(latency_start(due, sent, Some(due + ms(3))), due);
+        // Reconnected first (a failure, or the server closed): from the due time.
+        assert_eq!(latency_start(due, sent, None), due);
+        // Never after the write, never before the due time.
+        assert_eq!(latency_start(due, t0, Some(t0)), due);
     }
 
     #[test]
