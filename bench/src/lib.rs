@@ -4,7 +4,8 @@
 //! Modules by job:
 //! - [`origin`]: the thread-per-core monoio test origin ([`origin::spawn_origin`] runs it
 //!   in-process);
-//! - [`load`]: the bounded keep-alive load generator;
+//! - [`load`]: the bounded closed-loop keep-alive load generator; [`openloop`]: the open-loop
+//!   one (fixed rate, latency from the scheduled send time);
 //! - [`edge_proc`]: finding, building, starting, health-waiting and stopping the `edge` child;
 //! - [`stack`]: origin + edge on free loopback ports, as every scenario sets them up;
 //! - [`demo`], [`hol`]: the `demo` and `hol` subcommands;
@@ -14,6 +15,8 @@
 //! - [`compare`] ([`compare_run`], [`compare_target`], [`compare_workload`], [`compare_wrk`], [`compare_report`],
 //!   [`compare_tables`], [`compare_json`], [`compare_plot`]): the `compare` subcommand, edge
 //!   against nginx, HAProxy and direct under wrk, per workload, with JSON and SVG output;
+//! - [`scale`] ([`scale_target`], [`scale_report`], [`scale_plot`]): the `scale` subcommand,
+//!   latency at fixed rates, throughput against connections and memory against idle connections;
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
@@ -36,8 +39,13 @@ pub mod idle_memory;
 pub mod idle_wedge;
 pub mod inbound;
 pub mod load;
+pub mod openloop;
 pub mod origin;
 pub mod probe;
+pub mod scale;
+pub mod scale_plot;
+pub mod scale_report;
+pub mod scale_target;
 pub mod scenario;
 pub mod stack;
 pub mod stop;

@@ -13,8 +13,8 @@
 //! closed and reopened (after a 50 ms pause when connect itself failed).
 //!
 //! Being closed-loop, it measures latency at the throughput it achieves; it hides queueing
-//! (coordinated omission). Latency-at-rate needs an open-loop generator (DESIGN.md, Benchmark
-//! method).
+//! (coordinated omission). Latency-at-rate uses the open-loop generator in [`crate::openloop`]
+//! (DESIGN.md, Benchmark method).
 
 use std::cell::RefCell;
 use std::io;
@@ -30,13 +30,13 @@ use crate::http::{parse_response, ResponseInfo};
 use crate::wire::{is_disconnect, ReadBuf, SharedBytes};
 
 /// Read buffer per connection; a response head must fit.
-const READ_BUF: usize = 16 * 1024;
+pub(crate) const READ_BUF: usize = 16 * 1024;
 
 /// Largest latency the histograms record, in microseconds (longer ones are clamped).
-const MAX_LATENCY_US: u64 = 120_000_000;
+pub(crate) const MAX_LATENCY_US: u64 = 120_000_000;
 
 /// Pause before reconnecting after a failed connect, so a dead target is not hammered.
-const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
+pub(crate) const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What to send and for how long.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ impl ErrorCounts {
         self.connect + self.closed + self.io + self.timeout + self.bad_response
     }
 
-    fn add(&mut self, o: &ErrorCounts) {
+    pub(crate) fn add(&mut self, o: &ErrorCounts) {
         self.connect += o.connect;
         self.closed += o.closed;
         self.io += o.io;
@@ -161,7 +161,7 @@ impl ThreadStats {
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
 }
 
@@ -327,7 +327,7 @@ async fn conn_loop(plan: Rc<Plan>, stats: Rc<RefCell<ThreadStats>>) {
 }
 
 /// Writes one request and reads its complete response (skipping 1xx interim responses).
-async fn exchange(
+pub(crate) async fn exchange(
     stream: &mut TcpStream,
     rb: &mut ReadBuf,
     request: SharedBytes,

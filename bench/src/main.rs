@@ -13,6 +13,7 @@ use edge_bench::compare::{self, CompareArgs};
 use edge_bench::demo::{self, DemoOptions};
 use edge_bench::hol::{self, HolOptions};
 use edge_bench::load::{run_load, LoadOptions};
+use edge_bench::openloop::{run_open_loop, OpenLoopOptions, OpenLoopReport};
 use edge_bench::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
 use edge_bench::table::{ms, Table};
 
@@ -76,6 +77,10 @@ enum Cmd {
         /// Pin threads to these CPUs (comma-separated).
         #[arg(long, value_delimiter = ',')]
         cpus: Vec<usize>,
+        /// Open loop: send this many requests/s in total (latency from each request's scheduled
+        /// send time) instead of back to back.
+        #[arg(long)]
+        rate: Option<f64>,
     },
     /// Origin + real edge + 10 s of load + health probes behind slow requests (Quick start).
     Demo {
@@ -95,6 +100,9 @@ enum Cmd {
         #[arg(long)]
         io_driver: Option<String>,
     },
+    /// How cost grows with work: latency at fixed rates, req/s and p99 against connections, RSS
+    /// against idle connections (edge io_uring/epoll and nginx; JSON and SVG under bench/results).
+    Scale(edge_bench::scale::ScaleArgs),
     /// Side-by-side throughput: edge (io_uring, epoll), nginx, HAProxy and direct under wrk.
     Compare(CompareArgs),
     /// Allocations per request on edge's workers in steady state (builds edge with count-alloc).
@@ -207,7 +215,24 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             duration,
             timeout,
             cpus,
+            rate,
         } => {
+            if let Some(rate) = rate {
+                let opts = OpenLoopOptions {
+                    target,
+                    host,
+                    path,
+                    rate,
+                    connections,
+                    threads,
+                    duration,
+                    request_timeout: timeout,
+                    cpus,
+                };
+                let r = run_open_loop(&opts)?;
+                print!("{}", open_loop_table(&r, duration).render());
+                return Ok(r.responses > 0);
+            }
             let opts = LoadOptions {
                 target,
                 host,
@@ -258,6 +283,7 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             ..DemoOptions::default()
         }),
         Cmd::Compare(args) => compare::run(&args),
+        Cmd::Scale(args) => edge_bench::scale::run(&args),
         Cmd::Alloc { duration } => edge_bench::alloc::run(&edge_bench::alloc::AllocOptions {
             duration,
             ..Default::default()
@@ -314,6 +340,37 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             })
         }
     }
+}
+
+/// The result of an open-loop run as a two-column table.
+fn open_loop_table(r: &OpenLoopReport, duration: Duration) -> Table {
+    let mut t = Table::new(&["measure", "value"]);
+    t.row(["target rate".to_string(), format!("{:.0}/s", r.rate)]);
+    t.row(["scheduled".to_string(), r.scheduled.to_string()]);
+    t.row(["responses".to_string(), r.responses.to_string()]);
+    t.row([
+        "achieved rate".to_string(),
+        format!("{:.0}/s", r.achieved_rate(duration)),
+    ]);
+    t.row(["non-2xx/3xx".to_string(), r.non_2xx.to_string()]);
+    t.row(["errors".to_string(), r.errors.total().to_string()]);
+    t.row(["unsent".to_string(), r.unsent.to_string()]);
+    for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+        t.row([name.to_string(), ms(r.latency(q))]);
+    }
+    t.row(["max".to_string(), ms(r.latency_max())]);
+    let us = |h: &hdrhistogram::Histogram<u64>, q: f64| {
+        ms(Duration::from_micros(h.value_at_quantile(q)))
+    };
+    t.row([
+        "p50 / p99 service (from send)".to_string(),
+        format!("{} / {}", us(&r.service_us, 0.5), us(&r.service_us, 0.99)),
+    ]);
+    t.row([
+        "p50 / p99 send lag".to_string(),
+        format!("{} / {}", us(&r.send_lag_us, 0.5), us(&r.send_lag_us, 0.99)),
+    ]);
+    t
 }
 
 /// edge arguments selecting an io driver, or none.
