@@ -13,6 +13,8 @@
 //!   deadline and idle-memory scenarios, with shared helpers in [`scenario`];
 //! - [`compare`] ([`compare_target`], [`compare_wrk`], [`compare_report`]): the `compare`
 //!   subcommand, edge against nginx, HAProxy and direct under wrk;
+//! - [`matrix`] ([`matrix_cases`], [`matrix_life`], [`matrix_origin`]): the `matrix`
+//!   subcommand, every case of DESIGN.md "Fault matrix" with its invariants;
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
@@ -30,6 +32,10 @@ pub mod idle_memory;
 pub mod idle_wedge;
 pub mod inbound;
 pub mod load;
+pub mod matrix;
+pub mod matrix_cases;
+pub mod matrix_life;
+pub mod matrix_origin;
 pub mod origin;
 pub mod probe;
 pub mod scenario;
