@@ -70,8 +70,21 @@ impl EdgeProcess {
     /// # Errors
     /// Spawn failures (missing binary, not executable) and reader-thread spawn failures.
     pub fn start(bin: &Path, args: &[String]) -> io::Result<EdgeProcess> {
+        Self::start_env(bin, args, &[])
+    }
+
+    /// [`start`](Self::start) with extra environment variables (e.g. `EDGE_TEST_FAULTS=1`).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_env(
+        bin: &Path,
+        args: &[String],
+        envs: &[(&str, &str)],
+    ) -> io::Result<EdgeProcess> {
         let mut cmd = Command::new(bin);
         cmd.args(args)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

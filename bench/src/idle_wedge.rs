@@ -78,15 +78,17 @@ pub struct KeeperStats {
     pub held_at_end: usize,
 }
 
-/// The keeper thread: holds `n` silent sockets to `addr` open until stopped.
-struct Keeper {
+/// The keeper thread: holds `n` silent sockets to `addr` open until stopped (also used by
+/// `matrix` group c).
+#[derive(Debug)]
+pub struct Keeper {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<KeeperStats>,
 }
 
 impl Keeper {
     /// Opens the sockets (returning once the first round of connects is done) and keeps them.
-    fn start(addr: SocketAddr, n: usize) -> io::Result<Keeper> {
+    pub fn start(addr: SocketAddr, n: usize) -> io::Result<Keeper> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let flag = stop.clone();
@@ -97,7 +99,8 @@ impl Keeper {
         Ok(Keeper { stop, thread })
     }
 
-    fn finish(self) -> KeeperStats {
+    /// Stops the keeper, closing its sockets; what it saw.
+    pub fn finish(self) -> KeeperStats {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.join().unwrap_or_default()
     }

@@ -17,6 +17,8 @@
 //!   against nginx, HAProxy and direct under wrk, per workload, with JSON and SVG output;
 //! - [`scale`] ([`scale_target`], [`scale_report`], [`scale_plot`]): the `scale` subcommand,
 //!   latency at fixed rates, throughput against connections and memory against idle connections;
+//! - [`matrix`] ([`matrix_cases`], [`matrix_life`], [`matrix_origin`]): the `matrix`
+//!   subcommand, every case of DESIGN.md "Fault matrix" with its invariants;
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
@@ -39,6 +41,10 @@ pub mod idle_memory;
 pub mod idle_wedge;
 pub mod inbound;
 pub mod load;
+pub mod matrix;
+pub mod matrix_cases;
+pub mod matrix_life;
+pub mod matrix_origin;
 pub mod openloop;
 pub mod origin;
 pub mod probe;

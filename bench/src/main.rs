@@ -156,6 +156,22 @@ enum Cmd {
         #[arg(long)]
         io_driver: Option<String>,
     },
+    /// Every case of DESIGN.md "Fault matrix" (groups a-d) with the invariants after each.
+    Matrix {
+        /// Groups to run (comma-separated among a, b, c, d).
+        #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+        groups: Vec<String>,
+        /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+        #[arg(long)]
+        io_driver: Option<String>,
+        /// The edge binary (default: next to edge-bench, else built with cargo).
+        #[arg(long)]
+        edge_bin: Option<PathBuf>,
+        /// The edge binary for the injected-fault rows of group d (a debug build, e.g.
+        /// target/debug/edge); default: --edge-bin.
+        #[arg(long)]
+        faults_edge_bin: Option<PathBuf>,
+    },
     /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
     IdleMemory {
         /// Idle keep-alive connections (client and edge each need this many fds).
@@ -325,6 +341,17 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             edge_bin,
             edge_args: driver_args(io_driver),
             ..Default::default()
+        }),
+        Cmd::Matrix {
+            groups,
+            io_driver,
+            edge_bin,
+            faults_edge_bin,
+        } => edge_bench::matrix::run(&edge_bench::matrix::MatrixOptions {
+            groups,
+            io_driver,
+            edge_bin,
+            faults_edge_bin,
         }),
         Cmd::IdleMemory {
             connections,
