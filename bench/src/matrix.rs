@@ -502,11 +502,14 @@ pub fn run_case(
             "slots not back: connections_active {a} (was {active0}), upstream active {u}, in flight {f}"
         ));
     }
-    // File descriptors, allowing new pooled idle upstream connections.
+    // File descriptors, allowing new pooled idle upstream connections, and the fd slots a dead worker
+    // leaves behind: its sockets are shut down and released but their fd numbers stay reserved (pointing
+    // at /dev/null), and its io_uring ring and eventfd leak with its runtime (edge README, "Supervision").
+    let orphaned = orphaned_fds(&edge.proc.output()[out0.len()..]);
     let fd_until = Instant::now() + SETTLE;
     let (fds1, allowed) = loop {
         let idle1 = edge.metric("edge_upstream_connections", &[("state", "idle")]);
-        let allowed = fds0 + (idle1 - idle0).max(0.0) as usize;
+        let allowed = fds0 + (idle1 - idle0).max(0.0) as usize + orphaned;
         let n = edge.fds();
         if n <= allowed || Instant::now() >= fd_until {
             break (n, allowed);
@@ -799,5 +802,30 @@ mod tests {
         let bad: Samples = vec![(ms(1), Ok(503)), (ms(1500), Ok(200))];
         assert_eq!(health_verdict(&bad).1.len(), 2);
         assert_eq!(health_verdict(&Vec::new()).1.len(), 1);
+    }
+}
+
+/// fd slots left reserved by workers that died: for each `worker.orphans_closed` line, its `downstream`
+/// plus `upstream` sockets and 2 for the dead runtime's ring (or epoll) fd and eventfd.
+pub fn orphaned_fds(log: &str) -> usize {
+    let field = |line: &str, key: &str| -> usize {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.trim_matches('"').parse().ok())
+            .unwrap_or(0)
+    };
+    log.lines()
+        .filter(|l| l.contains("worker.orphans_closed"))
+        .map(|l| field(l, "downstream=") + field(l, "upstream=") + 2)
+        .sum()
+}
+
+#[cfg(test)]
+mod orphan_tests {
+    #[test]
+    fn orphaned_fds_counts_each_dead_worker() {
+        let log = "x\n2026 WARN closed the connections event=\"worker.orphans_closed\" worker=0 downstream=9 upstream=1\ny";
+        assert_eq!(super::orphaned_fds(log), 12);
+        assert_eq!(super::orphaned_fds("nothing"), 0);
     }
 }

@@ -426,16 +426,20 @@ pub async fn exchange(
                 complete = true;
             }
             Ok(0) => {
-                w.metrics
-                    .upstream_error(edge_core::metrics::UpstreamErrorKind::ClosedEarly)
-                    .increment(1);
-                return truncated(w, status, "upstream closed before the end of the body");
+                return upstream_failed_mid_body(
+                    w,
+                    status,
+                    edge_core::metrics::UpstreamErrorKind::ClosedEarly,
+                    "upstream closed before the end of the body",
+                );
             }
             Err(_) => {
-                w.metrics
-                    .upstream_error(edge_core::metrics::UpstreamErrorKind::Reset)
-                    .increment(1);
-                return truncated(w, status, "upstream reset during the body");
+                return upstream_failed_mid_body(
+                    w,
+                    status,
+                    edge_core::metrics::UpstreamErrorKind::Reset,
+                    "upstream reset during the body",
+                );
             }
             Ok(_) => {
                 act.last_received = Some(Instant::now());
@@ -502,10 +506,34 @@ async fn flush_client(
 
 /// Malformed chunked framing in the upstream's body after the head went out: counted and truncated.
 fn bad_body(w: &Worker, status: u16) -> Outcome {
-    w.metrics
-        .upstream_error(edge_core::metrics::UpstreamErrorKind::BadResponse)
-        .increment(1);
-    truncated(w, status, "malformed chunked body from upstream")
+    upstream_failed_mid_body(
+        w,
+        status,
+        edge_core::metrics::UpstreamErrorKind::BadResponse,
+        "malformed chunked body from upstream",
+    )
+}
+
+/// The upstream failed after the response head went out: `edge_upstream_errors_total{kind}` with its
+/// `upstream.error` line, and the truncation with its `response.truncated` line (each counter moved has
+/// its log line, DESIGN.md "Status codes").
+fn upstream_failed_mid_body(
+    w: &Worker,
+    status: u16,
+    kind: edge_core::metrics::UpstreamErrorKind,
+    cause: &'static str,
+) -> Outcome {
+    w.metrics.upstream_error(kind).increment(1);
+    if w.log_limit.allow() {
+        tracing::warn!(
+            event = "upstream.error",
+            worker = w.id,
+            status,
+            kind = kind.as_str(),
+            cause
+        );
+    }
+    truncated(w, status, cause)
 }
 
 fn client_gone(w: &Worker, e: SendFailure) -> Outcome {

@@ -5,8 +5,9 @@
 //! connection it served open and silent, and its connection slots taken for good. So each worker
 //! registers the fd of every socket it owns here (thread-local, no lock, a slab slot per socket, nothing
 //! per request), and its thread wrapper, once the runtime has ended, shuts down every socket still
-//! registered: peers see the connection close. The fd itself stays with the leaked task, so it is never
-//! closed twice; the supervisor releases the downstream connection slots.
+//! registered: peers see the connection close, and the socket is released by pointing its fd number at
+//! /dev/null (the number stays with the leaked task, so nothing else can ever be closed through it); the
+//! supervisor releases the downstream connection slots.
 
 use std::{cell::RefCell, marker::PhantomData, os::fd::RawFd};
 
@@ -78,10 +79,19 @@ pub fn shut_down_all() -> Orphans {
     REGISTRY.with(|r| {
         let mut r = r.borrow_mut();
         let mut found = Orphans::default();
+        // /dev/null, dup2'd over each orphaned socket: the socket is released (its memory, its port) while
+        // the fd number stays reserved, so a leaked owner that ever closed it could not close another file.
+        // SAFETY: open(2) of a constant path.
+        let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         for (fd, downstream) in r.slots.drain(..).flatten() {
-            // SAFETY: shutdown on an fd this thread registered and whose owner (a leaked task) never
-            // closes it; at worst the fd is already closed and shutdown fails with EBADF/ENOTSOCK.
-            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            // SAFETY: shutdown and dup2 on an fd this thread registered and whose owner (a leaked task)
+            // never runs again; at worst the fd is already closed and they fail with EBADF.
+            unsafe {
+                libc::shutdown(fd, libc::SHUT_RDWR);
+                if null >= 0 {
+                    libc::dup3(null, fd, libc::O_CLOEXEC);
+                }
+            }
             if downstream {
                 found.downstream += 1;
             } else {
@@ -89,6 +99,10 @@ pub fn shut_down_all() -> Orphans {
             }
         }
         r.free.clear();
+        if null >= 0 {
+            // SAFETY: our own descriptor from open above.
+            unsafe { libc::close(null) };
+        }
         found
     })
 }

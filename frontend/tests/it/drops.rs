@@ -75,6 +75,10 @@ both_drivers!(upstream_close_mid_body_truncates_and_closes, |d| {
         edge.wait_metric("edge_responses_truncated_total", &[], 2.0),
         2.0
     );
+    // Each counter that moved has its line: the truncation and the upstream's failure.
+    assert!(edge
+        .wait_log_all(&["upstream.error", "kind=\"closed_early\""], 2 * SEC)
+        .is_some());
     assert_settled(&edge);
 });
 
