@@ -62,6 +62,7 @@ pub fn load_config(
     let mut cfg = Config::parse(&text, &file).map_err(|e| vec![e])?;
     cfg.apply(overrides);
     cfg.resolve(&file)
+        .map_err(|errors| overrides.attribute(errors))
 }
 
 /// Starts edge with a resolved configuration (read from `source`, which SIGHUP reads again) and runs

@@ -324,6 +324,46 @@ pub struct Overrides {
     pub log_format: Option<LogFormat>,
 }
 
+impl Overrides {
+    /// The command-line flag that set the value at `key` (a dotted key path of a [`ConfigError`]), if
+    /// one did: errors in values that came from flags name the flag, not the file.
+    pub fn flag_for(&self, key: &str) -> Option<&'static str> {
+        let set = |k: &str, on: bool| on && (key == k || key.starts_with(&format!("{k}.")));
+        if !self.upstreams.is_empty()
+            && (key.starts_with("upstreams[") || key.starts_with("routes["))
+        {
+            Some("--upstream")
+        } else if set("server.listen", self.listen.is_some()) {
+            Some("--listen")
+        } else if set("admin.listen", self.admin_listen.is_some()) {
+            Some("--admin-listen")
+        } else if set("server.workers", self.workers.is_some()) {
+            Some("--workers")
+        } else if set("server.io_driver", self.io_driver.is_some()) {
+            Some("--io-driver")
+        } else if set("log.format", self.log_format.is_some()) {
+            Some("--log-format")
+        } else {
+            None
+        }
+    }
+
+    /// Re-attributes errors in values that came from flags to `<command line>` and the flag.
+    pub fn attribute(&self, errors: Vec<ConfigError>) -> Vec<ConfigError> {
+        errors
+            .into_iter()
+            .map(|e| match self.flag_for(&e.key) {
+                Some(flag) => ConfigError {
+                    file: "<command line>".into(),
+                    key: format!("{flag} ({})", e.key),
+                    reason: e.reason,
+                },
+                None => e,
+            })
+            .collect()
+    }
+}
+
 impl Config {
     /// Parses a TOML document.
     ///

@@ -52,6 +52,21 @@ fn unknown_config_key_exits_2_naming_file_and_key() {
 }
 
 #[test]
+fn a_bad_flag_value_is_reported_against_the_flag() {
+    let out = edge_cmd()
+        .args(["--check", "--upstream", "notaport"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("<command line>") && err.contains("--upstream") && err.contains("notaport"),
+        "{err}"
+    );
+    assert!(!err.contains("<embedded default>"), "{err}");
+}
+
+#[test]
 fn print_default_config_is_the_deploy_file() {
     let out = edge_cmd().arg("--print-default-config").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
