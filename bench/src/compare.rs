@@ -41,6 +41,7 @@ use crate::compare_target::{
 use crate::compare_workload::Workload;
 use crate::compare_wrk::wrk_seconds;
 use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::host::{cpu_list, pin_current_thread, version_of};
 
 /// How long a proxy gets to answer its first request through to the origin.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -137,14 +138,6 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     Ok(cpus)
 }
 
-/// A CPU list as `taskset -c` takes it.
-fn cpu_list(cpus: &[usize]) -> String {
-    cpus.iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// CPUs this process may run on.
 fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
@@ -157,41 +150,6 @@ fn allowed_cpus() -> io::Result<Vec<usize>> {
             .filter(|&c| libc::CPU_ISSET(c, &set))
             .collect())
     }
-}
-
-/// Pins the calling thread (and threads and children it starts later) to `cpus`.
-fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpus < CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// First line of `bin arg` (stdout, else stderr), for the versions line.
-fn version_of(bin: &Path, arg: &str) -> String {
-    std::process::Command::new(bin)
-        .arg(arg)
-        .output()
-        .ok()
-        .and_then(|o| {
-            let text = if o.stdout.is_empty() {
-                o.stderr
-            } else {
-                o.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| format!("{} (no version)", bin.display()))
 }
 
 fn require_file(p: &Path, what: &str) -> io::Result<()> {
@@ -433,8 +391,8 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
 /// Writes `compare-DATE-COMMIT.json` and the SVG plots under `dir`, printing their paths.
 fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let commit = crate::compare_json::git_commit();
-    let date = crate::compare_json::utc_date();
+    let commit = crate::host::git_commit();
+    let date = crate::host::utc_date();
     let json = dir.join(format!("compare-{date}-{commit}.json"));
     let doc = crate::compare_json::document(info, samples, &date, &commit);
     std::fs::write(
@@ -469,7 +427,7 @@ fn versions(args: &CompareArgs, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(S
                 "{} ({}, commit {})",
                 version_of(&bins.edge, "--version"),
                 bins.edge.display(),
-                crate::compare_json::git_commit()
+                crate::host::git_commit()
             ),
         ));
     }

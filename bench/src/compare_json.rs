@@ -5,89 +5,17 @@
 //!
 //! Units are in the key names (`_ms`, `_s`, `_kib`); absent values are `null`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::compare::RunInfo;
 use crate::compare_report::{cdf, of_workload, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL};
 use crate::compare_target::TargetKind;
+use crate::host::{cpu_model, kernel_release, online_cpus};
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
-/// `git rev-parse --short HEAD` of the workspace edge-bench was built from, `-dirty` appended
-/// when the tree has changes; `unknown` when git fails.
-pub fn git_commit() -> String {
-    let dir = env!("CARGO_MANIFEST_DIR");
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        Some(c) if !c.is_empty() => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
-            if dirty {
-                format!("{c}-dirty")
-            } else {
-                c
-            }
-        }
-        _ => "unknown".to_string(),
-    }
-}
-
-/// Today's date in UTC as `YYYY-MM-DD`.
-pub fn utc_date() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    civil_date(secs / 86_400)
-}
-
-/// Days since 1970-01-01 as `YYYY-MM-DD` (proleptic Gregorian; H. Hinnant's algorithm).
-pub fn civil_date(days: u64) -> String {
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// The `model name` of the first CPU in `/proc/cpuinfo`.
-pub fn cpu_model() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    text.lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-}
-
-/// CPUs online on the machine (not this process's affinity mask, which `compare` narrows).
-pub fn online_cpus() -> Option<u64> {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    u64::try_from(n).ok().filter(|&n| n > 0)
-}
-
-/// `uname -r`.
-pub fn kernel_release() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 fn sample_json(s: &Sample) -> Value {
@@ -227,15 +155,6 @@ mod tests {
     use super::*;
     use crate::compare_report::tests::sample;
     use crate::compare_workload::Workload;
-
-    #[test]
-    fn dates() {
-        assert_eq!(civil_date(0), "1970-01-01");
-        assert_eq!(civil_date(19_782), "2024-02-29");
-        assert_eq!(civil_date(20_453), "2025-12-31");
-        assert_eq!(utc_date().len(), 10);
-        assert!(online_cpus().unwrap() >= 1);
-    }
 
     #[test]
     fn record_holds_samples_and_medians() {

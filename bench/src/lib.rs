@@ -19,6 +19,7 @@
 //!   latency at fixed rates, throughput against connections and memory against idle connections;
 //! - [`matrix`] ([`matrix_cases`], [`matrix_life`], [`matrix_origin`]): the `matrix`
 //!   subcommand, every case of DESIGN.md "Fault matrix" with its invariants;
+//! - [`host`]: CPU lists and pinning, tool versions, commit, date and machine facts for result records;
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
@@ -36,6 +37,7 @@ pub mod compare_wrk;
 pub mod demo;
 pub mod edge_proc;
 pub mod hol;
+pub mod host;
 pub mod http;
 pub mod idle_memory;
 pub mod idle_wedge;

@@ -24,20 +24,21 @@
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 
 use crate::compare::parse_cpus;
 use crate::compare_target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
 use crate::edge_proc::locate_edge_bin;
+use crate::host::{cpu_list, git_commit, pin_current_thread, version_of};
 use crate::load::{run_load, LoadOptions};
 use crate::openloop::{run_open_loop, OpenLoopOptions};
 use crate::probe;
 use crate::scale_report::{
     clamp_count, client_capacity, conn_table, edge_capacity, edge_max_connections_for, idle_table,
-    nginx_busy_capacity, nginx_idle_capacity, rate_table, rss_per_conn, utc_date, ConnRow, IdleRow,
-    RateRow, RunInfo, ScaleReport, Skipped,
+    nginx_busy_capacity, nginx_idle_capacity, rate_table, rss_per_conn, ConnRow, IdleRow, RateRow,
+    RunInfo, ScaleReport, Skipped,
 };
 use crate::scale_target::{Proxy, ScaleTarget};
 use crate::scenario::raise_nofile_limit;
@@ -176,11 +177,7 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
     let mut report = ScaleReport {
         run: RunInfo {
             tool: "edge-bench scale".into(),
-            date: utc_date(
-                SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
-            ),
+            date: crate::host::utc_date(),
             commit: git_commit(),
             machine: machine(),
             kernel: read_trim("/proc/sys/kernel/osrelease"),
@@ -544,73 +541,10 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
 
-fn cpu_list(cpus: &[usize]) -> String {
-    cpus.iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Pins the calling thread (and threads and children it starts later) to `cpus`.
-fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpus < CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// First line of `bin arg` (stdout, else stderr).
-fn version_of(bin: &Path, arg: &str) -> String {
-    std::process::Command::new(bin)
-        .arg(arg)
-        .output()
-        .ok()
-        .and_then(|o| {
-            let text = if o.stdout.is_empty() {
-                o.stderr
-            } else {
-                o.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| format!("{} (no version)", bin.display()))
-}
-
-/// Short commit of the workspace, `-dirty` when the tree has changes; `unknown` outside git.
-fn git_commit() -> String {
-    let dir = env!("CARGO_MANIFEST_DIR");
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(["-C", dir])
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        None => "unknown".into(),
-        Some(c) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(s) if !s.is_empty() => format!("{c}-dirty"),
-            _ => c,
-        },
-    }
 }
 
 /// `CPU model, N CPUs, M GiB`.

@@ -365,22 +365,6 @@ pub fn idle_table(rows: &[IdleRow]) -> Markdown {
     t
 }
 
-/// `YYYY-MM-DD` of a Unix time (UTC; proleptic Gregorian, days-from-civil inverted).
-pub fn utc_date(unix_secs: u64) -> String {
-    let days = (unix_secs / 86_400) as i64;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,14 +394,6 @@ mod tests {
         assert_eq!(n, 9191);
         assert!(why.unwrap().contains("edge fds"));
         assert_eq!(clamp_count(256, &[(9191, "x")]), (256, None));
-    }
-
-    #[test]
-    fn dates() {
-        assert_eq!(utc_date(0), "1970-01-01");
-        assert_eq!(utc_date(951_782_400), "2000-02-29");
-        assert_eq!(utc_date(1_795_996_800), "2026-11-30");
-        assert_eq!(utc_date(1_795_996_799), "2026-11-29");
     }
 
     #[test]
