@@ -232,7 +232,7 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
                 }
             }
             println!("\n### Latency at fixed rates (open loop)\n");
-            print!("{}", rate_table(&report.rate).render());
+            print!("{}", rate_table(&report.rate).render_markdown_numeric());
         }
         if part("connections") {
             for &n in &args.connections {
@@ -245,7 +245,10 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
                 }
             }
             println!("\n### Requests/s and latency against busy connections (closed loop)\n");
-            print!("{}", conn_table(&report.connections).render());
+            print!(
+                "{}",
+                conn_table(&report.connections).render_markdown_numeric()
+            );
         }
         for p in running {
             p.stop(Duration::from_secs(2));
@@ -266,7 +269,7 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
             }
         }
         println!("\n### Resident memory against idle keep-alive connections\n");
-        print!("{}", idle_table(&report.idle).render());
+        print!("{}", idle_table(&report.idle).render_markdown_numeric());
         println!(
             "\nper connection = (VmRSS held − VmRSS before) / connections; nginx = master + worker"
         );

@@ -4,46 +4,7 @@
 
 use serde::Serialize;
 
-/// A Markdown table: a header, a rule (numbers right-aligned), rows.
-#[derive(Debug, Clone, Default)]
-pub struct Markdown {
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Markdown {
-    /// A table with these column names.
-    pub fn new(header: &[&str]) -> Self {
-        Self {
-            header: header.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    /// Appends a row.
-    pub fn row<I, S>(&mut self, cells: I) -> &mut Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.rows.push(cells.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// The table as GitHub Markdown; every column but the first right-aligned.
-    pub fn render(&self) -> String {
-        let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-        let mut out = line(&self.header);
-        let rule: Vec<String> = (0..self.header.len())
-            .map(|i| if i == 0 { "---".into() } else { "---:".into() })
-            .collect();
-        out.push_str(&line(&rule));
-        for r in &self.rows {
-            out.push_str(&line(r));
-        }
-        out
-    }
-}
+use crate::table::Table;
 
 /// Largest `max_connections` edge keeps under an fd limit: it wants `2 × max + 256` fds and
 /// lowers `max_connections` to fit (core/src/runtime/listen.rs, `fit_max_connections`).
@@ -277,8 +238,8 @@ fn f_bytes(v: i64) -> String {
 }
 
 /// Latency at rate.
-pub fn rate_table(rows: &[RateRow]) -> Markdown {
-    let mut t = Markdown::new(&[
+pub fn rate_table(rows: &[RateRow]) -> Table {
+    let mut t = Table::new(&[
         "target",
         "rate",
         "achieved",
@@ -310,8 +271,8 @@ pub fn rate_table(rows: &[RateRow]) -> Markdown {
 }
 
 /// Throughput against connections.
-pub fn conn_table(rows: &[ConnRow]) -> Markdown {
-    let mut t = Markdown::new(&[
+pub fn conn_table(rows: &[ConnRow]) -> Table {
+    let mut t = Table::new(&[
         "target",
         "connections",
         "req/s",
@@ -340,8 +301,8 @@ pub fn conn_table(rows: &[ConnRow]) -> Markdown {
 }
 
 /// Memory against idle connections.
-pub fn idle_table(rows: &[IdleRow]) -> Markdown {
-    let mut t = Markdown::new(&[
+pub fn idle_table(rows: &[IdleRow]) -> Table {
+    let mut t = Table::new(&[
         "target",
         "idle connections",
         "VmRSS before",
@@ -492,11 +453,11 @@ mod tests {
     #[test]
     fn tables_show_clamped_counts() {
         let r = sample();
-        let c = conn_table(&r.connections).render();
+        let c = conn_table(&r.connections).render_markdown_numeric();
         assert!(c.contains("9191 (of 10000)"), "{c}");
-        let i = idle_table(&r.idle).render();
+        let i = idle_table(&r.idle).render_markdown_numeric();
         assert!(i.contains("3900 B"), "{i}");
-        let t = rate_table(&r.rate).render();
+        let t = rate_table(&r.rate).render_markdown_numeric();
         assert!(t.starts_with("| target | rate |"), "{t}");
         assert!(
             t.lines().nth(1).unwrap().starts_with("| --- | ---: |"),

@@ -77,26 +77,47 @@ impl Table {
 impl Table {
     /// The table as Markdown: a header row, a `|---|` row, then the rows (cells with `|` escaped).
     pub fn render_markdown(&self) -> String {
-        let cols = self
-            .rows
+        let cols = self.columns();
+        let mut out = markdown_line(cols, &self.header);
+        out.push_str(&format!("|{}\n", "---|".repeat(cols)));
+        self.markdown_rows(cols, out)
+    }
+
+    /// Markdown for tables of numbers: like [`Table::render_markdown`], with every column but the
+    /// first right-aligned (`| --- | ---: |`).
+    pub fn render_markdown_numeric(&self) -> String {
+        let cols = self.columns();
+        let mut out = markdown_line(cols, &self.header);
+        let rule: Vec<String> = (0..cols)
+            .map(|i| if i == 0 { "---".into() } else { "---:".into() })
+            .collect();
+        out.push_str(&markdown_line(cols, &rule));
+        self.markdown_rows(cols, out)
+    }
+
+    fn columns(&self) -> usize {
+        self.rows
             .iter()
             .map(Vec::len)
             .chain([self.header.len()])
             .max()
-            .unwrap_or(0);
-        let line = |cells: &[String]| {
-            let cells: Vec<String> = (0..cols)
-                .map(|i| cells.get(i).map_or("", String::as_str).replace('|', "\\|"))
-                .collect();
-            format!("| {} |\n", cells.join(" | "))
-        };
-        let mut out = line(&self.header);
-        out.push_str(&format!("|{}\n", "---|".repeat(cols)));
+            .unwrap_or(0)
+    }
+
+    fn markdown_rows(&self, cols: usize, mut out: String) -> String {
         for r in &self.rows {
-            out.push_str(&line(r));
+            out.push_str(&markdown_line(cols, r));
         }
         out
     }
+}
+
+/// One Markdown table line of `cols` cells (missing cells empty, `|` escaped).
+fn markdown_line(cols: usize, cells: &[String]) -> String {
+    let cells: Vec<String> = (0..cols)
+        .map(|i| cells.get(i).map_or("", String::as_str).replace('|', "\\|"))
+        .collect();
+    format!("| {} |\n", cells.join(" | "))
 }
 
 /// A duration in milliseconds with a precision that suits its size: `0.153 ms`, `12.4 ms`, `3001 ms`.
