@@ -88,7 +88,7 @@ pub struct Worker {
     /// Open connections of this worker.
     pub open: Cell<usize>,
     /// Set when one of the worker's own tasks (heartbeat, pool sweep) panicked: the worker stops.
-    fatal: Cell<Option<String>>,
+    fatal: std::cell::RefCell<Option<String>>,
     /// Random per-process prefix of generated request ids.
     pub id_prefix: u32,
     next_id: Cell<u64>,
@@ -109,7 +109,7 @@ impl Worker {
             log_limit: LogLimit::new(id),
             idle: Default::default(),
             open: Cell::new(0),
-            fatal: Cell::new(None),
+            fatal: std::cell::RefCell::new(None),
             id_prefix: id_prefix(),
             next_id: Cell::new(0),
             id,
@@ -147,10 +147,7 @@ impl Worker {
 
     /// Whether one of the worker's own tasks panicked.
     fn is_fatal(&self) -> bool {
-        let f = self.fatal.take();
-        let fatal = f.is_some();
-        self.fatal.set(f);
-        fatal
+        self.fatal.borrow().is_some()
     }
 
     /// The next generated request id: (process prefix, worker, counter).
@@ -209,7 +206,7 @@ pub async fn run(env: WorkerEnv) {
 /// through the runtime with an accept still armed.
 async fn critical(w: Rc<Worker>, task: impl Future<Output = ()>) {
     if let Err(panic) = CatchUnwind(Box::pin(task)).await {
-        w.fatal.set(Some(format!(
+        w.fatal.replace(Some(format!(
             "a worker task panicked: {}",
             panic_message(&*panic)
         )));
