@@ -8,3 +8,4 @@ pub mod latency;
 pub mod log;
 pub mod metrics;
 pub mod runtime;
+pub mod slot;

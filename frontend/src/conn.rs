@@ -18,6 +18,7 @@ use edge_core::{
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
     metrics::{InboundPhase, InvalidReason, ShedReason},
+    slot::{self, Slot},
 };
 use monoio::{
     net::TcpStream,
@@ -65,8 +66,32 @@ struct Conn {
     cancel: monoio::io::Canceller,
 }
 
+/// What a connection's active phase (run in its slot) ends with.
+enum Step {
+    Next(Next),
+    /// No request arrived within [`FAST_WAIT`]: give the slot and the read buffer back and wait idle.
+    Idle,
+}
+
+/// A connection's [`Slot`], given back to the worker's free list when dropped (also when the connection
+/// future is dropped mid-request).
+struct Held(Option<Slot>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            slot::give(s);
+        }
+    }
+}
+
 /// Serves one downstream connection until it closes. `over_capacity` connections get only their first
 /// head read (under 1 s): a health probe is answered, anything else gets 503.
+///
+/// Memory: while idle the connection holds only this future's own state (the [`Conn`] and the
+/// readiness wait); each request runs in a [`Slot`] taken from the worker's free list, kept while
+/// requests keep coming (the keep-alive fast path, no allocation per request) and given back when the
+/// connection goes idle (`edge_core::slot`).
 pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capacity: bool) {
     let mut c = Conn {
         stream,
@@ -79,38 +104,54 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
         cancel: monoio::io::Canceller::new(),
     };
     if over_capacity {
-        return shed(&w, c).await;
+        let mut held = Held(None);
+        return slot::run_in(&mut held.0, shed(&w, c)).await;
     }
+    let mut held = Held(None);
     loop {
-        match request(&w, &mut c).await {
-            Next::Keep => continue,
-            Next::Close => return,
-            Next::Linger => return respond::linger_close(c.stream).await,
-            Next::Tunnel(up) => return crate::tunnel::run(&w, c.stream, c.rb, up).await,
+        if held.0.is_none() && c.rb.is_empty() && !wait_idle(&w, &mut c).await {
+            return;
+        }
+        match slot::run_in(&mut held.0, active(&w, &mut c)).await {
+            Step::Idle => {
+                c.rb.release();
+                if let Some(s) = held.0.take() {
+                    slot::give(s);
+                }
+            }
+            Step::Next(Next::Keep) => {}
+            Step::Next(Next::Close) => return,
+            Step::Next(Next::Linger) => {
+                return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
+            }
+            Step::Next(Next::Tunnel(up)) => {
+                return slot::run_in(&mut held.0, crate::tunnel::run(&w, c.stream, c.rb, up)).await
+            }
         }
     }
 }
 
-/// Waits for a request to start under the `idle` deadline without holding a buffer. `false` = close.
-async fn wait_request(w: &Worker, c: &mut Conn) -> bool {
-    if !c.rb.is_empty() {
-        return true; // pipelined bytes already buffered
-    }
-    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
-    if c.served > 0 {
-        // A keep-alive client usually sends its next request within a round trip: read for it directly
-        // for a short while (one read instead of a readiness wait plus a read), then cancel the read and
-        // wait without a buffer.
+/// The active phase: on a kept-alive connection with nothing buffered, a short read for the next
+/// request (a keep-alive client usually sends it within a round trip: one read instead of a readiness
+/// wait plus a read); then the request.
+async fn active(w: &Worker, c: &mut Conn) -> Step {
+    if c.rb.is_empty() {
         match fast_wait(c).await {
-            FastWait::Data => return true,
+            FastWait::Data => {}
             FastWait::Closed(why) => {
                 tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, why, "while idle");
-                return false;
+                return Step::Next(Next::Close);
             }
-            FastWait::Idle => {}
+            FastWait::Idle => return Step::Idle,
         }
     }
-    c.rb.release();
+    Step::Next(request(w, c).await)
+}
+
+/// Waits under the `idle` deadline, holding no buffer (nor slot), for a request to start.
+/// `false` = close.
+async fn wait_idle(w: &Worker, c: &mut Conn) -> bool {
+    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
     // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
     // connection is about to serve a request. On io_uring a read in flight would already have taken the
     // bytes out of the socket, so an eviction check could no longer see them.
@@ -242,9 +283,6 @@ fn framing_failure(e: FramingError) -> Failure {
 }
 
 async fn request(w: &Worker, c: &mut Conn) -> Next {
-    if !wait_request(w, c).await {
-        return Next::Close;
-    }
     let started = Instant::now();
     c.log_line.clear();
     c.log_id.clear();

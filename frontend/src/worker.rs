@@ -246,7 +246,7 @@ async fn heartbeat(w: Rc<Worker>) {
 }
 
 /// Closes expired pooled upstream connections every 500 ms, and every 5 s frees IO buffers the last
-/// period did not need (`edge_core::buf::trim`).
+/// period did not need (`edge_core::buf::trim`), and request slots likewise (`edge_core::slot::trim`).
 async fn sweep_pools(w: Rc<Worker>) {
     for tick in 1u64.. {
         monoio::time::sleep(Duration::from_millis(500)).await;
@@ -254,6 +254,7 @@ async fn sweep_pools(w: Rc<Worker>) {
         w.metrics.upstream_idle.set(idle as f64);
         if tick % 10 == 0 {
             edge_core::buf::trim();
+            edge_core::slot::trim();
         }
     }
 }
