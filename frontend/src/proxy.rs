@@ -398,19 +398,41 @@ pub async fn exchange(
     conn.buf.consume(head.len);
 
     let mut relay = ResponseBody::new(upstream_body, framing);
-    let complete = relay.take_available(&mut conn.buf, &mut out.0);
-    let complete = match complete {
-        Ok(c) => c,
-        Err(BadBody) => return bad_response,
+    // Body bytes that came with the head: a few go out in the head's write; more (up to 64 KiB when the
+    // connection reads into a large buffer) are written from the receive buffer, not copied, which also
+    // keeps `out` at its pooled size. Either way they are scanned before the head goes, so malformed
+    // framing there is still a 502.
+    let inline = !relay.passthrough() || conn.buf.len() <= INLINE_BODY_MAX;
+    let first = match inline {
+        true => relay
+            .take_available(&mut conn.buf, &mut out.0)
+            .map(|c| (c, 0)),
+        false => relay.scan(conn.buf.data()).map(|n| (relay.done(), n)),
+    };
+    let Ok((complete, direct)) = first else {
+        return bad_response;
     };
     let write_started = Instant::now();
     if let Err(e) = flush_client(client, &mut out, w.send_timeout()).await {
         return client_gone(w, e);
     }
+    if direct > 0 {
+        if let Err(e) = within_send(w.send_timeout(), conn.buf.write_prefix(client, direct)).await {
+            return client_gone(w, e);
+        }
+    }
     act.pause(write_started.elapsed());
     let mut complete = complete;
     while !complete {
-        let r = match timeout_at(act.deadline(), conn.buf.fill(&mut conn.stream)).await {
+        // Pass-through bodies read up to 64 KiB at a time (one read and one write per 64 KiB); re-framed
+        // ones 16 KiB, so what they build in `out` stays within a pooled buffer.
+        let read = async {
+            match relay.passthrough() {
+                true => conn.buf.fill_large(&mut conn.stream).await,
+                false => conn.buf.fill(&mut conn.stream).await,
+            }
+        };
+        let r = match timeout_at(act.deadline(), read).await {
             Err(_) => {
                 w.metrics
                     .upstream_timeout(edge_core::metrics::UpstreamPhase::Zombie)
@@ -495,6 +517,9 @@ impl Drop for ActiveGauge<'_> {
         self.0.decrement(1.0);
     }
 }
+
+/// Most body bytes that arrive with a response head and are copied behind it into one write, bytes.
+const INLINE_BODY_MAX: usize = 8 * 1024;
 
 async fn flush_client(
     client: &mut TcpStream,
@@ -844,7 +869,7 @@ async fn stream_request_body(
 ) -> Result<(), BodyFailure> {
     while !body.done() {
         if rb.is_empty() {
-            match timeout_at(deadline, rb.fill(client)).await {
+            match timeout_at(deadline, rb.fill_large(client)).await {
                 Err(_) => return Err(BodyFailure::Client(Failure::RequestTimeout)),
                 Ok(Ok(0)) | Ok(Err(_)) => {
                     tracing::debug!(

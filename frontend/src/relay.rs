@@ -4,7 +4,7 @@
 //! for an HTTP/1.0 client; re-chunked when the upstream delimits by closing).
 
 use edge_core::{
-    buf::RecvBuf,
+    buf::{RecvBuf, BUF_SIZE},
     http::{
         body::BodyScanner,
         chunked::{encode_chunk, LAST_CHUNK},
@@ -55,12 +55,15 @@ impl RequestBody {
         Ok(n)
     }
 
-    /// Moves the body bytes already in `rb` to `out` (they go upstream with the head).
+    /// Moves the body bytes already in `rb`, at most [`BUF_SIZE`] of them, to `out` (they go upstream with
+    /// the head; the rest, if any, is streamed from `rb`). The cap keeps `out` within a pooled buffer's
+    /// size class when `rb` is a large buffer.
     ///
     /// # Errors
     /// As [`RequestBody::scan`].
     pub fn take_available(&mut self, rb: &mut RecvBuf, out: &mut Vec<u8>) -> Result<(), Failure> {
-        let n = self.scan(rb.data())?;
+        let data = rb.data();
+        let n = self.scan(&data[..data.len().min(BUF_SIZE)])?;
         out.extend_from_slice(&rb.data()[..n]);
         rb.consume(n);
         Ok(())

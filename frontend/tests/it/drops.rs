@@ -119,6 +119,63 @@ both_drivers!(malformed_upstream_head_gives_502_bad_response, |d| {
     assert_settled(&edge);
 });
 
+// Body bytes that arrive in the same read as the response head: up to 8 KiB are copied behind the head,
+// more are written straight from the receive buffer. Both shapes must deliver the body intact, and
+// malformed framing among those first bytes must still be a 502 (it is scanned before the head goes).
+// The 12 KiB bodies take the direct path; every body is repeated on a kept-alive upstream connection,
+// whose receive buffer is then a large (64 KiB) one.
+both_drivers!(body_bytes_in_the_heads_read_are_relayed_or_refused, |d| {
+    let payload: Vec<u8> = (0..12 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    let chunked_head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3000\r\n".to_vec();
+    let mut good_chunked = chunked_head.clone();
+    good_chunked.extend_from_slice(&payload);
+    good_chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    let mut bad_chunked = chunked_head;
+    bad_chunked.extend_from_slice(&payload);
+    bad_chunked.extend_from_slice(b"XX0\r\n\r\n"); // no CRLF after the chunk's data
+    let mut length = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+        payload.len()
+    )
+    .into_bytes();
+    length.extend_from_slice(&payload);
+    let small = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmall".to_vec();
+    let origin = Origin::start(move |req| match req.target.as_str() {
+        "/length" => Reply::raw(&length, false),
+        "/chunked" => Reply::raw(&good_chunked, false),
+        "/bad" => Reply::raw(&bad_chunked, true),
+        _ => Reply::raw(&small, false),
+    });
+    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let mut c = Client::connect(edge.addr);
+    for round in 0..3 {
+        for path in ["/length", "/chunked", "/small"] {
+            let r = c.get(path);
+            assert_eq!(r.status, 200, "{path} round {round}");
+            let want: &[u8] = if path == "/small" { b"small" } else { &payload };
+            assert_eq!(r.body, want, "{path} round {round}: body");
+        }
+    }
+    let r = c.get("/bad");
+    assert_error_response("/bad", &r, 502, false);
+    assert_eq!(
+        edge.wait_metric(
+            "edge_upstream_errors_total",
+            &["kind=\"bad_response\""],
+            1.0
+        ),
+        1.0
+    );
+    assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+    assert_eq!(
+        c.get("/small").body,
+        b"small",
+        "the client connection is kept"
+    );
+    drop(c);
+    assert_settled(&edge);
+});
+
 both_drivers!(silent_upstream_gives_504_at_route_request_timeout, |d| {
     let origin = Origin::silent();
     let edge = Edge::start(&config(d, origin.addr, "", "request_timeout = \"1s\""));
