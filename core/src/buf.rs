@@ -262,6 +262,19 @@ impl SendBuf {
         SendBuf(take())
     }
 
+    /// Makes room for `additional` more bytes without growing the buffer past its pool's size class:
+    /// when they do not fit and the total stays within [`LARGE_BUF_SIZE`], the bytes move to a pooled
+    /// large buffer (the small one goes back to its pool). Beyond that the buffer grows as a `Vec` does.
+    pub fn reserve_pooled(&mut self, additional: usize) {
+        let len = self.0.len();
+        if self.0.capacity() - len >= additional || len + additional > LARGE_BUF_SIZE {
+            return;
+        }
+        let mut large = take_large();
+        large.extend_from_slice(&self.0);
+        give(std::mem::replace(&mut self.0, large));
+    }
+
     /// Writes the whole buffer to `io` and clears it.
     ///
     /// # Errors
@@ -298,6 +311,25 @@ mod tests {
         // An idle period frees down to the floor.
         assert_eq!(trim().0, POOL_FLOOR);
         assert_eq!(trim().0, POOL_FLOOR);
+    }
+
+    #[test]
+    fn reserve_pooled_moves_to_a_large_buffer_only_when_needed() {
+        let mut out = SendBuf::take();
+        out.0.extend_from_slice(b"head");
+        let small = out.0.as_ptr();
+        out.reserve_pooled(100);
+        assert_eq!(out.0.as_ptr(), small, "fits: unchanged");
+        out.reserve_pooled(BUF_SIZE);
+        assert!(out.0.capacity() >= LARGE_BUF_SIZE);
+        assert_eq!(out.0, b"head", "bytes carried over");
+        let cap = out.0.capacity();
+        out.reserve_pooled(LARGE_BUF_SIZE);
+        assert_eq!(
+            out.0.capacity(),
+            cap,
+            "over the large size: left to Vec growth"
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@
 use std::time::Duration;
 
 use edge_core::{
-    buf::{RecvBuf, SendBuf},
+    buf::{RecvBuf, SendBuf, LARGE_BUF_SIZE},
     http::{
         framing::{keep_alive_timeout, response_body, response_keeps_alive, Body, RequestInfo},
         head::{parse_response, Fields, RequestHead, ResponseHead},
@@ -398,11 +398,15 @@ pub async fn exchange(
     conn.buf.consume(head.len);
 
     let mut relay = ResponseBody::new(upstream_body, framing);
-    // Body bytes that came with the head: a few go out in the head's write; more (up to 64 KiB when the
-    // connection reads into a large buffer) are written from the receive buffer, not copied, which also
-    // keeps `out` at its pooled size. Either way they are scanned before the head goes, so malformed
-    // framing there is still a 502.
-    let inline = !relay.passthrough() || conn.buf.len() <= INLINE_BODY_MAX;
+    // Body bytes that came with the head (the head is read into a 64 KiB buffer, so a 16 KiB response
+    // usually arrives whole in one read) go out in the head's write, in a pooled large buffer when they
+    // do not fit the small one: one send per response. When even that would not hold them, pass-through
+    // bytes are written from the receive buffer instead of copied (a second send). Either way they are
+    // scanned before the head goes, so malformed framing there is still a 502.
+    let inline = !relay.passthrough() || out.0.len() + conn.buf.len() <= LARGE_BUF_SIZE;
+    if inline {
+        out.reserve_pooled(conn.buf.len());
+    }
     let first = match inline {
         true => relay
             .take_available(&mut conn.buf, &mut out.0)
@@ -517,9 +521,6 @@ impl Drop for ActiveGauge<'_> {
         self.0.decrement(1.0);
     }
 }
-
-/// Most body bytes that arrive with a response head and are copied behind it into one write, bytes.
-const INLINE_BODY_MAX: usize = 8 * 1024;
 
 async fn flush_client(
     client: &mut TcpStream,
@@ -917,7 +918,8 @@ async fn read_response_head(
             Some(d) if d <= zombie_at => (d, UpstreamErrorKind::RequestTimeout),
             _ => (zombie_at, UpstreamErrorKind::Zombie),
         };
-        match timeout_at(until, conn.buf.fill(&mut conn.stream)).await {
+        // A large buffer: the body bytes behind the head usually come in the same read.
+        match timeout_at(until, conn.buf.fill_large(&mut conn.stream)).await {
             Err(_) => return Err(UpstreamError::new(kind)),
             Ok(Ok(0)) => {
                 return Err(UpstreamError {

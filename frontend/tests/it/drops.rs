@@ -119,41 +119,67 @@ both_drivers!(malformed_upstream_head_gives_502_bad_response, |d| {
     assert_settled(&edge);
 });
 
-// Body bytes that arrive in the same read as the response head: up to 8 KiB are copied behind the head,
-// more are written straight from the receive buffer. Both shapes must deliver the body intact, and
-// malformed framing among those first bytes must still be a 502 (it is scanned before the head goes).
-// The 12 KiB bodies take the direct path; every body is repeated on a kept-alive upstream connection,
-// whose receive buffer is then a large (64 KiB) one.
+// Body bytes that arrive in the same read as the response head (read into a 64 KiB buffer): up to
+// 64 KiB with the head are copied behind it into one write (in a pooled large buffer when they do not fit
+// a small one), more are written straight from the receive buffer. Every shape must deliver the body
+// intact, and malformed framing among those first bytes must still be a 502 (it is scanned before the
+// head goes). The 12 KiB bodies are copied, the 100 KiB ones written directly; each is repeated on a
+// kept-alive upstream connection.
 both_drivers!(body_bytes_in_the_heads_read_are_relayed_or_refused, |d| {
-    let payload: Vec<u8> = (0..12 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
-    let chunked_head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3000\r\n".to_vec();
-    let mut good_chunked = chunked_head.clone();
-    good_chunked.extend_from_slice(&payload);
-    good_chunked.extend_from_slice(b"\r\n0\r\n\r\n");
-    let mut bad_chunked = chunked_head;
-    bad_chunked.extend_from_slice(&payload);
-    bad_chunked.extend_from_slice(b"XX0\r\n\r\n"); // no CRLF after the chunk's data
-    let mut length = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-        payload.len()
-    )
-    .into_bytes();
-    length.extend_from_slice(&payload);
-    let small = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmall".to_vec();
-    let origin = Origin::start(move |req| match req.target.as_str() {
-        "/length" => Reply::raw(&length, false),
-        "/chunked" => Reply::raw(&good_chunked, false),
-        "/bad" => Reply::raw(&bad_chunked, true),
-        _ => Reply::raw(&small, false),
-    });
+    let pattern = |n: usize| -> Vec<u8> { (0..n).map(|i| b'a' + (i % 26) as u8).collect() };
+    let (small_body, big_body) = (pattern(12 * 1024), pattern(100 * 1024));
+    let chunked = |body: &[u8], tail: &[u8]| {
+        let mut r = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body);
+        r.extend_from_slice(tail);
+        r
+    };
+    let length = |body: &[u8]| {
+        let mut r =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        r.extend_from_slice(body);
+        r
+    };
+    let replies = [
+        ("/length-12k", length(&small_body)),
+        ("/chunked-12k", chunked(&small_body, b"\r\n0\r\n\r\n")),
+        ("/length-100k", length(&big_body)),
+        ("/chunked-100k", chunked(&big_body, b"\r\n0\r\n\r\n")),
+        // No CRLF after the chunk's data.
+        ("/bad", chunked(&small_body, b"XX0\r\n\r\n")),
+    ];
+    let origin = Origin::start(
+        move |req| match replies.iter().find(|(p, _)| *p == req.target) {
+            Some((p, bytes)) => Reply::raw(bytes, *p == "/bad"),
+            None => Reply::raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmall", false),
+        },
+    );
     let edge = Edge::start(&config(d, origin.addr, "", ""));
     let mut c = Client::connect(edge.addr);
     for round in 0..3 {
-        for path in ["/length", "/chunked", "/small"] {
+        for path in [
+            "/length-12k",
+            "/chunked-12k",
+            "/length-100k",
+            "/chunked-100k",
+            "/small",
+        ] {
             let r = c.get(path);
             assert_eq!(r.status, 200, "{path} round {round}");
-            let want: &[u8] = if path == "/small" { b"small" } else { &payload };
-            assert_eq!(r.body, want, "{path} round {round}: body");
+            let want: &[u8] = match path {
+                "/small" => b"small",
+                p if p.ends_with("12k") => &small_body,
+                _ => &big_body,
+            };
+            assert!(
+                r.body == want,
+                "{path} round {round}: body of {} bytes differs",
+                r.body.len()
+            );
         }
     }
     let r = c.get("/bad");
