@@ -6,6 +6,8 @@
 
 use std::{cell::RefCell, io};
 
+use crate::freelist::FreeList;
+
 use monoio::{
     buf::{IoBuf, IoBufMut},
     io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt},
@@ -26,36 +28,11 @@ const LARGE_POOL_FLOOR: usize = 16;
 /// Large buffers a worker's free list keeps at most (64 MiB); more are freed.
 const LARGE_POOL_MAX: usize = 1024;
 
-/// One worker's free list of one buffer size. It grows to the worker's peak number of buffers in use, so
-/// steady traffic at any concurrency recycles buffers instead of allocating; [`trim`] frees what a quiet
-/// period did not need.
-struct Pool {
-    free: Vec<Vec<u8>>,
-    /// Shortest length of `free` since the last trim: that many buffers were never needed.
-    low_water: usize,
-}
-
-impl Pool {
-    fn pop(&mut self) -> Option<Vec<u8>> {
-        let b = self.free.pop();
-        self.low_water = self.low_water.min(self.free.len());
-        b
-    }
-
-    fn trim(&mut self, floor: usize) -> usize {
-        let len = self.free.len();
-        let surplus = self.low_water.min(len.saturating_sub(floor));
-        let kept = len - surplus;
-        self.free.truncate(kept);
-        self.free.shrink_to(kept.max(floor));
-        self.low_water = kept;
-        kept
-    }
-}
-
 thread_local! {
-    static POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new(), low_water: 0 }) };
-    static LARGE_POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new(), low_water: 0 }) };
+    /// This worker's small buffers.
+    static POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
+    /// This worker's large buffers.
+    static LARGE_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
 }
 
 /// Takes an empty buffer of at least [`BUF_SIZE`] capacity from this thread's pool.
@@ -80,12 +57,7 @@ pub fn give(mut b: Vec<u8>) {
         _ => return,
     };
     b.clear();
-    pool.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.free.len() < max {
-            p.free.push(b);
-        }
-    });
+    pool.with(|p| p.borrow_mut().push(b, max));
 }
 
 /// Frees the buffers of this thread's pools that stayed unused since the previous call, keeping at

@@ -3,6 +3,7 @@
 
 pub mod buf;
 pub mod config;
+mod freelist;
 pub mod http;
 pub mod latency;
 pub mod log;

@@ -24,6 +24,8 @@ use std::{
     task::{Context, Poll},
 };
 
+use crate::freelist::FreeList;
+
 /// Slots a worker's free list always keeps.
 const POOL_FLOOR: usize = 16;
 /// Slots a worker's free list keeps at most; more are freed.
@@ -153,25 +155,14 @@ impl<F: Future> Drop for InPlace<'_, F> {
     }
 }
 
-/// One worker's free list (the same shape as `buf`'s: it grows to the peak in use; [`trim`] frees what
-/// a quiet period did not need).
-struct Pool {
-    free: Vec<Slot>,
-    low_water: usize,
-}
-
 thread_local! {
-    static POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new(), low_water: 0 }) };
+    /// This worker's free slots (`crate::freelist`: grows to the peak in use, trimmed every few seconds).
+    static POOL: RefCell<FreeList<Slot>> = const { RefCell::new(FreeList::new()) };
 }
 
 /// Takes a slot that fits `layout` from this thread's free list, or allocates one.
 pub fn take(layout: Layout) -> Slot {
-    let reused = POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        let s = p.free.pop();
-        p.low_water = p.low_water.min(p.free.len());
-        s
-    });
+    let reused = POOL.with(|p| p.borrow_mut().pop());
     match reused {
         Some(s) if s.fits(layout) => s,
         _ => Slot::new(layout),
@@ -188,30 +179,15 @@ pub fn run_in<F: Future>(held: &mut Option<Slot>, fut: F) -> InPlace<'_, F> {
 
 /// Returns a slot to this thread's free list (a busy one, or one over the list's cap, is dropped).
 pub fn give(s: Slot) {
-    if s.busy {
-        return;
+    if !s.busy {
+        POOL.with(|p| p.borrow_mut().push(s, POOL_MAX));
     }
-    POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.free.len() < POOL_MAX {
-            p.free.push(s);
-        }
-    });
 }
 
 /// Frees the slots of this thread's free list that stayed unused since the previous call, keeping at
 /// least [`POOL_FLOOR`]. Returns how many remain.
 pub fn trim() -> usize {
-    POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        let len = p.free.len();
-        let surplus = p.low_water.min(len.saturating_sub(POOL_FLOOR));
-        let kept = len - surplus;
-        p.free.truncate(kept);
-        p.free.shrink_to(kept.max(POOL_FLOOR));
-        p.low_water = kept;
-        kept
-    })
+    POOL.with(|p| p.borrow_mut().trim(POOL_FLOOR))
 }
 
 #[cfg(test)]
