@@ -104,8 +104,9 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
         cancel: monoio::io::Canceller::new(),
     };
     if over_capacity {
-        let mut held = Held(None);
-        return slot::run_in(&mut held.0, shed(&w, c)).await;
+        // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
+        // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
+        return Box::pin(shed(&w, c)).await;
     }
     let mut held = Held(None);
     loop {
