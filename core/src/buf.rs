@@ -71,6 +71,13 @@ pub fn trim() -> (usize, usize) {
     )
 }
 
+/// Replaces `buf` with a pooled large buffer holding `buf[from..]`; the old storage goes back to its pool.
+fn move_to_large(buf: &mut Vec<u8>, from: usize) {
+    let mut large = take_large();
+    large.extend_from_slice(&buf[from..]);
+    give(std::mem::replace(buf, large));
+}
+
 /// Received bytes not yet consumed: `data()` is `storage[pos..]`.
 #[derive(Debug, Default)]
 pub struct RecvBuf {
@@ -140,9 +147,10 @@ impl RecvBuf {
         res
     }
 
-    /// Like [`RecvBuf::fill`], with room for at least [`LARGE_BUF_SIZE`] bytes: for a body relay once
-    /// the body outgrew its first read. The storage is swapped for a pooled large buffer (unconsumed
-    /// bytes are carried over), so steady traffic allocates nothing.
+    /// Like [`RecvBuf::fill`], with room for at least [`LARGE_BUF_SIZE`] bytes: for upstream response
+    /// heads (so the body bytes behind a head come in the same read) and for body relays. The storage is
+    /// swapped for a pooled large buffer (unconsumed bytes are carried over), so steady traffic
+    /// allocates nothing.
     ///
     /// # Errors
     /// The read's error.
@@ -151,9 +159,7 @@ impl RecvBuf {
     /// As [`RecvBuf::fill`].
     pub async fn fill_large<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
         if self.storage.capacity() < LARGE_BUF_SIZE {
-            let mut large = take_large();
-            large.extend_from_slice(self.data());
-            give(std::mem::replace(&mut self.storage, large));
+            move_to_large(&mut self.storage, self.pos);
             self.pos = 0;
         }
         self.fill(io).await
@@ -242,9 +248,7 @@ impl SendBuf {
         if self.0.capacity() - len >= additional || len + additional > LARGE_BUF_SIZE {
             return;
         }
-        let mut large = take_large();
-        large.extend_from_slice(&self.0);
-        give(std::mem::replace(&mut self.0, large));
+        move_to_large(&mut self.0, 0);
     }
 
     /// Writes the whole buffer to `io` and clears it.

@@ -77,11 +77,18 @@ enum Step {
 /// future is dropped mid-request).
 struct Held(Option<Slot>);
 
-impl Drop for Held {
-    fn drop(&mut self) {
+impl Held {
+    /// Gives the slot, if any, back to the worker's free list.
+    fn release(&mut self) {
         if let Some(s) = self.0.take() {
             slot::give(s);
         }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -116,9 +123,7 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
         match slot::run_in(&mut held.0, active(&w, &mut c)).await {
             Step::Idle => {
                 c.rb.release();
-                if let Some(s) = held.0.take() {
-                    slot::give(s);
-                }
+                held.release();
             }
             Step::Next(Next::Keep) => {}
             Step::Next(Next::Close) => return,

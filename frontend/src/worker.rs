@@ -253,7 +253,7 @@ async fn sweep_pools(w: Rc<Worker>) {
         let idle: usize = w.current().upstreams.iter().map(Upstream::sweep).sum();
         w.metrics.upstream_idle.set(idle as f64);
         if tick % 10 == 0 {
-            let _ = edge_core::buf::trim();
+            edge_core::buf::trim();
             edge_core::slot::trim();
         }
     }
