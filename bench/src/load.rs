@@ -133,7 +133,7 @@ impl LoadReport {
 
     /// Latency at quantile `q` (0.0..=1.0).
     pub fn latency(&self, q: f64) -> Duration {
-        Duration::from_micros(self.latency_us.value_at_quantile(q))
+        quantile(&self.latency_us, q)
     }
 
     /// Largest recorded latency.
@@ -165,6 +165,64 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
 }
 
+/// The value of a µs histogram at quantile `q` (0.0..=1.0).
+pub(crate) fn quantile(h: &Histogram<u64>, q: f64) -> Duration {
+    Duration::from_micros(h.value_at_quantile(q))
+}
+
+/// Adds a thread's µs histogram into the run's.
+///
+/// # Errors
+/// A value outside the run histogram's range (both come from [`new_histogram`], so none in practice).
+pub(crate) fn merge(into: &mut Histogram<u64>, from: &Histogram<u64>) -> io::Result<()> {
+    into.add(from)
+        .map_err(|e| io::Error::other(format!("merging histograms: {e}")))
+}
+
+/// Runs `make(t)()` on `threads` threads named `{name}-{t}`, thread t pinned to `cpus[t % cpus.len()]`
+/// when `cpus` is not empty, and returns their results in thread order once all have ended.
+///
+/// # Errors
+/// A spawn failure; else the first thread's error or panic (after all threads were joined).
+pub(crate) fn run_threads<S, F>(
+    name: &str,
+    threads: usize,
+    cpus: &[usize],
+    mut make: impl FnMut(usize) -> F,
+) -> io::Result<Vec<S>>
+where
+    S: Send + 'static,
+    F: FnOnce() -> io::Result<S> + Send + 'static,
+{
+    let mut handles = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
+        let work = make(t);
+        let handle = std::thread::Builder::new()
+            .name(format!("{name}-{t}"))
+            .spawn(move || {
+                if let Some(id) = cpu {
+                    core_affinity::set_for_current(core_affinity::CoreId { id });
+                }
+                work()
+            })?;
+        handles.push(handle);
+    }
+    let mut results = Vec::with_capacity(threads);
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(s)) => results.push(s),
+            Ok(Err(e)) => first_err = first_err.or(Some(e)),
+            Err(_) => first_err = first_err.or(Some(io::Error::other("load thread panicked"))),
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(results),
+    }
+}
+
 /// Run-wide, read-only settings shared by one thread's connections.
 struct Plan {
     target: SocketAddr,
@@ -185,30 +243,22 @@ pub fn run_load(opts: &LoadOptions) -> io::Result<LoadReport> {
     let start = Instant::now();
     let end = start + opts.duration;
     let hard_end = end + opts.request_timeout;
-    let mut handles = Vec::with_capacity(threads);
-    for t in 0..threads {
+    let stats = run_threads("load", threads, &opts.cpus, |t| {
         // Connections round-robin over threads: thread t gets every threads-th connection.
         let conns = (opts.connections + threads - 1 - t) / threads;
         let request = request.clone();
         let (target, timeout) = (opts.target, opts.request_timeout);
-        let cpu = (!opts.cpus.is_empty()).then(|| opts.cpus[t % opts.cpus.len()]);
-        let handle = std::thread::Builder::new()
-            .name(format!("load-{t}"))
-            .spawn(move || -> io::Result<ThreadStats> {
-                if let Some(id) = cpu {
-                    core_affinity::set_for_current(core_affinity::CoreId { id });
-                }
-                let plan = Plan {
-                    target,
-                    request: Rc::new(request),
-                    end,
-                    hard_end,
-                    request_timeout: timeout,
-                };
-                run_thread(plan, conns)
-            })?;
-        handles.push(handle);
-    }
+        move || {
+            let plan = Plan {
+                target,
+                request: Rc::new(request),
+                end,
+                hard_end,
+                request_timeout: timeout,
+            };
+            run_thread(plan, conns)
+        }
+    })?;
     let mut report = LoadReport {
         responses: 0,
         non_2xx: 0,
@@ -216,24 +266,11 @@ pub fn run_load(opts: &LoadOptions) -> io::Result<LoadReport> {
         elapsed: Duration::ZERO,
         latency_us: new_histogram(),
     };
-    let mut first_err = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(s)) => {
-                report.responses += s.responses;
-                report.non_2xx += s.non_2xx;
-                report.errors.add(&s.errors);
-                report
-                    .latency_us
-                    .add(&s.latency_us)
-                    .map_err(|e| io::Error::other(format!("merging histograms: {e}")))?;
-            }
-            Ok(Err(e)) => first_err = first_err.or(Some(e)),
-            Err(_) => first_err = first_err.or(Some(io::Error::other("load thread panicked"))),
-        }
-    }
-    if let Some(e) = first_err {
-        return Err(e);
+    for s in stats {
+        report.responses += s.responses;
+        report.non_2xx += s.non_2xx;
+        report.errors.add(&s.errors);
+        merge(&mut report.latency_us, &s.latency_us)?;
     }
     report.elapsed = start.elapsed();
     Ok(report)

@@ -40,7 +40,8 @@ use hdrhistogram::Histogram;
 use monoio::net::TcpStream;
 
 use crate::load::{
-    exchange, new_histogram, ErrorCounts, CONNECT_BACKOFF, MAX_LATENCY_US, READ_BUF,
+    exchange, merge, new_histogram, quantile, run_threads, ErrorCounts, CONNECT_BACKOFF,
+    MAX_LATENCY_US, READ_BUF,
 };
 use crate::wire::{is_disconnect, ReadBuf, SharedBytes};
 
@@ -198,7 +199,7 @@ impl OpenLoopReport {
 
     /// Latency from the due time at quantile `q` (0.0..=1.0).
     pub fn latency(&self, q: f64) -> Duration {
-        Duration::from_micros(self.latency_us.value_at_quantile(q))
+        quantile(&self.latency_us, q)
     }
 
     /// Largest latency from the due time.
@@ -264,33 +265,25 @@ pub fn run_open_loop(opts: &OpenLoopOptions) -> io::Result<OpenLoopReport> {
     // Leave a little time for the threads to start and connect before the first request is due.
     let start = Instant::now() + Duration::from_millis(100);
     let hard_end = start + opts.duration + opts.request_timeout;
-    let mut handles = Vec::with_capacity(threads);
-    for t in 0..threads {
+    let stats = run_threads("openloop", threads, &opts.cpus, |t| {
         let schedules: Vec<ConnSchedule> = (t..conns)
             .step_by(threads)
             .map(|j| ConnSchedule::new(j, conns, opts.rate))
             .collect();
         let request = request.clone();
         let (target, timeout, duration) = (opts.target, opts.request_timeout, opts.duration);
-        let cpu = (!opts.cpus.is_empty()).then(|| opts.cpus[t % opts.cpus.len()]);
-        let handle = std::thread::Builder::new()
-            .name(format!("openloop-{t}"))
-            .spawn(move || -> io::Result<ThreadStats> {
-                if let Some(id) = cpu {
-                    core_affinity::set_for_current(core_affinity::CoreId { id });
-                }
-                let plan = Plan {
-                    target,
-                    request: Rc::new(request),
-                    start,
-                    duration,
-                    hard_end,
-                    request_timeout: timeout,
-                };
-                run_thread(plan, schedules)
-            })?;
-        handles.push(handle);
-    }
+        move || {
+            let plan = Plan {
+                target,
+                request: Rc::new(request),
+                start,
+                duration,
+                hard_end,
+                request_timeout: timeout,
+            };
+            run_thread(plan, schedules)
+        }
+    })?;
     let mut report = OpenLoopReport {
         rate: opts.rate,
         scheduled: scheduled_total(opts.rate, conns, opts.duration),
@@ -303,27 +296,14 @@ pub fn run_open_loop(opts: &OpenLoopOptions) -> io::Result<OpenLoopReport> {
         service_us: new_histogram(),
         send_lag_us: new_histogram(),
     };
-    let mut first_err = None;
-    let merge = |e: hdrhistogram::errors::AdditionError| {
-        io::Error::other(format!("merging histograms: {e}"))
-    };
-    for h in handles {
-        match h.join() {
-            Ok(Ok(s)) => {
-                report.responses += s.responses;
-                report.non_2xx += s.non_2xx;
-                report.unsent += s.unsent;
-                report.errors.add(&s.errors);
-                report.latency_us.add(&s.latency_us).map_err(merge)?;
-                report.service_us.add(&s.service_us).map_err(merge)?;
-                report.send_lag_us.add(&s.send_lag_us).map_err(merge)?;
-            }
-            Ok(Err(e)) => first_err = first_err.or(Some(e)),
-            Err(_) => first_err = first_err.or(Some(io::Error::other("load thread panicked"))),
-        }
-    }
-    if let Some(e) = first_err {
-        return Err(e);
+    for s in stats {
+        report.responses += s.responses;
+        report.non_2xx += s.non_2xx;
+        report.unsent += s.unsent;
+        report.errors.add(&s.errors);
+        merge(&mut report.latency_us, &s.latency_us)?;
+        merge(&mut report.service_us, &s.service_us)?;
+        merge(&mut report.send_lag_us, &s.send_lag_us)?;
     }
     report.elapsed = start.elapsed();
     Ok(report)
