@@ -180,7 +180,7 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
             date: crate::host::utc_date(),
             commit: git_commit(),
             machine: machine(),
-            kernel: read_trim("/proc/sys/kernel/osrelease"),
+            kernel: crate::host::kernel_release().unwrap_or_else(|| "unknown".into()),
             versions,
             placement,
             fd_limit: (soft, hard),
@@ -544,24 +544,10 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
 
-fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 /// `CPU model, N CPUs, M GiB`.
 fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown CPU".to_string(), |(_, m)| m.trim().to_string());
-    let cpus = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
+    let model = crate::host::cpu_model().unwrap_or_else(|| "unknown CPU".into());
+    let cpus = crate::host::online_cpus().unwrap_or(0);
     let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
         .lines()
