@@ -5,6 +5,7 @@ pub mod buf;
 pub mod config;
 mod freelist;
 pub mod http;
+pub mod io;
 pub mod latency;
 pub mod log;
 pub mod metrics;

@@ -76,8 +76,9 @@ label_enum!(
 );
 
 label_enum!(
-    /// `kind` of `edge_upstream_errors_total`.
-    UpstreamErrorKind {
+    /// `kind` label values of `edge_upstream_errors_total`; which upstream failure counts under which is
+    /// decided in one place, `edge_upstream::UpstreamErrorKind::counted`.
+    UpstreamErrorLabel {
         /// Connect refused.
         Refused = "refused",
         /// Reset before a complete response.
@@ -203,7 +204,7 @@ impl WorkerMetrics {
             upstream_errors: by(
                 "edge_upstream_errors_total",
                 "kind",
-                UpstreamErrorKind::NAMES,
+                UpstreamErrorLabel::NAMES,
             ),
             upstream_timeouts: by(
                 "edge_upstream_timeouts_total",
@@ -275,7 +276,7 @@ impl WorkerMetrics {
     }
 
     /// `edge_upstream_errors_total{worker,kind}`
-    pub fn upstream_error(&self, k: UpstreamErrorKind) -> &Counter {
+    pub fn upstream_error(&self, k: UpstreamErrorLabel) -> &Counter {
         &self.upstream_errors[k as usize]
     }
 

@@ -9,7 +9,8 @@ use std::net::IpAddr;
 
 use edge_core::http::{
     framing::{connection_has, is_h2c, Body},
-    head::{list_elements, Field, FieldKind, RequestHead, ResponseHead},
+    head::{list_elements, Field, FieldKind, ResponseHead},
+    view::{RequestView, Version},
     write::{push_dec, push_hex, push_ip},
 };
 
@@ -117,13 +118,8 @@ pub struct RequestRewrite<'a> {
 /// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream (`Connection: upgrade`
 /// instead for a forwarded upgrade). Expect goes upstream for HTTP/1.1 requests only: an HTTP/1.0
 /// client's `100-continue` must be ignored (RFC 9110 §10.1.1), and edge speaks HTTP/1.1 upstream.
-pub fn request_head(
-    out: &mut Vec<u8>,
-    buf: &[u8],
-    head: &RequestHead,
-    fields: &[Field],
-    rw: &RequestRewrite<'_>,
-) {
+pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrite<'_>) {
+    let (buf, head, fields) = (req.buf, req.head, req.fields);
     out.extend_from_slice(&buf[head.method.clone()]);
     out.push(b' ');
     // Absolute-form goes upstream in origin-form with its authority as Host (RFC 9112 §3.2.2).
@@ -143,7 +139,7 @@ pub fn request_head(
         }
         match f.kind {
             FieldKind::ContentLength => continue, // re-derived below
-            FieldKind::Expect if head.minor == 0 => continue,
+            FieldKind::Expect if req.version == Version::Http10 => continue,
             FieldKind::MaxForwards if rw.max_forwards.is_some() => {
                 if !max_forwards_done {
                     max_forwards_done = true;
@@ -316,7 +312,20 @@ pub fn response_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edge_core::http::head::{parse_request, parse_response, Fields};
+    use edge_core::http::head::{parse_request, parse_response, Fields, RequestHead};
+
+    fn view<'a>(buf: &'a [u8], head: &'a RequestHead, fields: &'a [Field]) -> RequestView<'a> {
+        let version = match head.minor {
+            0 => Version::Http10,
+            _ => Version::Http11,
+        };
+        RequestView {
+            buf,
+            head,
+            fields,
+            version,
+        }
+    }
 
     fn rewrite(text: &str, trusted: bool) -> String {
         let mut f = Fields::new();
@@ -335,7 +344,7 @@ mod tests {
             max_forwards: info.max_forwards,
         };
         let mut out = Vec::new();
-        request_head(&mut out, text.as_bytes(), &h, &f, &rw);
+        request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
         String::from_utf8(out).unwrap()
     }
 
@@ -542,7 +551,7 @@ mod tests {
                 max_forwards: None,
             };
             let mut out = Vec::new();
-            request_head(&mut out, buf, &h, &f, &rw);
+            request_head(&mut out, &view(buf, &h, &f), &rw);
             let mut f2 = Fields::new();
             let h2 = parse_request(&out, 100, &mut f2).unwrap().unwrap();
             prop_assert_eq!(h2.len, out.len());

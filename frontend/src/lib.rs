@@ -3,14 +3,14 @@
 //! takes them over from a running edge, [`upgrade`]), starts the admin thread and one pinned worker per
 //! core, then [`supervise`]s them until a signal or a handover; SIGHUP [`reload`]s the configuration.
 //!
-//! Per request: [`conn`] (keep-alive loop, inbound deadlines) → [`route`] → [`proxy`] (the upstream
-//! exchange) with heads rewritten by [`forward`]; every failure is answered through [`respond`].
+//! Per request: [`server`] (the downstream session: HTTP/1.1 keep-alive loop, inbound deadlines) →
+//! [`route`] → [`proxy`] (the orchestrator, over the upstream HTTP/1.1 client of `edge_upstream::h1`)
+//! with heads rewritten by [`forward`]; every failure is answered and recorded through [`respond`].
 
 pub mod admin;
 #[cfg(feature = "count-alloc")]
 pub mod alloc_count;
 pub mod cli;
-pub mod conn;
 pub mod evict;
 pub mod faults;
 pub mod forward;
@@ -19,8 +19,8 @@ pub mod relay;
 pub mod reload;
 pub mod respond;
 pub mod route;
+pub mod server;
 pub mod supervise;
-pub mod tunnel;
 pub mod upgrade;
 pub mod worker;
 

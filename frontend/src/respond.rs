@@ -1,16 +1,17 @@
 //! Every drop path of DESIGN.md "Status codes" in one place: [`Failure`] is what went wrong before a
-//! response head reached the client, and [`Failure::answer`] decides the status, whether the connection
-//! closes, the counter and the log event. Also the local answers (health) and the lingering close.
+//! response head reached the client ([`Failure::status`], [`Failure::closes`] and [`Failure::record`]
+//! decide the status, whether the connection closes, the counter and the log event);
+//! [`record_truncation`], [`record_upstream_mid_body`] and [`record_client_gone`] are the failures after
+//! it. Every line about a request carries `method`, `path` and `request_id` ([`RequestLog`]); warn lines
+//! are rate-limited per worker ([`warn_limited!`](crate::warn_limited)). Also the local answers (health,
+//! OPTIONS) and the lingering close.
 
 use std::{cell::Cell, io::Write, time::Duration};
 
+use edge_core::io::Transport;
 use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
-use edge_upstream::{UpstreamError, UpstreamErrorKind};
-use monoio::{
-    io::{AsyncReadRent, Splitable},
-    net::TcpStream,
-    time::Instant,
-};
+use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
+use monoio::{io::AsyncReadRent, time::Instant};
 
 use crate::worker::Worker;
 
@@ -28,11 +29,105 @@ pub enum Failure {
 }
 
 /// What the request looked like, for log lines (owned copies are made only on the logging path).
+#[derive(Clone, Copy)]
 pub struct RequestLog<'a> {
     /// Method and target, as received (possibly cut at 256 bytes).
     pub line: &'a [u8],
-    /// The request id.
+    /// The request id (`-` before one is known).
     pub id: &'a [u8],
+}
+
+impl RequestLog<'_> {
+    /// (method, path, request id) for a log line.
+    pub fn parts(&self) -> (String, String, String) {
+        let line = String::from_utf8_lossy(self.line);
+        let (method, path) = line.split_once(' ').unwrap_or((&line, ""));
+        let id = match self.id {
+            b"" => "-".into(),
+            id => String::from_utf8_lossy(id).into_owned(),
+        };
+        (method.to_string(), path.to_string(), id)
+    }
+}
+
+/// A warn-level drop log, rate-limited per worker ([`LogLimit`]): `warn_limited!(w, req_log, event =
+/// "...", ...)` adds `worker`, `method`, `path` and `request_id`.
+#[macro_export]
+macro_rules! warn_limited {
+    ($w:expr, $log:expr, $($field:tt)*) => {
+        if $w.log_limit.allow() {
+            let (method, path, request_id) = $log.parts();
+            tracing::warn!(worker = $w.id, method, path, request_id, $($field)*);
+        }
+    };
+}
+
+/// A response cut short after its head went out (DESIGN.md "Status codes"):
+/// `edge_responses_truncated_total` and `response.truncated`.
+pub fn record_truncation(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &'static str) {
+    w.metrics.truncated.increment(1);
+    crate::warn_limited!(w, log, event = "response.truncated", status, cause);
+}
+
+/// The upstream failed after the response head went out: counted by its kind as before the head
+/// ([`UpstreamErrorKind::counted`]) with its `upstream.error` line (the zombie verdict logs
+/// `upstream.zombie` where it is found); the truncation is recorded besides ([`record_truncation`]).
+pub fn record_upstream_mid_body(
+    w: &Worker,
+    log: &RequestLog<'_>,
+    status: u16,
+    kind: UpstreamErrorKind,
+    cause: &'static str,
+) {
+    match kind.counted() {
+        Counted::Error(label) => {
+            w.metrics.upstream_error(label).increment(1);
+            crate::warn_limited!(
+                w,
+                log,
+                event = "upstream.error",
+                status,
+                kind = label.as_str(),
+                cause
+            );
+        }
+        Counted::Timeout(p) => w.metrics.upstream_timeout(p).increment(1),
+        Counted::Shed => w.metrics.request_shed().increment(1),
+    }
+}
+
+/// An answer edge wrote could not be delivered (the client closed first): nothing to count, a debug
+/// line.
+pub fn record_undelivered(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &str) {
+    let (method, path, request_id) = log.parts();
+    tracing::debug!(
+        event = "response.undelivered",
+        worker = w.id,
+        method,
+        path,
+        request_id,
+        status,
+        cause
+    );
+}
+
+/// The client went away while edge wrote to it: no progress within `send` counts an inbound `send`
+/// timeout and a truncation (warn); a closed connection is logged at debug (`response.undelivered`),
+/// nothing to count.
+pub fn record_client_gone(w: &Worker, log: &RequestLog<'_>, e: SendFailure) {
+    match e {
+        SendFailure::Timeout => {
+            w.metrics.inbound_timeout(InboundPhase::Send).increment(1);
+            w.metrics.truncated.increment(1);
+            crate::warn_limited!(
+                w,
+                log,
+                event = "response.truncated",
+                cause = "client stopped reading (send deadline)"
+            );
+        }
+        SendFailure::Closed => record_undelivered(w, log, 0, "client closed the connection"),
+    }
 }
 
 impl Failure {
@@ -130,73 +225,70 @@ impl Failure {
         }
     }
 
-    /// Counts the failure and logs its event (rate-limited at warn).
+    /// Counts the failure and logs its event (rate-limited at warn), each line with the request's
+    /// method, path and id.
     pub fn record(self, w: &Worker, req: &RequestLog<'_>) {
-        let line = String::from_utf8_lossy(req.line);
-        let id = String::from_utf8_lossy(req.id);
         let status = self.status();
         if self != Failure::NoRoute && w.log_limit.allow() {
-            let (method, path) = line.split_once(' ').unwrap_or((&line, ""));
-            tracing::info!(event = "request.failed", worker = w.id, method, path, status, kind = self.kind(), request_id = %id);
+            let (method, path, request_id) = req.parts();
+            tracing::info!(
+                event = "request.failed",
+                worker = w.id,
+                method,
+                path,
+                request_id,
+                status,
+                kind = self.kind()
+            );
         }
         match self {
             Failure::Invalid(r) => {
                 w.metrics.invalid(r).increment(1);
-                if w.log_limit.allow() {
-                    tracing::warn!(event = "request.invalid", worker = w.id, status, reason = r.as_str(), request = %line, request_id = %id);
-                }
+                crate::warn_limited!(
+                    w,
+                    req,
+                    event = "request.invalid",
+                    status,
+                    reason = r.as_str()
+                );
             }
             Failure::RequestTimeout => {
                 w.metrics
                     .inbound_timeout(InboundPhase::Request)
                     .increment(1);
-                if w.log_limit.allow() {
-                    tracing::warn!(event = "request.timeout", worker = w.id, status, request = %line, request_id = %id);
-                }
+                crate::warn_limited!(w, req, event = "request.timeout", status);
             }
             Failure::NoRoute => {}
-            Failure::Upstream(e) if e.kind == UpstreamErrorKind::QueueTimeout => {
-                w.metrics.request_shed().increment(1);
-                if w.log_limit.allow() {
-                    tracing::warn!(event = "request.shed", worker = w.id, status, reason = "upstream_queue", request = %line, request_id = %id);
+            Failure::Upstream(e) => match e.kind.counted() {
+                Counted::Shed => {
+                    w.metrics.request_shed().increment(1);
+                    crate::warn_limited!(
+                        w,
+                        req,
+                        event = "request.shed",
+                        status,
+                        reason = "upstream_queue"
+                    );
                 }
-            }
-            Failure::Upstream(e) => {
-                let phase = match e.kind {
-                    UpstreamErrorKind::ConnectTimeout => Some(UpstreamPhase::Connect),
-                    UpstreamErrorKind::WriteTimeout => Some(UpstreamPhase::Write),
-                    UpstreamErrorKind::RequestTimeout => Some(UpstreamPhase::Request),
-                    UpstreamErrorKind::Zombie => Some(UpstreamPhase::Zombie),
-                    _ => None,
-                };
-                match phase {
-                    Some(p) => {
-                        w.metrics.upstream_timeout(p).increment(1);
-                        if p != UpstreamPhase::Zombie && w.log_limit.allow() {
-                            tracing::warn!(event = "upstream.timeout", worker = w.id, status, phase = p.as_str(), request = %line, request_id = %id);
-                        }
-                    }
-                    None => {
-                        let kind = upstream_kind(e.kind);
-                        w.metrics.upstream_error(kind).increment(1);
-                        if w.log_limit.allow() {
-                            tracing::warn!(event = "upstream.error", worker = w.id, status, kind = kind.as_str(), error = %e.kind, request = %line, request_id = %id);
-                        }
+                Counted::Timeout(p) => {
+                    w.metrics.upstream_timeout(p).increment(1);
+                    // The zombie verdict has its own line, `upstream.zombie`, written where it is found.
+                    if p != UpstreamPhase::Zombie {
+                        crate::warn_limited!(
+                            w,
+                            req,
+                            event = "upstream.timeout",
+                            status,
+                            phase = p.as_str()
+                        );
                     }
                 }
-            }
+                Counted::Error(label) => {
+                    w.metrics.upstream_error(label).increment(1);
+                    crate::warn_limited!(w, req, event = "upstream.error", status, kind = label.as_str(), error = %e.kind);
+                }
+            },
         }
-    }
-}
-
-/// The counter label of an upstream error kind that is not a timeout.
-pub fn upstream_kind(k: UpstreamErrorKind) -> edge_core::metrics::UpstreamErrorKind {
-    use edge_core::metrics::UpstreamErrorKind as L;
-    match k {
-        UpstreamErrorKind::Refused => L::Refused,
-        UpstreamErrorKind::ClosedEarly => L::ClosedEarly,
-        UpstreamErrorKind::BadResponse => L::BadResponse,
-        _ => L::Reset,
     }
 }
 
@@ -318,10 +410,10 @@ pub enum SendFailure {
 
 /// Lingering close (DESIGN.md "Status codes"): shut the write side, then discard input for up to 1 s or
 /// 256 KiB so the client reads the response instead of a reset.
-pub async fn linger_close(stream: TcpStream) {
+pub async fn linger_close<T: Transport>(stream: T) {
     const LIMIT: usize = 256 * 1024;
     let until = Instant::now() + Duration::from_secs(1);
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = stream.split();
     let _ = monoio::io::AsyncWriteRent::shutdown(&mut wr).await;
     let mut buf = edge_core::buf::take();
     let mut seen = 0;

@@ -26,7 +26,7 @@ use edge_core::{
     runtime::{ConnectionSlot, Shared, WorkerEnv, HEARTBEAT_EVERY},
 };
 use edge_upstream::Upstream;
-use monoio::net::{TcpListener, TcpStream};
+use monoio::net::TcpListener;
 
 use crate::{respond::LogLimit, route::Router};
 
@@ -99,7 +99,7 @@ impl Worker {
     pub fn new(id: usize, shared: Arc<Shared>) -> Self {
         let metrics = WorkerMetrics::register(id);
         let ejected = metrics
-            .upstream_error(edge_core::metrics::UpstreamErrorKind::Ejected)
+            .upstream_error(edge_core::metrics::UpstreamErrorLabel::Ejected)
             .clone();
         let (cfg, generation) = shared.config.get();
         Worker {
@@ -334,15 +334,21 @@ fn make_room(w: &Worker) -> bool {
 }
 
 /// Runs one connection; a panic inside it closes only this connection and is counted.
-async fn guarded(
+async fn guarded<T: edge_core::io::Transport>(
     w: Rc<Worker>,
-    stream: TcpStream,
+    stream: T,
     peer: SocketAddr,
     slot: ConnectionSlot,
     over: bool,
 ) {
     w.metrics.connections_active.increment(1.0);
-    let res = CatchUnwind(Box::pin(crate::conn::serve(w.clone(), stream, peer, over))).await;
+    let res = CatchUnwind(Box::pin(crate::server::h1::serve(
+        w.clone(),
+        stream,
+        peer,
+        over,
+    )))
+    .await;
     w.open.set(w.open.get() - 1);
     w.metrics.connections_active.decrement(1.0);
     drop(slot);

@@ -108,7 +108,7 @@ impl Upstream {
     }
 
     /// Connects to endpoint `i`, recording the outcome for passive ejection.
-    async fn connect(&self, i: usize) -> Result<monoio::net::TcpStream, UpstreamError> {
+    async fn connect(&self, i: usize) -> Result<crate::connect::UpstreamStream, UpstreamError> {
         let ep = &self.endpoints[i];
         let res = connect(ep.addr, self.config.connect_timeout.0).await;
         let transition = match &res {

@@ -7,12 +7,16 @@ use monoio::net::TcpStream;
 
 use crate::error::{UpstreamError, UpstreamErrorKind};
 
+/// The transport of the connections edge opens to upstreams (plain TCP; the upstream TLS variant joins
+/// here).
+pub type UpstreamStream = edge_core::io::Plain;
+
 /// Connects to `addr` within `timeout`, with TCP_NODELAY set.
 ///
 /// # Errors
 /// `Refused` (also for other immediate connect failures, e.g. unreachable) or `ConnectTimeout`; both are
 /// retry-safe (nothing was sent).
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, UpstreamError> {
+pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<UpstreamStream, UpstreamError> {
     match monoio::time::timeout(timeout, TcpStream::connect_addr(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use edge_core::metrics::{UpstreamErrorLabel, UpstreamPhase};
+
 /// What went wrong talking to an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UpstreamErrorKind {
@@ -53,6 +55,36 @@ impl UpstreamError {
             _ => UpstreamErrorKind::Reset,
         };
         UpstreamError::new(kind)
+    }
+}
+
+/// Where a failure of some [`UpstreamErrorKind`] is counted (DESIGN.md "Status codes", "Metrics").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// `edge_upstream_errors_total{kind}` with `upstream.error`.
+    Error(UpstreamErrorLabel),
+    /// `edge_upstream_timeouts_total{phase}` with `upstream.timeout` (the zombie verdict logs
+    /// `upstream.zombie` instead).
+    Timeout(UpstreamPhase),
+    /// `edge_requests_shed_total{reason="upstream_queue"}` with `request.shed`.
+    Shed,
+}
+
+impl UpstreamErrorKind {
+    /// The one map from a kind to its counter, before or after the response head.
+    pub const fn counted(self) -> Counted {
+        use UpstreamErrorKind as K;
+        match self {
+            K::Refused => Counted::Error(UpstreamErrorLabel::Refused),
+            K::Reset => Counted::Error(UpstreamErrorLabel::Reset),
+            K::ClosedEarly => Counted::Error(UpstreamErrorLabel::ClosedEarly),
+            K::BadResponse => Counted::Error(UpstreamErrorLabel::BadResponse),
+            K::ConnectTimeout => Counted::Timeout(UpstreamPhase::Connect),
+            K::WriteTimeout => Counted::Timeout(UpstreamPhase::Write),
+            K::RequestTimeout => Counted::Timeout(UpstreamPhase::Request),
+            K::Zombie => Counted::Timeout(UpstreamPhase::Zombie),
+            K::QueueTimeout => Counted::Shed,
+        }
     }
 }
 

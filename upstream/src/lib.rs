@@ -1,6 +1,8 @@
 //! edge-upstream: the upstream side of one worker: per-endpoint pools of keep-alive connections
 //! ([`pool`]), connecting under `connect_timeout` ([`connect`]), round-robin over endpoints
-//! ([`balance`]), and the upstream error type with its kind and retry-safety ([`error`]).
+//! ([`balance`]), passive ejection ([`eject`]), the HTTP/1.1 client session ([`h1`]) with its zombie
+//! clock ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
+//! retry-safety ([`error`]).
 //!
 //! Everything here is per worker (`Rc`/`RefCell`, no locks): a worker never uses another worker's
 //! connection (DESIGN.md "Upstream pools and retries").
@@ -9,10 +11,12 @@ pub mod balance;
 pub mod connect;
 pub mod eject;
 pub mod error;
+pub mod h1;
 pub mod permit;
 pub mod pool;
+pub mod retry;
 pub mod zombie;
 
 pub use balance::Upstream;
-pub use error::{UpstreamError, UpstreamErrorKind};
+pub use error::{Counted, UpstreamError, UpstreamErrorKind};
 pub use pool::UpstreamConn;

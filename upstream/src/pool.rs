@@ -4,15 +4,18 @@
 //! `Keep-Alive: timeout=N` minus one second) by the worker's own timer, and checked for a close or stray
 //! bytes before reuse.
 
-use std::{cell::RefCell, os::fd::AsRawFd, time::Duration};
+use std::{cell::RefCell, time::Duration};
 
-use edge_core::buf::RecvBuf;
-use monoio::{net::TcpStream, time::Instant};
+use edge_core::{buf::RecvBuf, io::Transport};
+use monoio::time::Instant;
 
-/// One upstream connection, checked out for one exchange or idle in a pool.
-pub struct UpstreamConn {
-    /// The socket.
-    pub stream: TcpStream,
+use crate::connect::UpstreamStream;
+
+/// One upstream connection, checked out for one exchange or idle in a pool. `T` is its transport
+/// ([`UpstreamStream`] for every connection edge opens; tests may use another).
+pub struct UpstreamConn<T: Transport = UpstreamStream> {
+    /// The connection.
+    pub stream: T,
     /// Bytes received and not yet consumed (empty whenever the connection is pooled).
     pub buf: RecvBuf,
     /// Index of the endpoint within its upstream.
@@ -26,10 +29,10 @@ pub struct UpstreamConn {
     registration: edge_core::runtime::orphans::Registration,
 }
 
-impl UpstreamConn {
-    /// Wraps a freshly connected socket.
-    pub fn new(stream: TcpStream, endpoint: usize) -> Self {
-        let registration = edge_core::runtime::orphans::register(stream.as_raw_fd(), false);
+impl<T: Transport> UpstreamConn<T> {
+    /// Wraps a freshly connected stream.
+    pub fn new(stream: T, endpoint: usize) -> Self {
+        let registration = edge_core::runtime::orphans::register(stream.fd(), false);
         UpstreamConn {
             registration,
             stream,
@@ -41,9 +44,9 @@ impl UpstreamConn {
         }
     }
 
-    /// Takes the socket out, so a phase can read and write it at once (monoio's `into_split`); put it
+    /// Takes the stream out, so a phase can read and write it at once ([`Transport::split`]); put it
     /// back with [`ConnParts::join`].
-    pub fn into_parts(self) -> (TcpStream, ConnParts) {
+    pub fn into_parts(self) -> (T, ConnParts) {
         let UpstreamConn {
             stream,
             buf,
@@ -77,8 +80,8 @@ pub struct ConnParts {
 }
 
 impl ConnParts {
-    /// The connection again, with its socket.
-    pub fn join(self, stream: TcpStream) -> UpstreamConn {
+    /// The connection again, with its stream.
+    pub fn join<T: Transport>(self, stream: T) -> UpstreamConn<T> {
         UpstreamConn {
             stream,
             buf: self.buf,
@@ -103,7 +106,7 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.idle.borrow_mut();
         while let Some(mut c) = idle.pop() {
-            if c.expires > now && is_quiet(&c.stream) {
+            if c.expires > now && c.stream.is_quiet() {
                 c.reused = true;
                 return Some(c);
             }
@@ -143,20 +146,4 @@ impl Pool {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// Whether an idle socket is still open with nothing to read (a pooled connection must be quiet: EOF means
-/// the upstream closed it, bytes mean it sent something unasked).
-fn is_quiet(s: &TcpStream) -> bool {
-    let mut b = 0u8;
-    // SAFETY: a one-byte peek into a local on a socket we own; MSG_DONTWAIT never blocks.
-    let n = unsafe {
-        libc::recv(
-            s.as_raw_fd(),
-            (&mut b as *mut u8).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
 }

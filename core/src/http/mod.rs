@@ -1,9 +1,10 @@
 //! HTTP/1.1 message framing shared by the downstream and upstream sides: head parsing on httparse
 //! ([`head`]), the framing decisions of RFC 9112 §6.3 ([`framing`]), and the chunked decoder
-//! ([`chunked`]). All sans-IO.
+//! ([`chunked`]), and the protocol-neutral message views both kinds of session use ([`view`]). All sans-IO.
 
 pub mod body;
 pub mod chunked;
 pub mod framing;
 pub mod head;
+pub mod view;
 pub mod write;

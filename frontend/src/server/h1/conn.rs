@@ -11,36 +11,31 @@
 
 use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering, time::Duration};
 
+use edge_core::io::Transport;
 use edge_core::{
     buf::{RecvBuf, SendBuf},
     http::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
-    metrics::{InboundPhase, InvalidReason, ShedReason},
+    metrics::{InboundPhase, InvalidReason},
     slot::{self, Slot},
 };
-use monoio::{
-    net::TcpStream,
-    time::{timeout_at, Instant},
-};
+use monoio::time::{timeout_at, Instant};
 
+use super::{local, session::H1Session};
 use crate::{
     forward::RequestId,
     proxy::{self, Outcome, Request},
-    respond::{self, Failure, RequestLog},
+    respond::{self, Failure, RequestLog, SendFailure},
     worker::Worker,
 };
 
 /// Longest request-line copy kept for log lines, bytes.
 const LOG_LINE_MAX: usize = 256;
-/// Most unread request body edge discards to keep a connection after an error response.
-const DISCARD_MAX: u64 = 64 * 1024;
-/// Deadline for the first head of a connection accepted over capacity (DESIGN.md "Capacity").
-const SHED_HEAD_DEADLINE: Duration = Duration::from_secs(1);
 
 /// What happens to the connection after a request.
-enum Next {
+pub(super) enum Next {
     /// Serve another request.
     Keep,
     /// Close now.
@@ -52,16 +47,16 @@ enum Next {
 }
 
 /// Per-connection state reused across its requests.
-struct Conn {
-    stream: TcpStream,
-    peer: SocketAddr,
-    rb: RecvBuf,
-    fields: Fields,
+pub(super) struct Conn<T: Transport> {
+    pub(super) stream: T,
+    pub(super) peer: SocketAddr,
+    pub(super) rb: RecvBuf,
+    pub(super) fields: Fields,
     served: u64,
     /// Method and target of the current request (at most 256 bytes), for log lines.
-    log_line: Vec<u8>,
+    pub(super) log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
-    log_id: Vec<u8>,
+    pub(super) log_id: Vec<u8>,
     /// Cancels the keep-alive fast-path read (see [`fast_wait`]).
     cancel: monoio::io::Canceller,
 }
@@ -99,7 +94,7 @@ impl Drop for Held {
 /// readiness wait); each request runs in a [`Slot`] taken from the worker's free list, kept while
 /// requests keep coming (the keep-alive fast path, no allocation per request) and given back when the
 /// connection goes idle (`edge_core::slot`).
-pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capacity: bool) {
+pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, over_capacity: bool) {
     let mut c = Conn {
         stream,
         peer,
@@ -113,7 +108,7 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
     if over_capacity {
         // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
-        return Box::pin(shed(&w, c)).await;
+        return Box::pin(local::shed(&w, c)).await;
     }
     let mut held = Held(None);
     loop {
@@ -131,7 +126,8 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
                 return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
             }
             Step::Next(Next::Tunnel(up)) => {
-                return slot::run_in(&mut held.0, crate::tunnel::run(&w, c.stream, c.rb, up)).await
+                let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, up);
+                return slot::run_in(&mut held.0, tunnel).await;
             }
         }
     }
@@ -140,7 +136,7 @@ pub async fn serve(w: Rc<Worker>, stream: TcpStream, peer: SocketAddr, over_capa
 /// The active phase: on a kept-alive connection with nothing buffered, a short read for the next
 /// request (a keep-alive client usually sends it within a round trip: one read instead of a readiness
 /// wait plus a read); then the request.
-async fn active(w: &Worker, c: &mut Conn) -> Step {
+async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Step {
     if c.rb.is_empty() {
         match fast_wait(c).await {
             FastWait::Data => {}
@@ -156,12 +152,12 @@ async fn active(w: &Worker, c: &mut Conn) -> Step {
 
 /// Waits under the `idle` deadline, holding no buffer (nor slot), for a request to start.
 /// `false` = close.
-async fn wait_idle(w: &Worker, c: &mut Conn) -> bool {
+async fn wait_idle<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bool {
     let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
     // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
     // connection is about to serve a request. On io_uring a read in flight would already have taken the
     // bytes out of the socket, so an eviction check could no longer see them.
-    let idle = w.idle.enter(std::os::fd::AsRawFd::as_raw_fd(&c.stream));
+    let idle = w.idle.enter(c.stream.fd());
     // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
     // would then wait holding a buffer.
     let readable = timeout_at(until, c.stream.readable(false));
@@ -171,7 +167,7 @@ async fn wait_idle(w: &Worker, c: &mut Conn) -> bool {
         () = idle => None,
         r = readable => Some(r),
     };
-    let timed_out = |w: &Worker, c: &Conn| {
+    let timed_out = |w: &Worker, c: &Conn<T>| {
         w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
         tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
         false
@@ -215,7 +211,7 @@ enum FastWait {
     Idle,
 }
 
-async fn fast_wait(c: &mut Conn) -> FastWait {
+async fn fast_wait<T: Transport>(c: &mut Conn<T>) -> FastWait {
     let handle = c.cancel.handle();
     let mut read = std::pin::pin!(c.rb.fill_cancelable(&mut c.stream, handle));
     let res = match monoio::time::timeout(FAST_WAIT, read.as_mut()).await {
@@ -237,9 +233,9 @@ async fn fast_wait(c: &mut Conn) -> FastWait {
 }
 
 /// Reads a whole request head under `deadline`.
-async fn read_head(
+pub(super) async fn read_head<T: Transport>(
     w: &Worker,
-    c: &mut Conn,
+    c: &mut Conn<T>,
     limits: &edge_core::config::Limits,
     deadline: Instant,
 ) -> Result<Option<RequestHead>, Failure> {
@@ -288,7 +284,7 @@ fn framing_failure(e: FramingError) -> Failure {
     })
 }
 
-async fn request(w: &Worker, c: &mut Conn) -> Next {
+async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
     c.log_line.clear();
     c.log_id.clear();
@@ -327,11 +323,11 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
     let path = target.split(|&b| b == b'?').next().unwrap_or(target);
 
     if path == server.health_path.as_bytes() {
-        return health(w, c, head.len, info.body, is_head, close, started).await;
+        return local::health(w, c, head.len, info.body, is_head, close, started).await;
     }
     if info.max_forwards == Some(0) {
         let trace = method == b"TRACE";
-        return last_hop(w, c, head.len, info.body, trace, close, started).await;
+        return local::last_hop(w, c, head.len, info.body, trace, close, started).await;
     }
     crate::faults::on_request(path);
     let host = match &head.authority {
@@ -355,22 +351,36 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
         method,
         b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
     );
+    let max_body = server.limits.max_body_bytes.0.unwrap_or(u64::MAX);
+    let send = server.timeouts.send.0;
     let req = Request {
         info,
-        head: &head,
         is_head,
         idempotent,
         cfg: &live.cfg,
         upstream,
         request_timeout,
-        deadline,
         close,
-        id: &c.log_id,
+        peer: c.peer.ip(),
+        log: RequestLog {
+            line: &c.log_line,
+            id: &c.log_id,
+        },
     };
-
     w.metrics.in_flight.increment(1.0);
-    let outcome =
-        proxy::exchange(w, &mut c.stream, &mut c.rb, &mut c.fields, c.peer.ip(), req).await;
+    let mut session = H1Session::new(
+        &mut c.stream,
+        &mut c.rb,
+        &mut c.fields,
+        &head,
+        info,
+        max_body,
+        send,
+        deadline,
+        w.id,
+    );
+    let outcome = proxy::run(w, &mut session, req).await;
+    drop(session);
     w.metrics.in_flight.decrement(1.0);
     match outcome {
         Outcome::Done {
@@ -401,7 +411,7 @@ async fn request(w: &Worker, c: &mut Conn) -> Next {
 }
 
 /// Counts a finished request and logs it when slow.
-fn finish(w: &Worker, c: &Conn, status: u16, started: Instant) {
+pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
     let elapsed = started.elapsed();
     w.metrics.count_status(status);
     w.metrics.duration.record(elapsed);
@@ -416,36 +426,38 @@ fn finish(w: &Worker, c: &Conn, status: u16, started: Instant) {
 }
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.
-async fn fail(w: &Worker, c: &mut Conn, f: Failure, started: Instant) -> Next {
+async fn fail<T: Transport>(w: &Worker, c: &mut Conn<T>, f: Failure, started: Instant) -> Next {
     record_and_answer(w, c, f, true, started).await
 }
 
 /// Counts and logs `f`, answers it, and decides the connection's fate (`close`, or always for
 /// [`Failure::closes`]).
-async fn record_and_answer(
+async fn record_and_answer<T: Transport>(
     w: &Worker,
-    c: &mut Conn,
+    c: &mut Conn<T>,
     f: Failure,
     close: bool,
     started: Instant,
 ) -> Next {
     let close = close || f.closes();
-    let id: &[u8] = if c.log_id.is_empty() { b"-" } else { &c.log_id };
-    f.record(
-        w,
-        &RequestLog {
-            line: &c.log_line,
-            id,
-        },
-    );
+    let log = RequestLog {
+        line: &c.log_line,
+        id: &c.log_id,
+    };
+    f.record(w, &log);
     let mut out = SendBuf::take();
     respond::error_response(&mut out.0, f, close);
     let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
-    finish(w, c, f.status(), started);
     if let Err(e) = r {
-        tracing::info!(event = "response.undelivered", worker = w.id, status = f.status(), cause = ?e, "error response could not be delivered");
+        let cause = match e {
+            SendFailure::Closed => "client closed before the error response",
+            SendFailure::Timeout => "client did not read the error response within send",
+        };
+        respond::record_undelivered(w, &log, f.status(), cause);
+        finish(w, c, f.status(), started);
         return Next::Close;
     }
+    finish(w, c, f.status(), started);
     if close {
         // There may be unread input (a body edge did not read): a lingering close lets the client read
         // this response instead of a reset.
@@ -457,161 +469,15 @@ async fn record_and_answer(
 
 /// A failure after the head was consumed (no route): the connection is kept when the unread body (at
 /// most 64 KiB) can be discarded.
-async fn fail_after_head(
+async fn fail_after_head<T: Transport>(
     w: &Worker,
-    c: &mut Conn,
+    c: &mut Conn<T>,
     f: Failure,
     body: Body,
     deadline: Instant,
     started: Instant,
 ) -> Next {
-    let body_done = discard_body(c, body, deadline).await;
+    let body_done = local::discard_body(c, body, deadline).await;
     let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
     record_and_answer(w, c, f, close, started).await
-}
-
-/// Reads and drops a Content-Length body of at most [`DISCARD_MAX`] bytes; `true` when it was read whole.
-async fn discard_body(c: &mut Conn, body: Body, deadline: Instant) -> bool {
-    let mut left = match body {
-        Body::None => return true,
-        Body::Length(n) if n <= DISCARD_MAX => n,
-        _ => return false,
-    };
-    loop {
-        let n = left.min(c.rb.len() as u64);
-        c.rb.consume(n as usize);
-        left -= n;
-        if left == 0 {
-            return true;
-        }
-        match timeout_at(deadline, c.rb.fill(&mut c.stream)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return false,
-        }
-    }
-}
-
-/// Answers `health_path` locally: 200 `ok`, or 503 while draining or while a worker is stale.
-async fn health(
-    w: &Worker,
-    c: &mut Conn,
-    head_len: usize,
-    body: Body,
-    is_head: bool,
-    close: bool,
-    started: Instant,
-) -> Next {
-    answer_locally(w, c, head_len, body, close, started, |out, close| {
-        let ready = w.shared.ready();
-        let (status, text) = if ready {
-            (200, "ok")
-        } else {
-            (503, "not ready\n")
-        };
-        respond::simple(out, status, text, close, !ready, is_head);
-        status
-    })
-    .await
-}
-
-/// Answers an OPTIONS or TRACE request carrying `Max-Forwards: 0` itself: edge is its final recipient
-/// (RFC 9110 §7.6.2). OPTIONS gets 200 with `Allow` (the methods edge forwards) and no content
-/// (RFC 9110 §9.3.7). TRACE gets 405: edge never reflects a request (an echoed request hands cookies and
-/// credentials back to scripts, "cross-site tracing"; nginx refuses TRACE the same way), though it
-/// forwards TRACE with a higher Max-Forwards (decremented) for the origin to decide. Neither is a failure:
-/// counted in `edge_requests_total{status}` only, the connection is kept when the body could be discarded.
-async fn last_hop(
-    w: &Worker,
-    c: &mut Conn,
-    head_len: usize,
-    body: Body,
-    trace: bool,
-    close: bool,
-    started: Instant,
-) -> Next {
-    answer_locally(w, c, head_len, body, close, started, |out, close| {
-        if trace {
-            respond::simple(
-                out,
-                405,
-                "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n",
-                close,
-                false,
-                false,
-            );
-            405
-        } else {
-            respond::options(out, close);
-            200
-        }
-    })
-    .await
-}
-
-/// A request edge answers itself: its body is discarded (up to the `request` deadline), `write` builds
-/// the response (given whether it closes) and returns its status, which is counted like any other.
-/// A connection that closes with input possibly unread gets a lingering close.
-async fn answer_locally(
-    w: &Worker,
-    c: &mut Conn,
-    head_len: usize,
-    body: Body,
-    close: bool,
-    started: Instant,
-    write: impl FnOnce(&mut Vec<u8>, bool) -> u16,
-) -> Next {
-    c.rb.consume(head_len);
-    let deadline = started + w.current().cfg.config.server.timeouts.request.0;
-    let close = close || !discard_body(c, body, deadline).await;
-    let mut out = SendBuf::take();
-    let status = write(&mut out.0, close);
-    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
-    finish(w, c, status, started);
-    match (r.is_err(), close) {
-        (true, _) => Next::Close,
-        (false, true) => Next::Linger,
-        (false, false) => Next::Keep,
-    }
-}
-
-/// A connection accepted with nothing evictable at `max_connections` (DESIGN.md "Capacity"): its first
-/// head is read under 1 s; a health probe is answered normally, anything else gets 503 + Retry-After.
-async fn shed(w: &Worker, mut c: Conn) {
-    let started = Instant::now();
-    let deadline = started + SHED_HEAD_DEADLINE;
-    let live = w.live();
-    let server = &live.cfg.config.server;
-    let head = match timeout_at(deadline, c.stream.readable(true)).await {
-        Ok(Ok(())) => read_head(w, &mut c, &server.limits, deadline)
-            .await
-            .ok()
-            .flatten(),
-        _ => None,
-    };
-    if let Some(h) = &head {
-        let target = &c.rb.data()[h.target.clone()];
-        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
-        if path == server.health_path.as_bytes() {
-            health(w, &mut c, h.len, Body::None, false, true, started).await;
-            return respond::linger_close(c.stream).await;
-        }
-    }
-    w.metrics.connection_shed(ShedReason::Limit).increment(1);
-    if w.log_limit.allow() {
-        tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
-    }
-    let mut out = SendBuf::take();
-    respond::simple(
-        &mut out.0,
-        503,
-        "service unavailable: connection limit reached\n",
-        true,
-        true,
-        false,
-    );
-    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
-    w.metrics.count_status(503);
-    if r.is_ok() {
-        respond::linger_close(c.stream).await;
-    }
 }

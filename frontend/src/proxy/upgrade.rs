@@ -1,5 +1,7 @@
-//! The byte tunnel after `101 Switching Protocols` (RFC 9110 §7.8, §15.2.2): once the upstream agreed to
-//! an upgrade the client asked for, edge copies bytes both ways on the same worker until both sides have
+//! Upgrade (RFC 9110 §7.8, §15.2.2): a `101` is accepted only for a request that asked for an upgrade
+//! (see `RequestInfo::upgrade`) and whose body was sent whole ([`switch`]); any other 101 is 502. Then
+//! the byte tunnel ([`tunnel`]): once the upstream agreed to an upgrade the client asked for, edge copies
+//! bytes both ways on the same worker until both sides have
 //! closed. A side that closes its write half (EOF) is passed on with `shutdown(Write)` and the other
 //! direction goes on (half-close). The tunnel ends early when either direction fails, or when no byte
 //! moved in either direction for the `idle` timeout (DESIGN.md "Inbound deadlines": counted as
@@ -8,41 +10,86 @@
 
 use std::{cell::Cell, future::Future, pin::pin, task::Poll};
 
-use edge_core::{buf::RecvBuf, metrics::InboundPhase};
+use edge_core::{
+    buf::RecvBuf,
+    http::{
+        head::{Fields, ResponseHead},
+        view::ResponseView,
+    },
+    io::Transport,
+    metrics::InboundPhase,
+};
 use edge_upstream::UpstreamConn;
 use monoio::{
-    io::{AsyncReadRent, AsyncWriteRent, Splitable},
-    net::TcpStream,
+    io::{AsyncReadRent, AsyncWriteRent},
     time::{sleep_until, Instant},
 };
 
-use crate::worker::Worker;
+use super::{bad_response, interim::client_gone, Outcome, Request};
+use crate::{server::Session, worker::Worker};
+
+/// Judges the upstream's `101` (head `head` at the start of `conn.buf`): a switch needs a request that
+/// asked for it (edge forwards Upgrade only then) and whose body went out whole (`early` is false), since
+/// the bytes after it belong to the new protocol. The 101 head goes to the client and the caller tunnels
+/// ([`Outcome::Upgraded`]).
+pub(crate) async fn switch<S: Session>(
+    w: &Worker,
+    s: &mut S,
+    req: &Request<'_>,
+    mut conn: UpstreamConn,
+    head: &ResponseHead,
+    fields: &Fields,
+    early: bool,
+) -> Outcome {
+    if !req.info.upgrade || early {
+        return bad_response(!early);
+    }
+    let view = ResponseView {
+        buf: conn.buf.data(),
+        head,
+        fields,
+    };
+    if let Err(e) = s.send_switching(&view).await {
+        return client_gone(w, &req.log, e);
+    }
+    conn.buf.consume(head.len);
+    Outcome::Upgraded { conn }
+}
 
 /// Runs the tunnel between `client` and `up` until it ends; both connections are closed afterwards.
 /// `client_buf` holds bytes the client sent after its request (they go upstream first); `up.buf` bytes
 /// the upstream sent after its 101 head (they go to the client first).
-pub async fn run(w: &Worker, client: TcpStream, mut client_buf: RecvBuf, up: UpstreamConn) {
+pub async fn tunnel<T: Transport>(
+    w: &Worker,
+    client: T,
+    mut client_buf: RecvBuf,
+    up: UpstreamConn,
+) {
     w.metrics.upstream_active.increment(1.0);
     let idle = w.current().cfg.config.server.timeouts.idle.0;
     let (ustream, mut parts) = up.into_parts();
-    let (mut cr, mut cw) = client.into_split();
-    let (mut ur, mut uw) = ustream.into_split();
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = ustream.split();
     let last = Cell::new(Instant::now());
     let mut upward = pin!(pump(&mut cr, &mut uw, &mut client_buf, &last));
     let mut downward = pin!(pump(&mut ur, &mut cw, &mut parts.buf, &last));
     let mut timer = pin!(sleep_until(last.get() + idle));
     let (mut up_done, mut down_done) = (false, false);
     let end = std::future::poll_fn(|cx| {
-        for (done, dir) in [
-            (&mut up_done, upward.as_mut()),
-            (&mut down_done, downward.as_mut()),
-        ] {
-            if !*done {
-                if let Poll::Ready(r) = dir.poll(cx) {
-                    *done = true;
-                    if r.is_err() {
-                        return Poll::Ready("read or write failed");
-                    }
+        // The two directions have different future types (client and upstream transports differ).
+        if !up_done {
+            if let Poll::Ready(r) = upward.as_mut().poll(cx) {
+                up_done = true;
+                if r.is_err() {
+                    return Poll::Ready("read or write failed");
+                }
+            }
+        }
+        if !down_done {
+            if let Poll::Ready(r) = downward.as_mut().poll(cx) {
+                down_done = true;
+                if r.is_err() {
+                    return Poll::Ready("read or write failed");
                 }
             }
         }

@@ -1,0 +1,62 @@
+//! The transport seam (DESIGN.md "Layout", `core/src/io`): the one stream abstraction the request path
+//! reads and writes, downstream and upstream. Everything above it (the HTTP/1.1 sessions, the
+//! orchestrator, the upstream client, tunnels, lingering close) is generic over [`Transport`] and never
+//! names a socket type; the code that accepts or connects picks the concrete one ([`Plain`] today; a
+//! TLS stream driven by edge's own pooled buffers implements the same trait).
+//!
+//! The reads and writes are monoio's owned-buffer ("rent") traits: a buffer moves into the operation and
+//! comes back with its result, so [`crate::buf::RecvBuf`] and [`crate::buf::SendBuf`] drive any transport
+//! without a second buffering layer. Generic, monomorphised code: no trait objects on the hot path.
+//!
+//! # Cancel safety
+//! A plain read dropped mid-flight can lose bytes on io_uring (the kernel may have taken them); a read
+//! that must be stopped without loss goes through `CancelableAsyncReadRent` (cancel, then await it to its
+//! end). Implementations keep that contract.
+
+mod plain;
+
+use std::{future::Future, io, os::fd::RawFd};
+
+use monoio::io::{AsyncReadRent, AsyncWriteRent, CancelableAsyncReadRent};
+
+pub use plain::Plain;
+
+/// A connected byte stream (downstream or upstream): reads, writes, vectored writes and half-close
+/// through the monoio rent traits, plus what the proxy path needs besides.
+pub trait Transport:
+    AsyncReadRent + AsyncWriteRent + CancelableAsyncReadRent + Sized + 'static
+{
+    /// The read half of [`Transport::split`].
+    type ReadHalf: AsyncReadRent + CancelableAsyncReadRent;
+    /// The write half of [`Transport::split`]; its `shutdown` is the half-close.
+    type WriteHalf: AsyncWriteRent;
+
+    /// Waits until a read would not block (bytes or EOF are there), holding no buffer: how an idle
+    /// keep-alive connection waits. `relaxed` accepts the driver's cached readiness (cheaper; on epoll it
+    /// can report stale readiness), `false` asks the kernel.
+    ///
+    /// # Errors
+    /// The wait's error (the connection is unusable).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: no byte is read.
+    fn readable(&mut self, relaxed: bool) -> impl Future<Output = io::Result<()>>;
+
+    /// Splits into halves that can be used at once (a body streamed one way while the other way is
+    /// watched, a tunnel). Put them back with [`Transport::unsplit`].
+    fn split(self) -> (Self::ReadHalf, Self::WriteHalf);
+
+    /// Joins the halves of one [`Transport::split`] again.
+    ///
+    /// # Panics
+    /// When the halves come from different streams (a programming error).
+    fn unsplit(read: Self::ReadHalf, write: Self::WriteHalf) -> Self;
+
+    /// The socket's file descriptor: for the eviction registry and the orphan registry, never for IO.
+    fn fd(&self) -> RawFd;
+
+    /// Whether the stream is open with nothing to read, checked without blocking or consuming anything
+    /// (an idle pooled connection must be quiet: EOF means the peer closed it, bytes mean it sent
+    /// something unasked).
+    fn is_quiet(&self) -> bool;
+}

@@ -1,0 +1,307 @@
+//! The orchestrator (DESIGN.md "Layout", `frontend/src/proxy`): route → upstream exchange → response,
+//! written once against the downstream [`Session`] and the upstream HTTP/1.1 client
+//! ([`edge_upstream::h1`]). The request head is rewritten and sent with whatever body bytes already
+//! arrived, the rest of the body is streamed as it arrives (never buffered whole), the response head is
+//! read under `request_timeout` and the zombie threshold, and the body is relayed back.
+//!
+//! Deadlines (DESIGN.md "Inbound deadlines", "Zombie detection"): the client `request` deadline bounds
+//! reading the body (in the session); `write_timeout` bounds each write upstream; `request_timeout`
+//! runs from the last request byte written to the response head; upstream inactivity past the zombie
+//! threshold ends the exchange with 504 (or a truncated response once the head is out). Time spent
+//! blocked writing to a slow client does not count as upstream inactivity.
+//!
+//! Concerns in their own files: [`expect`] (`Expect: 100-continue`), [`interim`] (1xx forwarding),
+//! [`relay`] (the response head and body), [`upgrade`] (101 and the byte tunnel). Retries follow
+//! [`edge_upstream::retry`].
+
+pub mod expect;
+pub mod interim;
+pub mod relay;
+#[cfg(test)]
+mod tests;
+pub mod upgrade;
+
+use std::{net::IpAddr, time::Duration};
+
+use edge_core::{buf::SendBuf, http::framing::RequestInfo};
+use edge_upstream::{
+    h1::{
+        is_interim,
+        request::{send_body_watching_response, send_head, BodyEnd, SendBodyError},
+        response::read_head,
+    },
+    retry::Attempt,
+    zombie::{self, ActivityClock},
+    Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind,
+};
+use monoio::time::Instant;
+
+pub use expect::CONTINUE_WAIT;
+
+use crate::{
+    forward::{self, RequestRewrite},
+    respond::{Failure, RequestLog},
+    server::{BodyFailure, Session},
+    worker::Worker,
+};
+
+/// What the orchestrator knows about the request besides its session.
+pub struct Request<'a> {
+    /// Framing and connection semantics of the request.
+    pub info: RequestInfo,
+    /// HEAD request: the response has no body.
+    pub is_head: bool,
+    /// Idempotent method (RFC 9110 §9.2.2): may be retried.
+    pub idempotent: bool,
+    /// The configuration the request started on (it finishes on it across a reload).
+    pub cfg: &'a edge_core::config::Resolved,
+    /// The upstream chosen by the route.
+    pub upstream: &'a Upstream,
+    /// `request_timeout` for this route (`None` = unlimited).
+    pub request_timeout: Option<Duration>,
+    /// Edge will close the client connection after this response.
+    pub close: bool,
+    /// The client's address.
+    pub peer: IpAddr,
+    /// Method, target and request id, for log lines.
+    pub log: RequestLog<'a>,
+}
+
+/// How the exchange ended.
+pub enum Outcome {
+    /// The response was delivered whole.
+    Done {
+        /// Status sent.
+        status: u16,
+        /// The client connection may serve another request.
+        keep: bool,
+        /// The client may still be sending a body edge did not read (the upstream answered early): close
+        /// with a lingering close.
+        unread_body: bool,
+    },
+    /// Nothing was sent to the client yet; the caller answers with an error response.
+    Failed {
+        /// What failed.
+        failure: Failure,
+        /// Whether the request body was read to its end (the connection may then be kept).
+        body_done: bool,
+    },
+    /// The response head was sent and the exchange then failed: the response is cut short and the
+    /// connection closes (already counted and logged).
+    Truncated {
+        /// Status that was sent.
+        status: u16,
+    },
+    /// The client went away (closed, reset, or stopped reading past `send`); already counted and logged.
+    ClientGone,
+    /// The upstream answered `101 Switching Protocols` to an upgrade request and the 101 head reached the
+    /// client: the caller tunnels bytes between the two connections ([`upgrade::tunnel`]). Bytes the
+    /// upstream sent after its head are still in `conn.buf`.
+    Upgraded {
+        /// The upstream connection, never pooled again.
+        conn: UpstreamConn,
+    },
+}
+
+/// The response head has been read: everything the response phase needs.
+pub(crate) struct Answered {
+    pub(crate) conn: UpstreamConn,
+    pub(crate) head: edge_core::http::head::ResponseHead,
+    pub(crate) clock: ActivityClock,
+    /// The upstream answered before the whole request body was sent.
+    pub(crate) early: bool,
+}
+
+/// Runs one exchange for the request of `s`.
+pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome {
+    let _active = ActiveGauge::new(&w.metrics.upstream_active);
+    let mut out = SendBuf::take();
+    {
+        let view = s.request();
+        let rw = RequestRewrite {
+            peer: req.peer,
+            trusted: req.cfg.trusted_proxies.iter().any(|c| c.contains(req.peer)),
+            id: req.log.id,
+            body: req.info.body,
+            upgrade: req.info.upgrade,
+            max_forwards: req.info.max_forwards,
+        };
+        forward::request_head(&mut out.0, &view, &rw);
+    }
+    // Body bytes that arrived with the head go out in the same write.
+    let head_len = out.0.len();
+    if let Err(f) = s.body_prefix(&mut out.0) {
+        return failed(f, false);
+    }
+    // The client waits for a go-ahead before its body (RFC 9110 §10.1.1): so does edge, for the
+    // upstream's.
+    let wait_continue = s.expects_continue() && out.0.len() == head_len;
+    let mut fields = s.take_fields();
+    let outcome = match exchange(w, s, &req, &mut out.0, &mut fields, wait_continue).await {
+        Ok(a) => relay::respond(w, s, &req, a, &mut fields).await,
+        Err(o) => o,
+    };
+    s.put_fields(fields);
+    outcome
+}
+
+/// Sends the request (retrying per policy) and reads up to the final response head, forwarding
+/// interim responses. `out` holds the upstream head and the body prefix.
+async fn exchange<S: Session>(
+    w: &Worker,
+    s: &mut S,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+    fields: &mut edge_core::http::head::Fields,
+    wait_continue: bool,
+) -> Result<Answered, Outcome> {
+    let up = req.upstream;
+    let cfg = &up.config;
+    let threshold = zombie::threshold(
+        cfg.max_inactive.0,
+        cfg.max_inactive_cap.0,
+        req.request_timeout,
+    );
+    let sent_whole = s.body_done();
+    let mut interim = interim::Interim::default();
+    let mut previous = 0;
+    let retry = |w: &Worker, previous: &mut u32| {
+        *previous += 1;
+        w.metrics.upstream_retries.increment(1);
+    };
+    loop {
+        let co = up
+            .checkout(previous > 0)
+            .await
+            .map_err(|e| failed(Failure::Upstream(e), sent_whole))?;
+        if co.retried {
+            w.metrics.upstream_retries.increment(1);
+        }
+        w.metrics.upstream_requests.increment(1);
+        let mut conn = co.conn;
+        // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.
+        let may_retry = Attempt {
+            reused: conn.reused,
+            idempotent: req.idempotent,
+            replayable: sent_whole || wait_continue,
+            previous,
+        }
+        .may_retry();
+        match send_head(&mut conn, out, cfg.write_timeout.0).await {
+            Ok(()) => {}
+            Err(e) if may_retry && e.kind != UpstreamErrorKind::WriteTimeout => {
+                retry(w, &mut previous);
+                continue;
+            }
+            Err(e) => return Err(failed(Failure::Upstream(e), sent_whole)),
+        }
+        let mut early = false;
+        let mut stream_body = !sent_whole;
+        if wait_continue {
+            match expect::await_continue(s, &mut conn, fields, &mut interim).await {
+                Ok(expect::End::SendBody) => {}
+                Ok(expect::End::Final) => (early, stream_body) = (true, false),
+                Err(expect::Failed::Client(e)) => return Err(interim::client_gone(w, &req.log, e)),
+                Err(expect::Failed::Upstream(e)) if may_retry && e.retry_safe => {
+                    retry(w, &mut previous);
+                    continue;
+                }
+                Err(expect::Failed::Upstream(e)) => {
+                    return Err(failed(Failure::Upstream(e), false))
+                }
+            }
+        }
+        if stream_body {
+            let (c, sent) = send_body_watching_response(conn, s, fields, cfg.write_timeout.0).await;
+            conn = c;
+            match sent {
+                Ok(BodyEnd::Sent) => {}
+                Ok(BodyEnd::Early) => early = true,
+                Err(SendBodyError::Source(BodyFailure::Client(f))) => return Err(failed(f, false)),
+                Err(SendBodyError::Source(BodyFailure::ClientGone)) => {
+                    return Err(Outcome::ClientGone)
+                }
+                Err(SendBodyError::Upstream(e)) => return Err(failed(Failure::Upstream(e), false)),
+            }
+        }
+        let now = Instant::now();
+        // Response bytes already buffered (an early answer) make a failure unsafe to retry.
+        let mut clock = ActivityClock::started(
+            now,
+            !conn.buf.is_empty(),
+            cfg.zombie_counts_received,
+            threshold,
+        );
+        let head_deadline = req.request_timeout.map(|t| now + t);
+        let read = loop {
+            match read_head(&mut conn, fields, &mut clock, head_deadline).await {
+                Ok(h) if is_interim(h.status) => {
+                    let started = Instant::now();
+                    let sent = interim.forward(s, &mut conn.buf, &h, fields).await;
+                    if let Err(e) = sent {
+                        return Err(interim::client_gone(w, &req.log, e));
+                    }
+                    clock.pause(started.elapsed());
+                }
+                r => break r,
+            }
+        };
+        match read {
+            Ok(head) => {
+                return Ok(Answered {
+                    conn,
+                    head,
+                    clock,
+                    early,
+                })
+            }
+            Err(e) if may_retry && !stream_body && e.retry_safe => {
+                retry(w, &mut previous);
+                continue;
+            }
+            Err(e) => {
+                if e.kind == UpstreamErrorKind::Zombie {
+                    relay::log_zombie(w, &req.log, &conn, up, &clock, req.request_timeout);
+                }
+                // After an early answer the client's body was not read: the connection must close.
+                return Err(failed(Failure::Upstream(e), !early));
+            }
+        }
+    }
+}
+
+/// [`Outcome::Failed`].
+fn failed(failure: Failure, body_done: bool) -> Outcome {
+    Outcome::Failed { failure, body_done }
+}
+
+/// A malformed upstream response before anything reached the client: 502 `bad_response`.
+pub(crate) fn bad_response(body_done: bool) -> Outcome {
+    failed(
+        Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+        body_done,
+    )
+}
+
+/// `edge_upstream_connections{state="active"}` for the duration of one exchange.
+struct ActiveGauge<'a>(&'a metrics::Gauge);
+
+impl<'a> ActiveGauge<'a> {
+    fn new(g: &'a metrics::Gauge) -> Self {
+        g.increment(1.0);
+        ActiveGauge(g)
+    }
+}
+
+impl Drop for ActiveGauge<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+impl Worker {
+    /// The client `send` deadline.
+    pub fn send_timeout(&self) -> Duration {
+        self.current().cfg.config.server.timeouts.send.0
+    }
+}

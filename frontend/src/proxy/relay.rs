@@ -1,0 +1,163 @@
+//! The response phase: the final head is judged (framing both ways, keep-alive both ways), handed to the
+//! session with the body bytes that came with it, and the rest of the body is relayed under the zombie
+//! clock. A failure once the head is out truncates the response (DESIGN.md "Status codes": "failure
+//! after the response head was sent").
+
+use std::time::Duration;
+
+use edge_core::http::{
+    framing::{keep_alive_timeout, response_body, response_keeps_alive, Body},
+    head::Fields,
+};
+use edge_upstream::{
+    h1::response::{read_body, BodyRead},
+    zombie::ActivityClock,
+    Upstream, UpstreamConn, UpstreamErrorKind,
+};
+use monoio::time::Instant;
+
+use super::{bad_response, interim::client_gone, upgrade, Answered, Outcome, Request};
+use crate::{
+    respond::{self, RequestLog},
+    server::{RelayError, Session},
+    worker::Worker,
+};
+
+/// Sends the response of `a` to the client and returns the upstream connection to its pool when it
+/// ended clean.
+pub(crate) async fn respond<S: Session>(
+    w: &Worker,
+    s: &mut S,
+    req: &Request<'_>,
+    a: Answered,
+    fields: &mut Fields,
+) -> Outcome {
+    let Answered {
+        mut conn,
+        head,
+        mut clock,
+        early,
+    } = a;
+    let status = head.status;
+    if status == 101 {
+        return upgrade::switch(w, s, req, conn, &head, fields, early).await;
+    }
+    let ubuf = conn.buf.data();
+    let Ok(upstream_body) = response_body(ubuf, &head, fields, req.is_head) else {
+        return bad_response(!early);
+    };
+    // Draining may have started while the upstream worked on this request.
+    let close = req.close || early || w.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
+    let reusable = !early
+        && response_keeps_alive(ubuf, &head, fields)
+        && upstream_body != Body::CloseDelimited;
+    let keep_alive = keep_alive_timeout(ubuf, fields);
+    let write_started = Instant::now();
+    let started = match s
+        .send_head(&head, fields, upstream_body, close, &mut conn.buf)
+        .await
+    {
+        Ok(started) => started,
+        Err(RelayError::BadBody) => return bad_response(!early),
+        Err(RelayError::Client(e)) => return client_gone(w, &req.log, e),
+    };
+    clock.pause(write_started.elapsed());
+    let mut complete = started.complete;
+    while !complete {
+        let more = read_body(&mut conn, &mut clock, s.passthrough()).await;
+        let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);
+        match more {
+            Err(e) if e.kind == UpstreamErrorKind::Zombie => {
+                log_zombie(
+                    w,
+                    &req.log,
+                    &conn,
+                    req.upstream,
+                    &clock,
+                    req.request_timeout,
+                );
+                return mid_body(e.kind, "upstream connection went silent (zombie)");
+            }
+            Err(e) => return mid_body(e.kind, "upstream reset during the body"),
+            Ok(BodyRead::Eof) if upstream_body == Body::CloseDelimited => {
+                if let Err(e) = s.end_body().await {
+                    return client_gone(w, &req.log, e);
+                }
+                complete = true;
+            }
+            Ok(BodyRead::Eof) => {
+                return mid_body(
+                    UpstreamErrorKind::ClosedEarly,
+                    "upstream closed before the end of the body",
+                )
+            }
+            Ok(BodyRead::Data) => {
+                let started = Instant::now();
+                match s.send_body(&mut conn.buf).await {
+                    Ok(c) => complete = c,
+                    Err(RelayError::BadBody) => {
+                        return mid_body(
+                            UpstreamErrorKind::BadResponse,
+                            "malformed chunked body from upstream",
+                        )
+                    }
+                    Err(RelayError::Client(e)) => return client_gone(w, &req.log, e),
+                }
+                clock.pause(started.elapsed());
+            }
+        }
+    }
+    if reusable && conn.buf.is_empty() {
+        req.upstream.checkin(conn, keep_alive);
+    }
+    Outcome::Done {
+        status,
+        keep: !started.close,
+        unread_body: early,
+    }
+}
+
+/// The upstream failed after the response head went out: counted by its kind
+/// ([`respond::record_upstream_mid_body`]), and the truncation with its `response.truncated` line.
+fn upstream_failed_mid_body(
+    w: &Worker,
+    log: &RequestLog<'_>,
+    status: u16,
+    kind: UpstreamErrorKind,
+    cause: &'static str,
+) -> Outcome {
+    respond::record_upstream_mid_body(w, log, status, kind, cause);
+    truncated(w, log, status, cause)
+}
+
+/// Counts and logs a response cut short after its head.
+fn truncated(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &'static str) -> Outcome {
+    respond::record_truncation(w, log, status, cause);
+    Outcome::Truncated { status }
+}
+
+/// The `upstream.zombie` line (DESIGN.md "Zombie detection"): the threshold and the clock's readings.
+pub(crate) fn log_zombie(
+    w: &Worker,
+    log: &RequestLog<'_>,
+    conn: &UpstreamConn,
+    up: &Upstream,
+    clock: &ActivityClock,
+    request_timeout: Option<Duration>,
+) {
+    let now = Instant::now();
+    let ago = |t: Instant| format!("{}ms ago", now.saturating_duration_since(t).as_millis());
+    let (method, path, id) = log.parts();
+    tracing::warn!(
+        event = "upstream.zombie",
+        worker = w.id,
+        method,
+        path,
+        request_id = id,
+        endpoint = %up.endpoints[conn.endpoint].addr,
+        inactive_duration_threshold_ms = clock.threshold.as_millis() as u64,
+        last_request_sent_at = ago(clock.last_sent),
+        last_received_at = clock.last_received.map_or("never".to_string(), ago),
+        max_request_timeout_ms = request_timeout.map_or(-1, |d| d.as_millis() as i64),
+    );
+}

@@ -1,0 +1,269 @@
+//! [`H1Session`]: one HTTP/1.1 request as a [`Session`]. It owns the HTTP/1.1 wire bytes toward the
+//! client: interim heads (never to an HTTP/1.0 client), edge's own `100 Continue`, the response head in
+//! the framing it chooses (as received, de-chunked for HTTP/1.0, re-chunked when the upstream delimits
+//! by closing), and the body relay, every write under the `send` deadline. The request body is read
+//! under the client's `request` deadline.
+
+use std::time::Duration;
+
+use edge_core::{
+    buf::{RecvBuf, SendBuf, LARGE_BUF_SIZE},
+    http::{
+        framing::{Body, RequestInfo},
+        head::{Field, Fields, RequestHead, ResponseHead},
+        view::{RequestView, ResponseView, Version},
+    },
+    io::Transport,
+};
+use edge_upstream::{
+    h1::request::{BodySource, SendBodyError},
+    UpstreamError, UpstreamErrorKind,
+};
+use monoio::{
+    io::AsyncWriteRent,
+    time::{timeout, timeout_at, Instant},
+};
+
+use crate::{
+    forward::{self, OutFraming},
+    relay::{RequestBody, ResponseBody},
+    respond::{within_send, Failure, SendFailure},
+    server::{BodyFailure, RelayError, Session, Started},
+};
+
+/// One HTTP/1.1 request on a connection, borrowed from the keep-alive loop for the exchange.
+pub struct H1Session<'c, T: Transport> {
+    stream: &'c mut T,
+    rb: &'c mut RecvBuf,
+    fields: &'c mut Fields,
+    head: &'c RequestHead,
+    info: RequestInfo,
+    body: RequestBody,
+    relay: ResponseBody,
+    out: SendBuf,
+    send: Duration,
+    deadline: Instant,
+    worker: usize,
+}
+
+impl<'c, T: Transport> H1Session<'c, T> {
+    /// The session of the request whose `head` starts `rb`. `max_body` is `max_body_bytes` (u64::MAX
+    /// for none), `send` the `send` deadline, `deadline` the client's `request` deadline.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        stream: &'c mut T,
+        rb: &'c mut RecvBuf,
+        fields: &'c mut Fields,
+        head: &'c RequestHead,
+        info: RequestInfo,
+        max_body: u64,
+        send: Duration,
+        deadline: Instant,
+        worker: usize,
+    ) -> Self {
+        H1Session {
+            stream,
+            rb,
+            fields,
+            head,
+            info,
+            body: RequestBody::new(info.body, max_body),
+            relay: ResponseBody::new(Body::None, OutFraming::None),
+            out: SendBuf::take(),
+            send,
+            deadline,
+            worker,
+        }
+    }
+
+    fn client_10(&self) -> bool {
+        self.head.minor == 0
+    }
+
+    async fn flush(&mut self) -> Result<(), SendFailure> {
+        within_send(self.send, self.out.flush(self.stream)).await
+    }
+}
+
+impl<T: Transport> BodySource for H1Session<'_, T> {
+    type Error = BodyFailure;
+
+    /// Client reads under the `request` deadline, upstream writes under `write_timeout`; chunked framing
+    /// and `max_body_bytes` are checked before bytes go on.
+    async fn forward_rest<W: AsyncWriteRent>(
+        &mut self,
+        up: &mut W,
+        write_timeout: Duration,
+    ) -> Result<(), SendBodyError<BodyFailure>> {
+        let source = |f| SendBodyError::Source(f);
+        while !self.body.done() {
+            if self.rb.is_empty() {
+                match timeout_at(self.deadline, self.rb.fill_large(self.stream)).await {
+                    Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
+                    Ok(Ok(0)) | Ok(Err(_)) => {
+                        tracing::debug!(
+                            event = "request.aborted",
+                            worker = self.worker,
+                            cause = "client closed during the request body"
+                        );
+                        return Err(source(BodyFailure::ClientGone));
+                    }
+                    Ok(Ok(_)) => {}
+                }
+            }
+            let n = self
+                .body
+                .scan(self.rb.data())
+                .map_err(|f| source(BodyFailure::Client(f)))?;
+            let upstream = |e| SendBodyError::Upstream(e);
+            match timeout(write_timeout, self.rb.write_prefix(up, n)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(upstream(UpstreamError::from_io(&e))),
+                Err(_) => {
+                    return Err(upstream(UpstreamError::new(
+                        UpstreamErrorKind::WriteTimeout,
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport> Session for H1Session<'_, T> {
+    fn request(&self) -> RequestView<'_> {
+        RequestView {
+            buf: self.rb.data(),
+            head: self.head,
+            fields: self.fields,
+            version: match self.client_10() {
+                true => Version::Http10,
+                false => Version::Http11,
+            },
+        }
+    }
+
+    fn body_prefix(&mut self, out: &mut Vec<u8>) -> Result<(), Failure> {
+        self.rb.consume(self.head.len);
+        self.body.take_available(self.rb, out)
+    }
+
+    fn body_done(&self) -> bool {
+        self.body.done()
+    }
+
+    fn expects_continue(&self) -> bool {
+        self.info.expect_continue && !self.client_10() && !self.body.done()
+    }
+
+    fn take_fields(&mut self) -> Fields {
+        std::mem::take(self.fields)
+    }
+
+    fn put_fields(&mut self, fields: Fields) {
+        *self.fields = fields;
+    }
+
+    async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
+        // A server must not send a 1xx to an HTTP/1.0 client (RFC 9110 §15.2).
+        if self.client_10() {
+            return Ok(());
+        }
+        forward::interim_head(&mut self.out.0, resp.buf, resp.head, resp.fields);
+        self.flush().await
+    }
+
+    async fn send_continue(&mut self) -> Result<(), SendFailure> {
+        self.out
+            .0
+            .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        self.flush().await
+    }
+
+    async fn send_switching(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
+        forward::switching_head(&mut self.out.0, resp.buf, resp.head, resp.fields);
+        self.flush().await
+    }
+
+    async fn send_head(
+        &mut self,
+        head: &ResponseHead,
+        fields: &[Field],
+        upstream: Body,
+        close: bool,
+        rest: &mut RecvBuf,
+    ) -> Result<Started, RelayError> {
+        let client_10 = self.client_10();
+        let framing = match (upstream, client_10) {
+            (Body::None, _) => OutFraming::None,
+            (Body::Length(n), _) => OutFraming::Length(n),
+            (Body::Chunked | Body::CloseDelimited, false) => OutFraming::Chunked,
+            (Body::Chunked | Body::CloseDelimited, true) => OutFraming::Close,
+        };
+        let close = close || framing == OutFraming::Close;
+        self.relay = ResponseBody::new(upstream, framing);
+        let out = &mut self.out;
+        out.0.clear();
+        forward::response_head(
+            &mut out.0,
+            rest.data(),
+            head,
+            fields,
+            framing,
+            close,
+            client_10 && !close,
+        );
+        rest.consume(head.len);
+        // Body bytes that came with the head (the head is read into a 64 KiB buffer, so a 16 KiB response
+        // usually arrives whole in one read) go out in the head's write, in a pooled large buffer when
+        // they do not fit the small one: one send per response. When even that would not hold them,
+        // pass-through bytes are written from the receive buffer instead of copied (a second send).
+        // Either way they are scanned before the head goes, so malformed framing there is still a 502.
+        let inline = !self.relay.passthrough() || out.0.len() + rest.len() <= LARGE_BUF_SIZE;
+        if inline {
+            out.reserve_pooled(rest.len());
+        }
+        let first = match inline {
+            true => self.relay.take_available(rest, &mut out.0).map(|c| (c, 0)),
+            false => self.relay.scan(rest.data()).map(|n| (self.relay.done(), n)),
+        };
+        let (complete, direct) = first.map_err(|_| RelayError::BadBody)?;
+        self.flush().await.map_err(RelayError::Client)?;
+        if direct > 0 {
+            within_send(self.send, rest.write_prefix(self.stream, direct))
+                .await
+                .map_err(RelayError::Client)?;
+        }
+        Ok(Started { complete, close })
+    }
+
+    fn passthrough(&self) -> bool {
+        self.relay.passthrough()
+    }
+
+    async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
+        if self.relay.passthrough() {
+            let n = self
+                .relay
+                .scan(rest.data())
+                .map_err(|_| RelayError::BadBody)?;
+            within_send(self.send, rest.write_prefix(self.stream, n))
+                .await
+                .map_err(RelayError::Client)?;
+        } else {
+            self.relay
+                .take_available(rest, &mut self.out.0)
+                .map_err(|_| RelayError::BadBody)?;
+            self.flush().await.map_err(RelayError::Client)?;
+        }
+        Ok(self.relay.done())
+    }
+
+    async fn end_body(&mut self) -> Result<(), SendFailure> {
+        self.relay.finish(&mut self.out.0);
+        match self.out.0.is_empty() {
+            true => Ok(()),
+            false => self.flush().await,
+        }
+    }
+}

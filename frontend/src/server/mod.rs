@@ -1,0 +1,143 @@
+//! The downstream session seam (DESIGN.md "Layout", `frontend/src/server`): one interface for one
+//! downstream request, whatever protocol carried it. The orchestrator ([`crate::proxy`]) is written once
+//! against [`Session`]; [`h1`] implements it for HTTP/1.1 (the keep-alive loop, inbound deadlines,
+//! response framing, de- and re-chunking, `100 Continue`, lingering close). A protocol's wire bytes are
+//! written only by its session.
+//!
+//! An HTTP/2 session implements the same trait per stream: its request view is the stream's
+//! pseudo-headers and fields as an HTTP/1.1-syntax head ([`edge_core::http::view`]), its body source
+//! frames DATA as the upstream request body, and its sends become HEADERS and DATA frames (many sessions
+//! share one connection; each owns only its stream).
+
+pub mod h1;
+
+use std::future::Future;
+
+use edge_core::{
+    buf::RecvBuf,
+    http::{
+        framing::Body,
+        head::{Field, Fields, ResponseHead},
+        view::{RequestView, ResponseView},
+    },
+};
+use edge_upstream::h1::request::BodySource;
+
+use crate::respond::{Failure, SendFailure};
+
+/// Why the request body could not be taken from the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFailure {
+    /// Answered with an error response (400 `bad_chunk`, 413, 408): nothing of the response was sent.
+    Client(Failure),
+    /// The client closed or reset the connection mid-body; logged at debug.
+    ClientGone,
+}
+
+/// Why relaying the response to the client stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelayError {
+    /// The client could not be written to (closed, or no progress within `send`).
+    Client(SendFailure),
+    /// The upstream's body framing is malformed (502 before the head is out, truncation after).
+    BadBody,
+}
+
+/// How the response head went out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Started {
+    /// The whole body went with the head.
+    pub complete: bool,
+    /// The connection closes after this response (asked for, or the session's framing needs it).
+    pub close: bool,
+}
+
+/// One downstream request, as the orchestrator sees it. Every send is bounded by the client's `send`
+/// deadline inside the session.
+///
+/// Order of use: [`Session::request`] (to build the upstream head), [`Session::body_prefix`], then the
+/// body through [`BodySource`], interim responses, the response head, body and end.
+pub trait Session: BodySource<Error = BodyFailure> {
+    /// The request head. Valid until [`Session::body_prefix`].
+    fn request(&self) -> RequestView<'_>;
+
+    /// Consumes the head and moves the body bytes that came with it (at most one pooled buffer's worth)
+    /// to `out`, in the framing declared upstream.
+    ///
+    /// # Errors
+    /// As the body's framing and limit checks (400 `bad_chunk`, 413).
+    fn body_prefix(&mut self, out: &mut Vec<u8>) -> Result<(), Failure>;
+
+    /// Whether the whole request body has been taken.
+    fn body_done(&self) -> bool;
+
+    /// Whether the client asked for `100 Continue` before the rest of its body (RFC 9110 §10.1.1; never
+    /// an HTTP/1.0 client). Asked after [`Session::body_prefix`]; the orchestrator waits for the go-ahead
+    /// only when no body byte came with the head.
+    fn expects_continue(&self) -> bool;
+
+    /// The session's field scratch list, moved out so response heads can be parsed into it while the
+    /// session is written to; give it back with [`Session::put_fields`].
+    fn take_fields(&mut self) -> Fields;
+
+    /// Gives the field list back (see [`Session::take_fields`]).
+    fn put_fields(&mut self, fields: Fields);
+
+    /// Sends an interim (1xx other than 101) response, or drops it where the protocol has none (an
+    /// HTTP/1.0 client).
+    ///
+    /// # Errors
+    /// The client could not be written to.
+    fn send_interim(
+        &mut self,
+        resp: &ResponseView<'_>,
+    ) -> impl Future<Output = Result<(), SendFailure>>;
+
+    /// Sends edge's own `100 Continue`.
+    ///
+    /// # Errors
+    /// The client could not be written to.
+    fn send_continue(&mut self) -> impl Future<Output = Result<(), SendFailure>>;
+
+    /// Sends the `101 Switching Protocols` head of an upgrade; the caller then tunnels.
+    ///
+    /// # Errors
+    /// The client could not be written to.
+    fn send_switching(
+        &mut self,
+        resp: &ResponseView<'_>,
+    ) -> impl Future<Output = Result<(), SendFailure>>;
+
+    /// Sends the final response head in the client's framing (chosen from `upstream`, the upstream's
+    /// body framing). `rest` starts with that head (`head`, its fields in `fields`), followed by the body
+    /// bytes that came with it; the head and those bytes are consumed as they go. `close` asks for the
+    /// connection to close after the response.
+    ///
+    /// # Errors
+    /// [`RelayError::BadBody`] before anything is written when the buffered body bytes are malformed;
+    /// [`RelayError::Client`] when the client could not be written to.
+    fn send_head(
+        &mut self,
+        head: &ResponseHead,
+        fields: &[Field],
+        upstream: Body,
+        close: bool,
+        rest: &mut RecvBuf,
+    ) -> impl Future<Output = Result<Started, RelayError>>;
+
+    /// Whether body bytes go out exactly as the upstream sent them (the relay may then read large).
+    fn passthrough(&self) -> bool;
+
+    /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
+    ///
+    /// # Errors
+    /// As [`Session::send_head`].
+    fn send_body(&mut self, rest: &mut RecvBuf) -> impl Future<Output = Result<bool, RelayError>>;
+
+    /// The upstream closed a close-delimited body: the response is complete (an HTTP/1.1 client gets the
+    /// last chunk).
+    ///
+    /// # Errors
+    /// The client could not be written to.
+    fn end_body(&mut self) -> impl Future<Output = Result<(), SendFailure>>;
+}

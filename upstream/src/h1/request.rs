@@ -1,0 +1,137 @@
+//! Sending the request: the head (with the body bytes that came with it) under `write_timeout`, then the
+//! rest of the body, streamed from a [`BodySource`] while the upstream is watched for an early answer.
+
+use std::{future::Future, pin::pin, task::Poll, time::Duration};
+
+use edge_core::{http::head::Fields, io::Transport};
+use monoio::{
+    io::{AsyncWriteRent, AsyncWriteRentExt},
+    time::timeout,
+};
+
+use super::response::only_interim;
+use crate::{UpstreamConn, UpstreamError, UpstreamErrorKind};
+
+/// Sends `out` (the request head and any body prefix) upstream under `write_timeout`. `out` keeps its
+/// bytes so a retry can send them again.
+///
+/// # Errors
+/// A failed write (retry-safe: on a reused connection nothing reached the application) or
+/// `WriteTimeout` (not retry-safe).
+pub async fn send_head<T: Transport>(
+    conn: &mut UpstreamConn<T>,
+    out: &mut Vec<u8>,
+    write_timeout: Duration,
+) -> Result<(), UpstreamError> {
+    let bytes = std::mem::take(out);
+    match timeout(write_timeout, conn.stream.write_all(bytes)).await {
+        Ok((r, b)) => {
+            *out = b;
+            r.map(drop).map_err(|e| UpstreamError {
+                retry_safe: true,
+                ..UpstreamError::from_io(&e)
+            })
+        }
+        Err(_) => Err(UpstreamError::new(UpstreamErrorKind::WriteTimeout)),
+    }
+}
+
+/// Where the rest of a request body comes from: the downstream session, which reads it from the client
+/// under its own deadline and writes it upstream.
+pub trait BodySource {
+    /// Why the body could not be read from the client.
+    type Error;
+
+    /// Reads the rest of the body from the client and writes it to `up`, each write under
+    /// `write_timeout`, until the body is complete.
+    ///
+    /// # Errors
+    /// [`SendBodyError::Source`] for the client's side, [`SendBodyError::Upstream`] for a failed or timed
+    /// out write.
+    ///
+    /// # Cancel safety
+    /// Dropped only when the upstream answered early; the client connection then closes.
+    fn forward_rest<W: AsyncWriteRent>(
+        &mut self,
+        up: &mut W,
+        write_timeout: Duration,
+    ) -> impl Future<Output = Result<(), SendBodyError<Self::Error>>>;
+}
+
+/// Why streaming the request body stopped.
+#[derive(Debug)]
+pub enum SendBodyError<E> {
+    /// The client side failed ([`BodySource::Error`]).
+    Source(E),
+    /// The upstream failed (write error or timeout, or it closed or reset while the body was sent).
+    Upstream(UpstreamError),
+}
+
+/// How the request-body phase ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// The whole body was sent.
+    Sent,
+    /// The upstream started its response before the whole body was sent (e.g. a 413 or 401 without
+    /// reading the upload): sending stops, the response bytes are in the connection's buffer.
+    Early,
+}
+
+/// Streams the rest of the request body from `src` while watching the upstream for an early response.
+/// The stream is split for this phase; interim 1xx responses that arrive meanwhile stay buffered (the
+/// response-head read hands them on once the body is sent) and sending goes on.
+///
+/// # Errors
+/// As [`BodySource::forward_rest`]; `ClosedEarly` or `Reset` when the upstream closes meanwhile.
+///
+/// # Cancel safety
+/// The response watch is a cancelable read: when the body finishes first it is cancelled and awaited, so
+/// response bytes that won the race stay in the buffer. When the response wins, the body future is
+/// dropped: the client's connection then closes and the upstream's is not reused.
+pub async fn send_body_watching_response<T: Transport, S: BodySource>(
+    conn: UpstreamConn<T>,
+    src: &mut S,
+    fields: &mut Fields,
+    write_timeout: Duration,
+) -> (UpstreamConn<T>, Result<BodyEnd, SendBodyError<S::Error>>) {
+    enum First<E> {
+        Sent(Result<(), SendBodyError<E>>),
+        Received(std::io::Result<usize>),
+    }
+    let (stream, mut parts) = conn.into_parts();
+    let (mut rd, mut wr) = stream.split();
+    let end = {
+        let mut send = pin!(src.forward_rest(&mut wr, write_timeout));
+        loop {
+            let canceller = monoio::io::Canceller::new();
+            let first = {
+                let mut watch = pin!(parts.buf.fill_cancelable(&mut rd, canceller.handle()));
+                let first = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = send.as_mut().poll(cx) {
+                        return Poll::Ready(First::Sent(r));
+                    }
+                    watch.as_mut().poll(cx).map(First::Received)
+                })
+                .await;
+                if matches!(first, First::Sent(_)) {
+                    canceller.cancel();
+                    // Bytes that won the race stay buffered; ECANCELED or EOF show up again on the
+                    // response-head read.
+                    let _ = watch.await;
+                }
+                first
+            };
+            let upstream = |e| SendBodyError::Upstream(e);
+            match first {
+                First::Sent(r) => break r.map(|()| BodyEnd::Sent),
+                First::Received(Ok(0)) => {
+                    break Err(upstream(UpstreamError::new(UpstreamErrorKind::ClosedEarly)))
+                }
+                First::Received(Err(e)) => break Err(upstream(UpstreamError::from_io(&e))),
+                First::Received(Ok(_)) if only_interim(&parts.buf, fields) => continue,
+                First::Received(Ok(_)) => break Ok(BodyEnd::Early),
+            }
+        }
+    };
+    (parts.join(T::unsplit(rd, wr)), end)
+}

@@ -1,0 +1,177 @@
+//! Reading the response: heads (interim and final) under `request_timeout` and the zombie clock, the
+//! wait for an answer to `Expect: 100-continue`, and body reads under the zombie clock.
+
+use edge_core::{
+    buf::RecvBuf,
+    http::head::{parse_response, Fields, ResponseHead},
+    io::Transport,
+};
+use monoio::{
+    io::Canceller,
+    time::{timeout_at, Instant},
+};
+
+use super::{is_interim, MAX_RESPONSE_HEAD};
+use crate::{zombie::ActivityClock, UpstreamConn, UpstreamError, UpstreamErrorKind};
+
+/// Reads until a complete response head (interim or final) is buffered at the start of `conn.buf`, with
+/// its fields in `fields`. The read stops at `head_deadline` (`request_timeout`, 504 `RequestTimeout`)
+/// or at the zombie deadline (504 `Zombie`), whichever is first.
+///
+/// # Errors
+/// `BadResponse` for a malformed head or one over [`MAX_RESPONSE_HEAD`]; the deadlines' kinds; a close
+/// or reset, retry-safe only while no response byte arrived in this attempt (`clock.last_received`).
+pub async fn read_head<T: Transport>(
+    conn: &mut UpstreamConn<T>,
+    fields: &mut Fields,
+    clock: &mut ActivityClock,
+    head_deadline: Option<Instant>,
+) -> Result<ResponseHead, UpstreamError> {
+    loop {
+        let received_any = clock.last_received.is_some();
+        match parse_response(conn.buf.data(), fields) {
+            Ok(Some(h)) => return Ok(h),
+            Ok(None) if conn.buf.len() < MAX_RESPONSE_HEAD => {}
+            Ok(None) | Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+        }
+        let zombie_at = clock.deadline();
+        let (until, kind) = match head_deadline {
+            Some(d) if d <= zombie_at => (d, UpstreamErrorKind::RequestTimeout),
+            _ => (zombie_at, UpstreamErrorKind::Zombie),
+        };
+        // A large buffer: the body bytes behind the head usually come in the same read.
+        let failed = |kind| UpstreamError {
+            kind,
+            retry_safe: !received_any,
+        };
+        match timeout_at(until, conn.buf.fill_large(&mut conn.stream)).await {
+            Err(_) => return Err(UpstreamError::new(kind)),
+            Ok(Ok(0)) => return Err(failed(UpstreamErrorKind::ClosedEarly)),
+            Ok(Err(e)) => return Err(failed(UpstreamError::from_io(&e).kind)),
+            Ok(Ok(_)) => clock.received(),
+        }
+    }
+}
+
+/// Whether `buf` holds nothing but complete interim (1xx other than 101) response heads, within
+/// [`MAX_RESPONSE_HEAD`] (a partial head counts as the response having started).
+pub fn only_interim(buf: &RecvBuf, fields: &mut Fields) -> bool {
+    let data = buf.data();
+    if data.len() > MAX_RESPONSE_HEAD {
+        return false;
+    }
+    let mut at = 0;
+    while at < data.len() {
+        match parse_response(&data[at..], fields) {
+            Ok(Some(h)) if is_interim(h.status) => at += h.len,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// What is buffered at the start of an exchange waiting for `100 Continue`.
+#[derive(Clone, Debug)]
+pub enum Buffered {
+    /// A complete interim head (its fields in `fields`).
+    Interim(ResponseHead),
+    /// Nothing yet, or part of a head within [`MAX_RESPONSE_HEAD`].
+    Incomplete,
+    /// The final response has begun (a final head, or something that is not an interim head).
+    Final,
+}
+
+/// Classifies what `conn.buf` holds (see [`Buffered`]).
+pub fn buffered(buf: &RecvBuf, fields: &mut Fields) -> Buffered {
+    match parse_response(buf.data(), fields) {
+        Ok(Some(h)) if is_interim(h.status) => Buffered::Interim(h),
+        Ok(None) if buf.len() < MAX_RESPONSE_HEAD => Buffered::Incomplete,
+        _ => Buffered::Final,
+    }
+}
+
+/// How a bounded wait for more response bytes ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// Bytes arrived (in `conn.buf`).
+    Bytes,
+    /// `until` passed first; the read was cancelled without losing a byte.
+    Deadline,
+}
+
+/// Waits until `until` for more response bytes (the `Expect: 100-continue` wait).
+///
+/// # Errors
+/// A close (`ClosedEarly`) or reset; retry-safe when `received_before` is false (no response byte
+/// arrived in this attempt).
+///
+/// # Cancel safety
+/// The read is cancelled at the deadline and awaited, so bytes that won the race stay buffered.
+pub async fn wait_more<T: Transport>(
+    conn: &mut UpstreamConn<T>,
+    until: Instant,
+    received_before: bool,
+) -> Result<Waited, UpstreamError> {
+    let canceller = Canceller::new();
+    let r = {
+        let mut read = std::pin::pin!(conn
+            .buf
+            .fill_cancelable(&mut conn.stream, canceller.handle()));
+        match timeout_at(until, read.as_mut()).await {
+            Ok(r) => r,
+            Err(_) => {
+                canceller.cancel();
+                read.await
+            }
+        }
+    };
+    let failed = |kind| UpstreamError {
+        kind,
+        retry_safe: !received_before,
+    };
+    match r {
+        Ok(0) => Err(failed(UpstreamErrorKind::ClosedEarly)),
+        Ok(_) => Ok(Waited::Bytes),
+        Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => Ok(Waited::Deadline),
+        Err(e) => Err(failed(UpstreamError::from_io(&e).kind)),
+    }
+}
+
+/// What one response-body read gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyRead {
+    /// More bytes are in `conn.buf`.
+    Data,
+    /// The upstream closed its side (the end of a close-delimited body, else a body cut short).
+    Eof,
+}
+
+/// Reads more of the response body into `conn.buf` under the zombie deadline; `large` reads up to
+/// 64 KiB at once (pass-through relays).
+///
+/// # Errors
+/// `Zombie` when the clock's deadline passes, `Reset` for a failed read.
+///
+/// # Cancel safety
+/// Not cancel safe; on any error the connection is dropped, never pooled.
+pub async fn read_body<T: Transport>(
+    conn: &mut UpstreamConn<T>,
+    clock: &mut ActivityClock,
+    large: bool,
+) -> Result<BodyRead, UpstreamError> {
+    let read = async {
+        match large {
+            true => conn.buf.fill_large(&mut conn.stream).await,
+            false => conn.buf.fill(&mut conn.stream).await,
+        }
+    };
+    match timeout_at(clock.deadline(), read).await {
+        Err(_) => Err(UpstreamError::new(UpstreamErrorKind::Zombie)),
+        Ok(Ok(0)) => Ok(BodyRead::Eof),
+        Ok(Ok(_)) => {
+            clock.received();
+            Ok(BodyRead::Data)
+        }
+        Ok(Err(_)) => Err(UpstreamError::new(UpstreamErrorKind::Reset)),
+    }
+}
