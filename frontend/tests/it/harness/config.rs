@@ -111,9 +111,8 @@ impl Upstream {
     }
 
     /// Sets `key` (e.g. `max_inactive`) on this upstream.
-    pub fn set(mut self, key: &str, v: impl Into<Value>) -> Self {
-        self.0.set(key, v);
-        self
+    pub fn set(self, key: &str, v: impl Into<Value>) -> Self {
+        Upstream(self.0.with(key, v))
     }
 }
 
@@ -131,9 +130,8 @@ impl Route {
     }
 
     /// Sets `key` (e.g. `request_timeout`) on this route.
-    pub fn set(mut self, key: &str, v: impl Into<Value>) -> Self {
-        self.0.set(key, v);
-        self
+    pub fn set(self, key: &str, v: impl Into<Value>) -> Self {
+        Route(self.0.with(key, v))
     }
 }
 
@@ -256,44 +254,4 @@ impl Cfg {
         }
         out
     }
-}
-
-/// The config used by most tests: one worker unless `extra` says otherwise, short timeouts.
-pub fn config(driver: Driver, upstream: SocketAddr, extra_server: &str, extra: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-io_driver = "{driver}"
-workers = 1
-{extra_server}
-
-[admin]
-listen = "127.0.0.1:0"
-
-[log]
-level = "info"
-
-[[upstreams]]
-name = "origin"
-endpoints = ["{upstream}"]
-connect_timeout = "1s"
-request_timeout = "10s"
-
-[[routes]]
-path_prefix = "/"
-upstream = "origin"
-{extra}
-"#,
-        driver = driver.name()
-    )
-}
-
-/// `cfg` (from [`config`] with `origin`) with the upstream's endpoints replaced by `endpoints`.
-pub fn with_endpoints(cfg: &str, origin: SocketAddr, endpoints: &[SocketAddr]) -> String {
-    let list: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
-    cfg.replace(
-        &format!("endpoints = [\"{origin}\"]"),
-        &format!("endpoints = [{}]", list.join(", ")),
-    )
 }

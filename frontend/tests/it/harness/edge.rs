@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::TempDir;
+use super::{Cfg, TempDir};
 
 /// A running `edge` process; killed on drop.
 pub struct Edge {
@@ -24,21 +24,22 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// Starts edge with `config` (TOML text) and waits (10 s max) for its ready line.
-    pub fn start(config: &str) -> Edge {
+    /// Starts edge with `config` and waits (10 s max) for its ready line.
+    pub fn start(config: &Cfg) -> Edge {
         Self::start_args(config, &[])
     }
 
-    pub fn start_args(config: &str, args: &[&str]) -> Edge {
+    /// Starts edge with extra command-line arguments after `--config FILE`.
+    pub fn start_args(config: &Cfg, args: &[&str]) -> Edge {
         Self::start_env(config, args, &[])
     }
 
     /// Starts edge with extra environment variables (e.g. `EDGE_TEST_FAULTS=1`).
-    pub fn start_env(config: &str, args: &[&str], envs: &[(&str, &str)]) -> Edge {
+    pub fn start_env(config: &Cfg, args: &[&str], envs: &[(&str, &str)]) -> Edge {
         raise_fd_limit();
         let dir = TempDir::new();
         let path = dir.0.join("edge.toml");
-        std::fs::write(&path, config).unwrap();
+        std::fs::write(&path, config.render()).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_edge"))
             .arg("--config")
             .arg(&path)
@@ -102,8 +103,13 @@ impl Edge {
         self.dir.0.join("edge.toml")
     }
 
-    /// Replaces the config file's contents (atomically, by rename).
-    pub fn rewrite_config(&self, text: &str) {
+    /// Replaces the config file with `config` (atomically, by rename).
+    pub fn rewrite_config(&self, config: &Cfg) {
+        self.rewrite_config_text(&config.render());
+    }
+
+    /// Replaces the config file's contents with `text`, which need not parse (atomically, by rename).
+    pub fn rewrite_config_text(&self, text: &str) {
         let tmp = self.dir.0.join("edge.toml.new");
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, self.config_path()).unwrap();

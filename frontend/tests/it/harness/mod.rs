@@ -18,7 +18,7 @@ mod wire;
 
 pub use asserts::{assert_about, assert_error_response, wait_until};
 pub use client::{Client, Response};
-pub use config::{config, with_endpoints, Cfg, Route, Upstream, Value};
+pub use config::{Cfg, Route, Upstream, Value};
 pub use driver::{each_driver, Driver};
 pub use edge::{raise_fd_limit, Edge};
 pub use metrics::metric_sum;
