@@ -13,17 +13,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{config, Client, Driver, Edge, Origin, Reply};
+use crate::harness::{Cfg, Client, Driver, Edge, Origin, Reply};
 
 const SEC: Duration = Duration::from_secs(1);
 const MAX: usize = 256;
 
-fn capacity_config(d: Driver, origin: &Origin) -> String {
+fn capacity_config(d: Driver, origin: &Origin) -> Cfg {
     // The scripted origin accepts on one thread; a burst of 256 upstream connects can overflow its
     // accept queue, and a dropped SYN is retried after 1 s: connect_timeout must exceed that.
-    config(d, origin.addr, &format!("max_connections = {MAX}"), "")
-        .replace("workers = 1", "workers = 2")
-        .replace("connect_timeout = \"1s\"", "connect_timeout = \"5s\"")
+    Cfg::new(d, origin.addr)
+        .workers(2)
+        .server("max_connections", MAX)
+        .upstream_field("connect_timeout", "5s")
 }
 
 /// One health probe on a fresh connection; panics unless it is answered 200 `ok` within 2 s.

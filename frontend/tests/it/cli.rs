@@ -104,7 +104,7 @@ fn traffic_port_held_by_another_process_exits_2() {
 #[test]
 fn healthcheck_subcommand_reports_status() {
     let origin = crate::harness::Origin::fixed(b"x");
-    let cfg = crate::harness::config(crate::harness::Driver::Epoll, origin.addr, "", "");
+    let cfg = crate::harness::Cfg::new(crate::harness::Driver::Epoll, origin.addr);
     let proxy = crate::harness::Edge::start(&cfg);
     let url = format!("http://{}/_health", proxy.addr);
     let ok = edge_cmd()
@@ -115,14 +115,7 @@ fn healthcheck_subcommand_reports_status() {
     // Without --url the configured listener and health_path are probed.
     let dir = crate::harness::TempDir::new();
     let path = dir.0.join("hc.toml");
-    std::fs::write(
-        &path,
-        cfg.replace(
-            "listen = \"127.0.0.1:0\"",
-            &format!("listen = \"{}\"", proxy.addr),
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, cfg.listen(proxy.addr).render()).unwrap();
     let ok = edge_cmd()
         .arg("healthcheck")
         .arg("--config")

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{assert_about, config, Client, Edge, Origin, Reply};
+use crate::harness::{assert_about, Cfg, Client, Edge, Origin, Reply};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -60,7 +60,7 @@ both_drivers!(
             false,
         )
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         for _ in 0..2 {
             c.send(b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -116,7 +116,7 @@ both_drivers!(
                 }
             }
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234");
         c.send(b"56789");
@@ -151,7 +151,7 @@ both_drivers!(
             let _ = s.write_all(&reply);
             let _ = read_head(&mut s, &mut buf);
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         c.send(
             b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
@@ -194,7 +194,7 @@ both_drivers!(
             while fill(&mut s, &mut buf).is_some() {}
             let _ = tx.send((id, buf.len()));
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         c.send(b"PUT /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
         let r = c.read_response(false).expect("the 401");
@@ -220,7 +220,7 @@ both_drivers!(
     expect_continue_silent_upstream_gets_edges_100_after_the_wait,
     |d| {
         let origin = Origin::echo();
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         let started = Instant::now();
         c.send(
@@ -308,7 +308,7 @@ fn client_exact(c: &mut Client, n: usize) -> Vec<u8> {
 both_drivers!(upgrade_tunnels_bytes_after_101_with_half_close, |d| {
     let (tx, rx) = mpsc::channel();
     let origin = upgrading_origin(tx);
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(UPGRADE);
     let r = c.read_any_head().expect("the 101");
@@ -341,7 +341,7 @@ both_drivers!(upgrade_tunnels_bytes_after_101_with_half_close, |d| {
 
 both_drivers!(upgrade_answered_without_101_is_a_normal_response, |d| {
     let origin = Origin::start(|_| Reply::ok(b"no switch"));
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(UPGRADE);
     let r = c.read_response(false).expect("the 200");
@@ -378,7 +378,7 @@ both_drivers!(unsolicited_101_is_502, |d| {
             let _ = fill(&mut s, &mut buf);
         }
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(b"GET /h2c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
     let r = c.read_response(false).expect("a 502");
@@ -395,12 +395,7 @@ both_drivers!(unsolicited_101_is_502, |d| {
 both_drivers!(idle_tunnel_is_closed_after_the_idle_timeout, |d| {
     let (tx, _rx) = mpsc::channel();
     let origin = upgrading_origin(tx);
-    let edge = Edge::start(&config(
-        d,
-        origin.addr,
-        "\n[server.timeouts]\nidle = \"1s\"\n",
-        "",
-    ));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("idle", "1s"));
     let mut c = Client::connect(edge.addr);
     c.send(UPGRADE);
     assert_eq!(c.read_any_head().unwrap().status, 101);
@@ -426,7 +421,7 @@ both_drivers!(
     |d| {
         let origin =
             Origin::start(|req| Reply::ok(req.header("max-forwards").unwrap_or("none").as_bytes()));
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         c.send(b"OPTIONS * HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\n\r\n");
         let r = c.read_response(false).unwrap();

@@ -6,14 +6,10 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    assert_about, assert_error_response, config, Client, Drip, Edge, Origin, Reply,
+    assert_about, assert_error_response, Cfg, Client, Drip, Edge, Origin, Reply, Route,
 };
 
 const SEC: Duration = Duration::from_secs(1);
-
-fn timeouts(lines: &str) -> String {
-    format!("\n[server.timeouts]\n{lines}\n")
-}
 
 /// The edge state every test ends in: no connection left open, no request in flight.
 fn assert_settled(edge: &Edge) {
@@ -28,7 +24,7 @@ fn assert_settled(edge: &Edge) {
 
 both_drivers!(idle_socket_is_closed_at_idle, |d| {
     let origin = Origin::fixed(b"ok");
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("idle = \"1s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("idle", "1s"));
 
     // Before the first byte.
     let mut c = Client::connect(edge.addr);
@@ -61,7 +57,7 @@ both_drivers!(idle_socket_is_closed_at_idle, |d| {
 
 both_drivers!(stalled_head_gets_408_at_request, |d| {
     let origin = Origin::fixed(b"ok");
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("request = \"2s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("request", "2s"));
     let mut c = Client::connect(edge.addr);
     let t = Instant::now();
     c.send(b"GET / HTTP/1.1\r\nHost: x\r\n");
@@ -84,7 +80,7 @@ both_drivers!(stalled_head_gets_408_at_request, |d| {
 
 both_drivers!(stalled_body_gets_408_at_request, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("request = \"2s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("request", "2s"));
     let mut c = Client::connect(edge.addr);
     let t = Instant::now();
     c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789");
@@ -112,7 +108,7 @@ both_drivers!(stalled_body_gets_408_at_request, |d| {
 
 both_drivers!(drip_fed_head_gets_408_at_request_not_later, |d| {
     let origin = Origin::fixed(b"ok");
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("request = \"2s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("request", "2s"));
     // 200 ms a byte: the whole head would take about 40 s; every single read arrives well within any
     // per-read timeout, so only a deadline armed by the first byte cuts it off.
     let mut head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Drip: ".to_vec();
@@ -141,7 +137,7 @@ both_drivers!(drip_fed_head_gets_408_at_request_not_later, |d| {
 both_drivers!(client_that_never_reads_is_closed_at_send, |d| {
     const BIG: usize = 64 << 20;
     let origin = Origin::start(|_| Reply::ok(&vec![b'x'; BIG]));
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("send = \"1s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("send", "1s"));
     let mut c = Client::connect(edge.addr);
     c.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(
@@ -190,13 +186,11 @@ both_drivers!(client_that_never_reads_is_closed_at_send, |d| {
 
 both_drivers!(route_client_request_timeout_overrides_request, |d| {
     let origin = Origin::echo();
-    let route = "\n[[routes]]\npath_prefix = \"/upload\"\nupstream = \"origin\"\nclient_request_timeout = \"4s\"\n";
-    let edge = Edge::start(&config(
-        d,
-        origin.addr,
-        &timeouts("request = \"1s\""),
-        route,
-    ));
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .timeout("request", "1s")
+            .add_route(Route::new("/upload", "origin").set("client_request_timeout", "4s")),
+    );
     let body: Vec<u8> = (0..20u8).map(|i| b'a' + i).collect();
 
     // The upload route: a body dripped over about 2 s (past `request`, within the route's 4 s) succeeds.
@@ -244,7 +238,7 @@ both_drivers!(route_client_request_timeout_overrides_request, |d| {
 
 both_drivers!(request_deadline_spans_head_and_body, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("request = \"2s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("request", "2s"));
     // Head dripped over about 1.2 s, then the body over about 1.2 s: each part alone is within `request`,
     // together they are not; the deadline is armed once, by the first byte.
     let mut c = Client::connect(edge.addr);
@@ -284,7 +278,7 @@ both_drivers!(slow_but_steady_reader_is_not_cut_off_at_send, |d| {
         let body: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
         Reply::ok(&body)
     });
-    let edge = Edge::start(&config(d, origin.addr, &timeouts("send = \"1s\""), ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("send", "1s"));
     let mut c = Client::connect(edge.addr);
     c.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
     // `send` bounds lack of progress, not the whole response: reading 1 MiB every 200 ms takes about
@@ -329,12 +323,11 @@ both_drivers!(slow_but_steady_reader_is_not_cut_off_at_send, |d| {
 
 both_drivers!(request_deadline_is_armed_by_each_requests_first_byte, |d| {
     let origin = Origin::fixed(b"ok");
-    let edge = Edge::start(&config(
-        d,
-        origin.addr,
-        &timeouts("idle = \"10s\"\nrequest = \"2s\""),
-        "",
-    ));
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .timeout("idle", "10s")
+            .timeout("request", "2s"),
+    );
     let mut c = Client::connect(edge.addr);
     assert_eq!(c.get("/first").status, 200);
     // Keep-alive idle time (the scenario itself, not a wait for edge) does not count against the next

@@ -11,7 +11,7 @@ use std::{
 
 use edge_core::config::Config;
 
-use crate::harness::{config, Client, Driver, Edge, Origin, TempDir};
+use crate::harness::{Cfg, Client, Driver, Edge, Origin, TempDir};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -141,7 +141,7 @@ fn metric_names(text: &str) -> Vec<String> {
 #[test]
 fn every_metric_in_the_alerts_and_the_dashboard_is_exported() {
     let origin = Origin::fixed(b"fine");
-    let edge = Edge::start(&config(Driver::Epoll, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(Driver::Epoll, origin.addr));
     // One proxied request so histograms have samples.
     assert_eq!(Client::connect(edge.addr).get("/").status, 200);
     edge.wait_metric("edge_requests_total", &[], 1.0);

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{assert_about, assert_error_response, config, Client, Edge, Origin, Reply};
+use crate::harness::{assert_about, assert_error_response, Cfg, Client, Edge, Origin, Reply};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -33,7 +33,7 @@ both_drivers!(upstream_close_mid_body_truncates_and_closes, |d| {
         }
         Reply::raw(&b, true)
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
 
     // Content-Length response: the client sees the head, half the body, then the close.
     let mut c = Client::connect(edge.addr);
@@ -92,7 +92,7 @@ both_drivers!(malformed_upstream_head_gives_502_bad_response, |d| {
         ),
         _ => Reply::ok(b"good"),
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     for (i, path) in ["/garbage", "/not-http", "/two-lengths"].iter().enumerate() {
         let r = c.get(path);
@@ -158,7 +158,7 @@ both_drivers!(body_bytes_in_the_heads_read_are_relayed_or_refused, |d| {
             None => Reply::raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmall", false),
         },
     );
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     for round in 0..3 {
         for path in [
@@ -204,7 +204,7 @@ both_drivers!(body_bytes_in_the_heads_read_are_relayed_or_refused, |d| {
 
 both_drivers!(silent_upstream_gives_504_at_route_request_timeout, |d| {
     let origin = Origin::silent();
-    let edge = Edge::start(&config(d, origin.addr, "", "request_timeout = \"1s\""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).route_field("request_timeout", "1s"));
     let mut c = Client::connect(edge.addr);
     let t = Instant::now();
     let r = c.get("/never");
@@ -246,7 +246,7 @@ both_drivers!(
             "/hang-up" => Reply::raw(b"", true),
             _ => Reply::ok(b"good"),
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         // A fresh upstream connection (nothing pooled yet) that closes before any response byte.
         let r = c.get("/hang-up");

@@ -7,11 +7,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{config, Client, Edge, Origin, Reply};
+use crate::harness::{Cfg, Client, Edge, Origin, Reply};
 
 both_drivers!(pipelined_requests_are_answered_in_order, |d| {
     let origin = Origin::start(|req| Reply::ok(req.target.as_bytes()));
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(b"GET /one HTTP/1.1\r\nHost: t\r\n\r\nGET /two HTTP/1.1\r\nHost: t\r\n\r\nPOST /three HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /four HTTP/1.1\r\nHost: t\r\n\r\n");
     for want in ["/one", "/two", "/three", "/four"] {
@@ -25,7 +25,7 @@ both_drivers!(
     half_close_after_a_full_request_still_gets_the_response,
     |d| {
         let origin = Origin::fixed(b"answer");
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
         c.s.shutdown(Shutdown::Write).unwrap();
@@ -41,7 +41,7 @@ both_drivers!(connect_that_hangs_gives_504_at_connect_timeout, |d| {
     // connect hangs (PLATFORM.md).
     let hanging = crate::harness::HangingListener::new();
     let addr = hanging.addr;
-    let edge = Edge::start(&config(d, addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, addr));
     let t = Instant::now();
     let mut c = Client::connect(edge.addr);
     let r = c.get("/");
@@ -71,7 +71,7 @@ both_drivers!(
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
             }
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         for i in 0..20 {
             let r = c.get("/");
@@ -91,10 +91,10 @@ both_drivers!(zombie_upstream_is_cut_at_the_threshold, |d| {
             std::thread::sleep(Duration::from_secs(10));
         }
     });
-    let cfg = config(d, origin.addr, "", "").replace(
-        "request_timeout = \"10s\"",
-        "request_timeout = \"1s\"\nmax_inactive = \"1s\"\nmax_inactive_cap = \"2s\"",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .upstream_field("request_timeout", "1s")
+        .upstream_field("max_inactive", "1s")
+        .upstream_field("max_inactive_cap", "2s");
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
     c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{config, Client, Edge, Origin, Reply};
+use crate::harness::{Cfg, Client, Edge, Origin, Reply};
 
 both_drivers!(sigterm_drains_in_flight_requests_then_exits_0, |d| {
     let origin = Origin::start(|req| {
@@ -12,12 +12,9 @@ both_drivers!(sigterm_drains_in_flight_requests_then_exits_0, |d| {
             Reply::ok(b"fast")
         }
     });
-    let cfg = config(
-        d,
-        origin.addr,
-        "[server.timeouts]\ndrain_delay = \"1s\"\ndrain = \"10s\"",
-        "",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .timeout("drain_delay", "1s")
+        .timeout("drain", "10s");
     let mut edge = Edge::start(&cfg);
     let mut idle = Client::connect(edge.addr);
     assert_eq!(idle.get("/fast").status, 200);
@@ -56,7 +53,7 @@ const FAULTS: &[(&str, &str)] = &[("EDGE_TEST_FAULTS", "1")];
 
 both_drivers!(a_panic_in_one_connection_closes_only_that_connection, |d| {
     let origin = Origin::fixed(b"fine");
-    let edge = crate::harness::Edge::start_env(&config(d, origin.addr, "", ""), &[], FAULTS);
+    let edge = crate::harness::Edge::start_env(&Cfg::new(d, origin.addr), &[], FAULTS);
     let mut bystander = Client::connect(edge.addr);
     assert_eq!(bystander.get("/").body, b"fine");
     let mut victim = Client::connect(edge.addr);
@@ -79,7 +76,7 @@ both_drivers!(
     a_dead_worker_thread_is_restarted_with_the_same_listener,
     |d| {
         let origin = Origin::fixed(b"fine");
-        let edge = crate::harness::Edge::start_env(&config(d, origin.addr, "", ""), &[], FAULTS);
+        let edge = crate::harness::Edge::start_env(&Cfg::new(d, origin.addr), &[], FAULTS);
         let mut c = Client::connect(edge.addr);
         c.send(b"GET /__edge_test/kill-worker HTTP/1.1\r\nHost: t\r\n\r\n");
         assert!(edge
@@ -110,12 +107,9 @@ both_drivers!(sigterm_with_20_requests_in_flight_completes_them_all, |d| {
     // throughout, listeners closed at drain_delay (new connections refused), every in-flight request
     // answered 200, exit 0, server.draining and server.stopped logged with counts.
     let origin = Origin::start(|_| Reply::ok(b"slow").delayed(Duration::from_secs(2)));
-    let cfg = config(
-        d,
-        origin.addr,
-        "[server.timeouts]\ndrain_delay = \"1s\"\ndrain = \"10s\"",
-        "",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .timeout("drain_delay", "1s")
+        .timeout("drain", "10s");
     let mut edge = Edge::start(&cfg);
     let clients: Vec<_> = (0..20)
         .map(|i| {
@@ -176,12 +170,9 @@ both_drivers!(sigterm_with_20_requests_in_flight_completes_them_all, |d| {
 
 both_drivers!(a_second_signal_exits_at_once_with_1, |d| {
     let origin = Origin::start(|_| Reply::ok(b"slow").delayed(Duration::from_secs(5)));
-    let cfg = config(
-        d,
-        origin.addr,
-        "[server.timeouts]\ndrain_delay = \"5s\"\ndrain = \"10s\"",
-        "",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .timeout("drain_delay", "5s")
+        .timeout("drain", "10s");
     let mut edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
     c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -211,7 +202,7 @@ both_drivers!(a_dead_worker_does_not_stop_the_other_one, |d| {
     // Two workers: keep-alive connections are spread over both by SO_REUSEPORT. One worker dies; the
     // connections it held close, the others keep being served while it is down, and it comes back.
     let origin = Origin::fixed(b"fine");
-    let cfg = config(d, origin.addr, "", "").replace("workers = 1", "workers = 2");
+    let cfg = Cfg::new(d, origin.addr).workers(2);
     let edge = crate::harness::Edge::start_env(&cfg, &[], FAULTS);
     let mut conns: Vec<Client> = (0..16).map(|_| Client::connect(edge.addr)).collect();
     for c in &mut conns {

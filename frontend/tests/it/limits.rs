@@ -9,12 +9,21 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{assert_error_response, config, Client, Driver, Edge, Origin};
+use crate::harness::{assert_error_response, Cfg, Client, Driver, Edge, Origin};
 
 const SEC: Duration = Duration::from_secs(1);
 
-const LIMITS: &str =
-    "\n[server.limits]\nmax_head_bytes = \"4KiB\"\nmax_headers = 10\nmax_body_bytes = \"1KiB\"\n";
+/// The limits most cases here run at: 4 KiB heads, 10 fields, 1 KiB bodies.
+fn small_limits(c: Cfg) -> Cfg {
+    c.limit("max_head_bytes", "4KiB")
+        .limit("max_headers", 10)
+        .limit("max_body_bytes", "1KiB")
+}
+
+/// Edge's default limits.
+fn default_limits(c: Cfg) -> Cfg {
+    c
+}
 
 /// One request edge must reject.
 struct Case {
@@ -33,12 +42,12 @@ fn case(name: &'static str, bytes: impl AsRef<[u8]>, status: u16, reason: &'stat
     }
 }
 
-/// Sends `c.bytes` to a fresh edge (with `extra_server` config) and checks the whole contract of an
+/// Sends `c.bytes` to a fresh edge (its config changed by `limits`) and checks the whole contract of an
 /// invalid request: status, error response shape, `Connection: close` and the close itself, the counter
 /// with its reason (and no other reason), the log line, and an origin that saw nothing.
-fn check_rejected(d: Driver, extra_server: &str, c: &Case) {
+fn check_rejected(d: Driver, limits: fn(Cfg) -> Cfg, c: &Case) {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, extra_server, ""));
+    let edge = Edge::start(&limits(Cfg::new(d, origin.addr)));
     let mut client = Client::connect(edge.addr);
     client.send(&c.bytes);
     let r = client
@@ -82,10 +91,10 @@ fn check_rejected(d: Driver, extra_server: &str, c: &Case) {
 }
 
 /// Runs every case (each on its own edge) and reports all failures together.
-fn check_all(d: Driver, extra_server: &str, cases: &[Case]) {
+fn check_all(d: Driver, limits: fn(Cfg) -> Cfg, cases: &[Case]) {
     let mut failed = Vec::new();
     for c in cases {
-        if let Err(e) = catch_unwind(AssertUnwindSafe(|| check_rejected(d, extra_server, c))) {
+        if let Err(e) = catch_unwind(AssertUnwindSafe(|| check_rejected(d, limits, c))) {
             let msg = e
                 .downcast_ref::<String>()
                 .cloned()
@@ -267,13 +276,13 @@ both_drivers!(malformed_requests_get_400, |d| {
             "bad_head",
         ),
     ];
-    check_all(d, "", &cases);
+    check_all(d, default_limits, &cases);
 });
 
 both_drivers!(unimplemented_coding_gets_501, |d| {
     check_all(
         d,
-        "",
+        default_limits,
         &[
             case(
                 "gzip, chunked",
@@ -297,7 +306,7 @@ both_drivers!(unimplemented_coding_gets_501, |d| {
 both_drivers!(connect_gets_405, |d| {
     check_all(
         d,
-        "",
+        default_limits,
         &[case(
             "CONNECT",
             "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
@@ -316,7 +325,7 @@ both_drivers!(head_over_limits_gets_431, |d| {
     let too_many = format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n");
     check_all(
         d,
-        LIMITS,
+        small_limits,
         &[
             case("head over max_head_bytes", big_field, 431, "head_too_large"),
             case(
@@ -337,7 +346,7 @@ both_drivers!(head_over_limits_gets_431, |d| {
 
 both_drivers!(heads_at_the_limits_pass, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
+    let edge = Edge::start(&small_limits(Cfg::new(d, origin.addr)));
     let mut c = Client::connect(edge.addr);
     // Exactly max_headers fields.
     let nine: String = (0..9).map(|i| format!("X-F{i}: v\r\n")).collect();
@@ -378,7 +387,7 @@ both_drivers!(request_line_over_limit_gets_414, |d| {
     let target = format!("/{}", "u".repeat(5000));
     check_all(
         d,
-        LIMITS,
+        small_limits,
         &[
             case(
                 "request line over max_head_bytes = 4KiB (sent whole)",
@@ -401,7 +410,7 @@ both_drivers!(request_line_over_default_limit_gets_414, |d| {
     let target = format!("/{}", "u".repeat(20_000));
     check_all(
         d,
-        "",
+        default_limits,
         &[case(
             "request line over the default 16 KiB",
             format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n"),
@@ -413,7 +422,7 @@ both_drivers!(request_line_over_default_limit_gets_414, |d| {
 
 both_drivers!(content_length_over_max_body_gets_413_before_the_body, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
+    let edge = Edge::start(&small_limits(Cfg::new(d, origin.addr)));
     let mut c = Client::connect(edge.addr);
     let t = Instant::now();
     // Only the head: the answer must not wait for a body.
@@ -445,7 +454,7 @@ both_drivers!(chunked_body_over_max_body_sent_whole_gets_413, |d| {
     body.push_str("0\r\n\r\n");
     check_all(
         d,
-        LIMITS,
+        small_limits,
         &[case(
             "chunked body of 1100 bytes over max_body_bytes = 1KiB",
             post("Transfer-Encoding: chunked\r\n", &body),
@@ -457,7 +466,7 @@ both_drivers!(chunked_body_over_max_body_sent_whole_gets_413, |d| {
 
 both_drivers!(expect_continue_over_max_body_gets_413_without_100, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
+    let edge = Edge::start(&small_limits(Cfg::new(d, origin.addr)));
     let mut c = Client::connect(edge.addr);
     c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4096\r\n\r\n");
     let (bytes, closed) = c.read_until_closed(3 * SEC);
@@ -474,7 +483,7 @@ both_drivers!(
     chunked_body_over_max_body_gets_413_and_aborts_upstream,
     |d| {
         let origin = Origin::echo();
-        let edge = Edge::start(&config(d, origin.addr, LIMITS, ""));
+        let edge = Edge::start(&small_limits(Cfg::new(d, origin.addr)));
         let mut c = Client::connect(edge.addr);
         c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
         let chunk = |b: u8| {
@@ -517,9 +526,7 @@ both_drivers!(
 
 both_drivers!(no_route_gets_404_and_keeps_the_connection, |d| {
     let origin = Origin::fixed(b"api");
-    let edge = Edge::start(
-        &config(d, origin.addr, "", "").replace("path_prefix = \"/\"", "path_prefix = \"/api\""),
-    );
+    let edge = Edge::start(&Cfg::new(d, origin.addr).route_prefix("/api"));
     let mut c = Client::connect(edge.addr);
     let r = c.get("/nothing");
     assert_error_response("no route", &r, 404, false);

@@ -5,11 +5,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{config, Client, Edge, Origin, Reply};
+use crate::harness::{Cfg, Client, Edge, Origin, Reply, Route, Upstream};
 
 both_drivers!(get_round_trips, |d| {
     let origin = Origin::fixed(b"hello, world\n");
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     let r = c.get("/a/b?x=1");
     assert_eq!(r.status, 200);
@@ -25,7 +25,7 @@ both_drivers!(get_round_trips, |d| {
 
 both_drivers!(post_content_length_body_is_byte_exact, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let mut c = Client::connect(edge.addr);
     c.send(
@@ -45,7 +45,7 @@ both_drivers!(post_content_length_body_is_byte_exact, |d| {
 
 both_drivers!(chunked_request_body_of_several_mib_is_streamed, |d| {
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
     let mut want = Vec::new();
@@ -72,7 +72,7 @@ both_drivers!(chunked_and_close_delimited_responses, |d| {
         _ => Reply::raw(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end", true),
     }
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     let r = c.get("/chunked");
     assert!(r.chunked);
@@ -99,7 +99,7 @@ both_drivers!(head_204_304_have_no_body, |d| {
         "/304" => Reply::raw(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n", false),
         _ => Reply::raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false),
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(b"HEAD /x HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.read_response(true).unwrap();
@@ -116,7 +116,7 @@ both_drivers!(head_204_304_have_no_body, |d| {
 
 both_drivers!(keep_alive_reuses_one_upstream_connection, |d| {
     let origin = Origin::fixed(b"ok");
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     for _ in 0..100 {
         assert_eq!(c.get("/").status, 200);
@@ -131,7 +131,7 @@ both_drivers!(keep_alive_reuses_one_upstream_connection, |d| {
 
 both_drivers!(two_workers_both_serve, |d| {
     let origin = Origin::fixed(b"ok");
-    let edge = Edge::start(&config(d, origin.addr, "", "").replace("workers = 1", "workers = 2"));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).workers(2));
     // SO_REUSEPORT spreads connections by hash of the source port; 64 connections reach both workers
     // unless the kernel is extraordinarily unlucky (2^-63).
     for _ in 0..64 {
@@ -153,7 +153,7 @@ both_drivers!(health_answers_fast_behind_slow_requests, |d| {
             Reply::ok(b"fast")
         }
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut slow: Vec<Client> = (0..15)
         .map(|_| {
             let mut c = Client::connect(edge.addr);
@@ -187,8 +187,9 @@ both_drivers!(health_answers_fast_behind_slow_requests, |d| {
 both_drivers!(upstream_down_gives_502_and_proxy_keeps_serving, |d| {
     let dead_addr = crate::harness::refused_addr();
     let origin = Origin::fixed(b"alive");
-    let cfg = config(d, dead_addr, "", "")
-        + &format!("\n[[upstreams]]\nname = \"live\"\nendpoints = [\"{}\"]\n\n[[routes]]\npath_prefix = \"/live\"\nupstream = \"live\"\n", origin.addr);
+    let cfg = Cfg::new(d, dead_addr)
+        .add_upstream(Upstream::new("live", &[origin.addr]))
+        .add_route(Route::new("/live", "live"));
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
     let r = c.get("/down");
@@ -219,10 +220,9 @@ both_drivers!(upstream_max_active_queue_timeout_sheds_with_503, |d| {
             Reply::ok(b"fast")
         }
     });
-    let cfg = config(d, origin.addr, "", "").replace(
-        "request_timeout = \"10s\"",
-        "request_timeout = \"10s\"\nmax_active = 1\nqueue_timeout = \"300ms\"",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .upstream_field("max_active", 1)
+        .upstream_field("queue_timeout", "300ms");
     let edge = Edge::start(&cfg);
     let mut first = Client::connect(edge.addr);
     first.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -263,11 +263,7 @@ both_drivers!(upstream_max_active_queue_timeout_sheds_with_503, |d| {
 both_drivers!(failing_endpoint_is_ejected_while_the_other_serves, |d| {
     let dead_addr = crate::harness::refused_addr();
     let origin = Origin::fixed(b"alive");
-    let cfg = crate::harness::with_endpoints(
-        &config(d, origin.addr, "", ""),
-        origin.addr,
-        &[dead_addr, origin.addr],
-    );
+    let cfg = Cfg::new(d, origin.addr).endpoints(&[dead_addr, origin.addr]);
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
     // Refused connects are retried once on the other endpoint, so every request succeeds; after 5
@@ -287,7 +283,7 @@ both_drivers!(failing_endpoint_is_ejected_while_the_other_serves, |d| {
 
 both_drivers!(slow_requests_log_request_slow_with_duration, |d| {
     let origin = Origin::start(|_| Reply::ok(b"late").delayed(Duration::from_millis(1200)));
-    let cfg = config(d, origin.addr, "", "").replace("[log]\n", "[log]\nslow_request = \"1s\"\n");
+    let cfg = Cfg::new(d, origin.addr).log("slow_request", "1s");
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
     assert_eq!(c.get("/late").status, 200);
@@ -314,7 +310,7 @@ both_drivers!(slow_requests_log_request_slow_with_duration, |d| {
 
 both_drivers!(warn_logs_are_rate_limited_with_a_summary, |d| {
     let origin = Origin::fixed(b"x");
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     // 60 malformed requests in well under a second: at most 20 request.invalid lines in that second, and
     // a log.suppressed line (written by the worker's timer) carries the rest.
     for _ in 0..60 {

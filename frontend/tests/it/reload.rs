@@ -2,25 +2,21 @@
 //! request, on new and kept-alive connections; a broken file or a listener change is rejected with a
 //! `config.rejected` line naming file, key and reason, and traffic goes on with the old configuration.
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
-use crate::harness::{config, Client, Driver, Edge, Origin};
+use crate::harness::{Cfg, Client, Driver, Edge, Origin, Route, Upstream};
 
 const SIGHUP: i32 = 1;
 
-/// The harness config plus an upstream "b" routed at `/b` when `b` is given.
-fn with_b(
-    d: Driver,
-    a: std::net::SocketAddr,
-    b: Option<std::net::SocketAddr>,
-    server: &str,
-) -> String {
-    let extra = b.map_or(String::new(), |b| {
-        format!(
-            "\n[[upstreams]]\nname = \"b\"\nendpoints = [\"{b}\"]\n\n[[routes]]\npath_prefix = \"/b\"\nupstream = \"b\"\n"
-        )
-    });
-    config(d, a, server, &extra)
+/// The harness config with origin `a`, plus an upstream "b" routed at `/b` when `b` is given.
+fn with_b(d: Driver, a: SocketAddr, b: Option<SocketAddr>) -> Cfg {
+    let cfg = Cfg::new(d, a);
+    match b {
+        Some(b) => cfg
+            .add_upstream(Upstream::new("b", &[b]))
+            .add_route(Route::new("/b", "b")),
+        None => cfg,
+    }
 }
 
 both_drivers!(
@@ -28,11 +24,11 @@ both_drivers!(
     |d| {
         let a = Origin::fixed(b"from-a");
         let b = Origin::fixed(b"from-b");
-        let edge = Edge::start(&with_b(d, a.addr, None, ""));
+        let edge = Edge::start(&with_b(d, a.addr, None));
         let mut kept = Client::connect(edge.addr);
         assert_eq!(kept.get("/b/x").body, b"from-a");
 
-        edge.rewrite_config(&with_b(d, a.addr, Some(b.addr), ""));
+        edge.rewrite_config(&with_b(d, a.addr, Some(b.addr)));
         edge.signal(SIGHUP);
         let line = edge
             .wait_log("config.reloaded", Duration::from_secs(5))
@@ -49,13 +45,13 @@ both_drivers!(
 both_drivers!(a_broken_file_is_rejected_and_traffic_goes_on, |d| {
     let a = Origin::fixed(b"from-a");
     let b = Origin::fixed(b"from-b");
-    let edge = Edge::start(&with_b(d, a.addr, None, ""));
+    let edge = Edge::start(&with_b(d, a.addr, None));
     let mut kept = Client::connect(edge.addr);
     assert_eq!(kept.get("/b/x").body, b"from-a");
     let file = edge.config_path().display().to_string();
 
     // A file that does not parse.
-    edge.rewrite_config("[server\nlisten = ");
+    edge.rewrite_config_text("[server\nlisten = ");
     edge.signal(SIGHUP);
     let line = edge
         .wait_log("config.rejected", Duration::from_secs(5))
@@ -64,8 +60,7 @@ both_drivers!(a_broken_file_is_rejected_and_traffic_goes_on, |d| {
     assert_eq!(kept.get("/b/x").body, b"from-a");
 
     // A file that parses but does not validate: the key is named; the new route does not apply.
-    let mut bad = with_b(d, a.addr, Some(b.addr), "");
-    bad.push_str("\n[[routes]]\npath_prefix = \"/c\"\nupstream = \"nope\"\n");
+    let bad = with_b(d, a.addr, Some(b.addr)).add_route(Route::new("/c", "nope"));
     edge.rewrite_config(&bad);
     edge.signal(SIGHUP);
     let line = edge
@@ -80,7 +75,7 @@ both_drivers!(a_broken_file_is_rejected_and_traffic_goes_on, |d| {
     assert_eq!(edge.count_log("config.reloaded"), 0);
 
     // A good file afterwards still reloads.
-    edge.rewrite_config(&with_b(d, a.addr, Some(b.addr), ""));
+    edge.rewrite_config(&with_b(d, a.addr, Some(b.addr)));
     edge.signal(SIGHUP);
     assert!(edge
         .wait_log("config.reloaded", Duration::from_secs(5))
@@ -91,14 +86,10 @@ both_drivers!(a_broken_file_is_rejected_and_traffic_goes_on, |d| {
 both_drivers!(a_listener_or_worker_change_is_refused, |d| {
     let a = Origin::fixed(b"from-a");
     let b = Origin::fixed(b"from-b");
-    let edge = Edge::start(&with_b(d, a.addr, None, ""));
+    let edge = Edge::start(&with_b(d, a.addr, None));
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let other = held.local_addr().unwrap();
-    let mut changed = with_b(d, a.addr, Some(b.addr), "").replace(
-        "listen = \"127.0.0.1:0\"\nio_driver",
-        &format!("listen = \"{other}\"\nio_driver"),
-    );
-    changed = changed.replace("workers = 1", "workers = 2");
+    let changed = with_b(d, a.addr, Some(b.addr)).listen(other).workers(2);
     edge.rewrite_config(&changed);
     edge.signal(SIGHUP);
     let line = edge

@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use crate::harness::{assert_error_response, config, Client, Driver, Edge, Origin, Reply};
+use crate::harness::{assert_error_response, Cfg, Client, Driver, Edge, Origin, Reply};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -208,7 +208,7 @@ fn shapes() -> Vec<Shape> {
 /// One shape on a fresh edge: a good request first, then the attack on the same connection.
 fn check_shape(d: Driver, sh: &Shape) {
     let origin = Recording::start();
-    let edge = Edge::start(&config(d, origin.origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.origin.addr));
     let mut c = Client::connect(edge.addr);
     let r = c.get("/first");
     assert_eq!(r.status, 200, "{}: the good request", sh.name);
@@ -279,7 +279,7 @@ both_drivers!(smuggling_shapes_get_400_and_never_reach_the_origin, |d| {
 both_drivers!(tab_before_a_valid_te_value_is_plain_ows, |d| {
     // `Transfer-Encoding:\tchunked` is valid (HTAB is OWS): the body is framed as chunked, exactly.
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(
         b"POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
@@ -293,7 +293,7 @@ both_drivers!(tab_before_a_valid_te_value_is_plain_ows, |d| {
 
 both_drivers!(bytes_after_a_connection_close_request_are_ignored, |d| {
     let origin = Recording::start();
-    let edge = Edge::start(&config(d, origin.origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(
         format!("GET /only HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n{SMUGGLED}").as_bytes(),
@@ -316,7 +316,7 @@ both_drivers!(bytes_after_a_connection_close_request_are_ignored, |d| {
 both_drivers!(pipelined_requests_after_a_rejected_one_are_dropped, |d| {
     // Good, bad, good in one write: the first is answered, the second rejected, the third never served.
     let origin = Recording::start();
-    let edge = Edge::start(&config(d, origin.origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(format!("GET /one HTTP/1.1\r\nHost: x\r\n\r\nPOST /two HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab{SMUGGLED}").as_bytes());
     assert_eq!(c.read_response(false).unwrap().status, 200);
@@ -348,7 +348,7 @@ both_drivers!(
                 .find(|(p, _)| *p == req.target)
                 .map_or_else(|| Reply::ok(b"good"), |(_, bytes)| Reply::raw(bytes, false))
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         for (i, (path, _)) in cases.iter().enumerate() {
             let r = c.get(path);
@@ -387,7 +387,7 @@ both_drivers!(bodies_on_head_204_304_never_reach_the_client, |d| {
         ),
         _ => Reply::ok(b"good"),
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     for (n, req) in [
         "HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -447,7 +447,7 @@ both_drivers!(late_byte_on_an_idle_pooled_connection_poisons_it, |d| {
             }
         }
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     assert_eq!(c.get("/a").body, b"conn1");
     // Edge pools the connection right after the response; the stray byte follows.
@@ -468,7 +468,7 @@ both_drivers!(late_byte_on_an_idle_pooled_connection_poisons_it, |d| {
 both_drivers!(absolute_form_target_authority_is_the_host, |d| {
     // RFC 9112 §3.2.2: the target's authority replaces Host; upstream gets origin-form and that Host.
     let origin = Origin::echo();
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     c.send(b"GET http://real.example:8080/p?q=1 HTTP/1.1\r\nHost: spoofed.example\r\n\r\n");
     assert_eq!(c.read_response(false).unwrap().status, 200);

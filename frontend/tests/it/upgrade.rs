@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use crate::harness::{config, wait_until, Client, Driver, Edge, Origin, TempDir};
+use crate::harness::{wait_until, Cfg, Client, Driver, Edge, Origin, TempDir};
 
 /// Counts of a load loop.
 #[derive(Default)]
@@ -55,17 +55,11 @@ fn load_loop(addr: std::net::SocketAddr, load: Arc<Load>, keep_alive: bool) {
     }
 }
 
-fn upgrade_config(d: Driver, origin: std::net::SocketAddr, sock: &std::path::Path) -> String {
-    config(
-        d,
-        origin,
-        &format!(
-            "upgrade_socket = \"{}\"\n[server.timeouts]\ndrain = \"10s\"",
-            sock.display()
-        ),
-        "",
-    )
-    .replace("workers = 1", "workers = 2")
+fn upgrade_config(d: Driver, origin: std::net::SocketAddr, sock: &std::path::Path) -> Cfg {
+    Cfg::new(d, origin)
+        .workers(2)
+        .server("upgrade_socket", sock.display().to_string())
+        .timeout("drain", "10s")
 }
 
 both_drivers!(upgrade_under_load_fails_no_request, |d| {
@@ -131,7 +125,7 @@ both_drivers!(upgrade_without_a_running_edge_fails_cleanly, |d| {
     let dir = TempDir::new();
     let cfg = upgrade_config(d, origin.addr, &dir.0.join("nobody.sock"));
     let path = dir.0.join("edge.toml");
-    std::fs::write(&path, cfg).unwrap();
+    std::fs::write(&path, cfg.render()).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_edge"))
         .arg("--config")
         .arg(&path)

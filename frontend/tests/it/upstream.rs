@@ -25,7 +25,7 @@ use std::{
 };
 
 use crate::harness::{
-    config, read_request, refused_addr, with_endpoints, Client, Edge, Origin, Reply,
+    read_request, refused_addr, Cfg, Client, Edge, Origin, Reply, Route, Upstream,
 };
 
 const SEC: Duration = Duration::from_secs(1);
@@ -48,16 +48,11 @@ fn assert_within(what: &str, took: Duration, low: Duration, high: Duration) {
 both_drivers!(silent_upstream_is_a_zombie_at_the_cap, |d| {
     // max_inactive 1 s, cap 2 s: threshold = max(1, min(2, 30 + 1)) = 2 s, and max(1, 2) = 2 s for none.
     let origin = Origin::silent();
-    let cfg = config(
-        d,
-        origin.addr,
-        "",
-        "\n[[routes]]\npath_prefix = \"/none\"\nupstream = \"origin\"\nrequest_timeout = \"none\"",
-    )
-    .replace(
-        "request_timeout = \"10s\"",
-        "request_timeout = \"30s\"\nmax_inactive = \"1s\"\nmax_inactive_cap = \"2s\"",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .upstream_field("request_timeout", "30s")
+        .upstream_field("max_inactive", "1s")
+        .upstream_field("max_inactive_cap", "2s")
+        .add_route(Route::new("/none", "origin").set("request_timeout", "none"));
     let edge = Edge::start(&cfg);
     for (n, path, rt_ms) in [(1.0, "/", "30000"), (2.0, "/none/x", "-1")] {
         let (status, took) = timed_get(&edge, path);
@@ -108,26 +103,21 @@ both_drivers!(design_table_rows_scaled_down, |d| {
     // request_timeout (phase="request"), rows 3-5 at the zombie threshold (phase="zombie").
     let origin = Origin::silent();
     let route = |path: &str, upstream: &str, rt: &str| {
-        format!(
-            "\n[[routes]]\npath_prefix = \"{path}\"\nupstream = \"{upstream}\"\nrequest_timeout = \"{rt}\""
-        )
+        Route::new(path, upstream).set("request_timeout", rt)
     };
-    let extra = [
-        route("/row1", "origin", "500ms"), // threshold 1.5 s; request_timeout first
-        route("/row2", "origin", "2s"),    // threshold 3 s; request_timeout first
-        route("/row3", "origin", "20s"),   // threshold min(3, 21) = 3 s
-        route("/row4", "origin", "none"),  // threshold max(1, 3) = 3 s
-        route("/row5", "raised", "20s"),   // threshold max(4, min(3, 24)) = 4 s
-    ]
-    .concat();
-    let upstreams = format!(
-        "\n[[upstreams]]\nname = \"raised\"\nendpoints = [\"{}\"]\nmax_inactive = \"4s\"\nmax_inactive_cap = \"3s\"\n",
-        origin.addr
-    );
-    let cfg = config(d, origin.addr, "", &(extra + &upstreams)).replace(
-        "request_timeout = \"10s\"",
-        "request_timeout = \"10s\"\nmax_inactive = \"1s\"\nmax_inactive_cap = \"3s\"",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .upstream_field("max_inactive", "1s")
+        .upstream_field("max_inactive_cap", "3s")
+        .add_upstream(
+            Upstream::new("raised", &[origin.addr])
+                .set("max_inactive", "4s")
+                .set("max_inactive_cap", "3s"),
+        )
+        .add_route(route("/row1", "origin", "500ms")) // threshold 1.5 s; request_timeout first
+        .add_route(route("/row2", "origin", "2s")) // threshold 3 s; request_timeout first
+        .add_route(route("/row3", "origin", "20s")) // threshold min(3, 21) = 3 s
+        .add_route(route("/row4", "origin", "none")) // threshold max(1, 3) = 3 s
+        .add_route(route("/row5", "raised", "20s")); // threshold max(4, min(3, 24)) = 4 s
     let edge = Edge::start(&cfg);
     let rows = [
         ("/row1", Duration::from_millis(500)),
@@ -186,12 +176,11 @@ both_drivers!(slow_stream_survives_only_when_received_bytes_count, |d| {
     // threshold = max(1, min(2, 30 + 1)) = 2 s; the stream lasts ~5 s with a byte every 500 ms.
     let origin = slow_stream_origin();
     let cfg = |counts: bool| {
-        config(d, origin.addr, "", "").replace(
-            "request_timeout = \"10s\"",
-            &format!(
-                "request_timeout = \"30s\"\nmax_inactive = \"1s\"\nmax_inactive_cap = \"2s\"\nzombie_counts_received = {counts}"
-            ),
-        )
+        Cfg::new(d, origin.addr)
+            .upstream_field("request_timeout", "30s")
+            .upstream_field("max_inactive", "1s")
+            .upstream_field("max_inactive_cap", "2s")
+            .upstream_field("zombie_counts_received", counts)
     };
     let counting = Edge::start(&cfg(true));
     let strict = Edge::start(&cfg(false));
@@ -253,10 +242,11 @@ both_drivers!(slow_client_download_is_not_blamed_on_the_upstream, |d| {
     // looked at, and here the upstream is always ready.)
     const SIZE: usize = 4 << 20;
     let origin = Origin::start(|_| Reply::ok(&vec![b'd'; SIZE]));
-    let cfg = config(d, origin.addr, "", "").replace(
-        "request_timeout = \"10s\"",
-        "request_timeout = \"1s\"\nmax_inactive = \"1s\"\nmax_inactive_cap = \"1s\"\nzombie_counts_received = false",
-    );
+    let cfg = Cfg::new(d, origin.addr)
+        .upstream_field("request_timeout", "1s")
+        .upstream_field("max_inactive", "1s")
+        .upstream_field("max_inactive_cap", "1s")
+        .upstream_field("zombie_counts_received", false);
     let edge = Edge::start(&cfg);
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     sock.set_recv_buffer_size(32 << 10).unwrap();
@@ -294,10 +284,7 @@ both_drivers!(upstream_not_reading_the_body_hits_write_timeout, |d| {
         let _ = s.read(&mut b);
         thread::sleep(Duration::from_secs(15));
     });
-    let cfg = config(d, origin.addr, "", "").replace(
-        "connect_timeout = \"1s\"",
-        "connect_timeout = \"1s\"\nwrite_timeout = \"1s\"",
-    );
+    let cfg = Cfg::new(d, origin.addr).upstream_field("write_timeout", "1s");
     let edge = Edge::start(&cfg);
     let mut c = Client::connect_timeout(edge.addr, 20 * SEC);
     const SIZE: usize = 48 << 20;
@@ -355,7 +342,7 @@ both_drivers!(early_response_is_relayed_and_both_connections_close, |d| {
         };
         seen.lock().unwrap().push((id, closed));
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect_timeout(edge.addr, 5 * SEC);
     // Head and 10 of 100 body bytes: edge forwards them and waits for the rest from the client.
     c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789");
@@ -413,7 +400,7 @@ both_drivers!(
                 seen.lock().unwrap().push((second.target, second.body));
             }
         });
-        let edge = Edge::start(&config(d, origin.addr, "", ""));
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
         assert_eq!(c.get("/a").text(), "first /a");
         // Reuses the pooled connection, which closes: retried once on a fresh connection.
@@ -455,7 +442,7 @@ both_drivers!(slow_responses_complete_and_release_their_connection, |d| {
     // 3 s responses, four at once: each completes, health stays fast, and the connections are pooled
     // afterwards (active back to 0).
     let origin = Origin::start(|_| Reply::ok(b"slow").delayed(3 * SEC));
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let started = Instant::now();
     let statuses: Vec<u16> = thread::scope(|s| {
         let hs: Vec<_> = (0..4)
@@ -492,7 +479,7 @@ both_drivers!(keep_alive_timeout_caps_the_pooled_lifetime, |d| {
             false,
         )
     });
-    let edge = Edge::start(&config(d, origin.addr, "", ""));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
     let mut c = Client::connect(edge.addr);
     assert_eq!(c.get("/1").body, b"ok");
     assert_eq!(c.get("/2").body, b"ok");
@@ -524,11 +511,7 @@ both_drivers!(connect_timeout_retries_on_the_next_endpoint, |d| {
     // (nothing was sent), here a POST, once, on the next endpoint.
     let hanging = crate::harness::HangingListener::new();
     let origin = Origin::echo();
-    let cfg = with_endpoints(
-        &config(d, origin.addr, "", ""),
-        origin.addr,
-        &[hanging.addr, origin.addr],
-    );
+    let cfg = Cfg::new(d, origin.addr).endpoints(&[hanging.addr, origin.addr]);
     let edge = Edge::start(&cfg);
     let mut c = Client::connect_timeout(edge.addr, 10 * SEC);
     let t = Instant::now();
@@ -550,11 +533,7 @@ both_drivers!(ejected_endpoint_returns_after_its_backoff, |d| {
     // 1 s, then tried again, connects, and is logged as returned.
     let dead_addr = refused_addr();
     let origin = Origin::fixed(b"alive");
-    let cfg = with_endpoints(
-        &config(d, origin.addr, "", ""),
-        origin.addr,
-        &[dead_addr, origin.addr],
-    );
+    let cfg = Cfg::new(d, origin.addr).endpoints(&[dead_addr, origin.addr]);
     let edge = Edge::start(&cfg);
     let mut c = Client::connect(edge.addr);
     for _ in 0..10 {

@@ -1,0 +1,257 @@
+//! [`Cfg`]: the config edge is started with, built by setters per section and rendered to TOML by one
+//! function ([`Cfg::render`]). A section with a key set is always rendered, so no setting can be
+//! silently dropped; a misspelled key reaches edge, which refuses unknown keys at start.
+
+use std::{fmt, net::SocketAddr};
+
+use super::Driver;
+
+/// A TOML value as edge's config reads it.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    Strs(Vec<String>),
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Str(v.into())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Str(v)
+    }
+}
+impl From<SocketAddr> for Value {
+    fn from(v: SocketAddr) -> Self {
+        Value::Str(v.to_string())
+    }
+}
+impl From<i32> for Value {
+    fn from(v: i32) -> Self {
+        Value::Int(v.into())
+    }
+}
+impl From<usize> for Value {
+    fn from(v: usize) -> Self {
+        Value::Int(v.try_into().unwrap())
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Bool(v)
+    }
+}
+impl From<&[SocketAddr]> for Value {
+    fn from(v: &[SocketAddr]) -> Self {
+        Value::Strs(v.iter().map(SocketAddr::to_string).collect())
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Str(s) => write!(f, "{}", quoted(s)),
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Strs(list) => {
+                let items: Vec<String> = list.iter().map(|s| quoted(s)).collect();
+                write!(f, "[{}]", items.join(", "))
+            }
+        }
+    }
+}
+
+/// A TOML basic string.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// One table's keys in the order first set; setting a key again replaces its value.
+#[derive(Clone, Debug, Default)]
+struct Table(Vec<(String, Value)>);
+
+impl Table {
+    fn set(&mut self, key: &str, v: impl Into<Value>) {
+        let v = v.into();
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = v,
+            None => self.0.push((key.into(), v)),
+        }
+    }
+
+    fn with(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.set(key, v);
+        self
+    }
+
+    /// `header` (`[name]` or `[[name]]`), then one `key = value` line per key.
+    fn render(&self, out: &mut String, header: &str) {
+        out.push_str(&format!("\n{header}\n"));
+        for (k, v) in &self.0 {
+            out.push_str(&format!("{k} = {v}\n"));
+        }
+    }
+}
+
+/// An `[[upstreams]]` entry: `name` and `endpoints`, then the keys set on it.
+#[derive(Clone, Debug)]
+pub struct Upstream(Table);
+
+impl Upstream {
+    pub fn new(name: &str, endpoints: &[SocketAddr]) -> Self {
+        Upstream(
+            Table::default()
+                .with("name", name)
+                .with("endpoints", endpoints),
+        )
+    }
+
+    /// Sets `key` (e.g. `max_inactive`) on this upstream.
+    pub fn set(self, key: &str, v: impl Into<Value>) -> Self {
+        Upstream(self.0.with(key, v))
+    }
+}
+
+/// A `[[routes]]` entry: `path_prefix` and `upstream`, then the keys set on it.
+#[derive(Clone, Debug)]
+pub struct Route(Table);
+
+impl Route {
+    pub fn new(path_prefix: &str, upstream: &str) -> Self {
+        Route(
+            Table::default()
+                .with("path_prefix", path_prefix)
+                .with("upstream", upstream),
+        )
+    }
+
+    /// Sets `key` (e.g. `request_timeout`) on this route.
+    pub fn set(self, key: &str, v: impl Into<Value>) -> Self {
+        Route(self.0.with(key, v))
+    }
+}
+
+/// A whole edge config. [`Cfg::new`] is what most tests use: loopback port 0 for traffic and admin, one
+/// worker, upstream `origin` (connect 1 s, request 10 s) behind route `/`; setters change or add keys.
+#[derive(Clone, Debug)]
+pub struct Cfg {
+    server: Table,
+    timeouts: Table,
+    limits: Table,
+    admin: Table,
+    log: Table,
+    upstreams: Vec<Upstream>,
+    routes: Vec<Route>,
+}
+
+impl Cfg {
+    pub fn new(driver: Driver, origin: SocketAddr) -> Self {
+        Cfg {
+            server: Table::default()
+                .with("listen", "127.0.0.1:0")
+                .with("io_driver", driver.name())
+                .with("workers", 1),
+            timeouts: Table::default(),
+            limits: Table::default(),
+            admin: Table::default().with("listen", "127.0.0.1:0"),
+            log: Table::default().with("level", "info"),
+            upstreams: vec![Upstream::new("origin", &[origin])
+                .set("connect_timeout", "1s")
+                .set("request_timeout", "10s")],
+            routes: vec![Route::new("/", "origin")],
+        }
+    }
+
+    /// `server.workers`.
+    pub fn workers(self, n: usize) -> Self {
+        self.server("workers", n)
+    }
+
+    /// `server.listen` (the traffic listener).
+    pub fn listen(self, addr: SocketAddr) -> Self {
+        self.server("listen", addr)
+    }
+
+    /// Any `[server]` key, e.g. `max_connections`.
+    pub fn server(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.server.set(key, v);
+        self
+    }
+
+    /// A `[server.timeouts]` key: `idle`, `request`, `send`, `drain`, `drain_delay`.
+    pub fn timeout(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.timeouts.set(key, v);
+        self
+    }
+
+    /// A `[server.limits]` key: `max_head_bytes`, `max_headers`, `max_body_bytes`.
+    pub fn limit(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.limits.set(key, v);
+        self
+    }
+
+    /// A `[log]` key, e.g. `slow_request`.
+    pub fn log(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.log.set(key, v);
+        self
+    }
+
+    /// A key of the `origin` upstream, e.g. `connect_timeout` or `max_inactive`.
+    pub fn upstream_field(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.upstreams[0].0.set(key, v);
+        self
+    }
+
+    /// The `origin` upstream's endpoints, in round-robin order.
+    pub fn endpoints(self, endpoints: &[SocketAddr]) -> Self {
+        self.upstream_field("endpoints", endpoints)
+    }
+
+    /// A key of the `/` route, e.g. `request_timeout`.
+    pub fn route_field(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.routes[0].0.set(key, v);
+        self
+    }
+
+    /// The path prefix of the route to `origin` (`/` unless set).
+    pub fn route_prefix(self, prefix: &str) -> Self {
+        self.route_field("path_prefix", prefix)
+    }
+
+    /// Another `[[upstreams]]` entry, after `origin` and those added before.
+    pub fn add_upstream(mut self, u: Upstream) -> Self {
+        self.upstreams.push(u);
+        self
+    }
+
+    /// Another `[[routes]]` entry, after the `origin` route and those added before.
+    pub fn add_route(mut self, r: Route) -> Self {
+        self.routes.push(r);
+        self
+    }
+
+    /// The TOML text edge reads: `[server]` and its subtables (when set), `[admin]`, `[log]`, then the
+    /// upstreams and the routes in the order added.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        self.server.render(&mut out, "[server]");
+        for (name, t) in [("timeouts", &self.timeouts), ("limits", &self.limits)] {
+            if !t.0.is_empty() {
+                t.render(&mut out, &format!("[server.{name}]"));
+            }
+        }
+        self.admin.render(&mut out, "[admin]");
+        self.log.render(&mut out, "[log]");
+        for u in &self.upstreams {
+            u.0.render(&mut out, "[[upstreams]]");
+        }
+        for r in &self.routes {
+            r.0.render(&mut out, "[[routes]]");
+        }
+        out
+    }
+}

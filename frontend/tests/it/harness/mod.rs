@@ -1,0 +1,27 @@
+//! Test harness: starts the real `edge` binary on 127.0.0.1 port 0 with a generated config, a scripted
+//! origin on plain std threads, and a raw HTTP/1.1 client. Every wait is bounded and event-driven (the
+//! ready log line, a channel), never a fixed sleep. This file only names the parts and re-exports them.
+
+// A shared API: not every test module uses every part, so unused parts are not warned about.
+#![allow(dead_code, unused_imports)]
+
+mod asserts;
+mod client;
+mod config;
+mod driver;
+mod edge;
+mod metrics;
+mod origin;
+mod sockets;
+mod tempdir;
+mod wire;
+
+pub use asserts::{assert_about, assert_error_response, wait_until};
+pub use client::{Client, Response};
+pub use config::{Cfg, Route, Upstream, Value};
+pub use driver::{each_driver, Driver};
+pub use edge::{raise_fd_limit, Edge};
+pub use metrics::metric_sum;
+pub use origin::{read_request, Origin, Reply, Seen};
+pub use sockets::{refused_addr, Drip, HangingListener};
+pub use tempdir::TempDir;

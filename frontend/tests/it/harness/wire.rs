@@ -1,0 +1,87 @@
+//! HTTP/1.1 framing shared by the scripted origin and the raw client: blocking buffered reads, chunked
+//! body decoding, header lists and their lookup.
+
+use std::{io::Read, net::TcpStream};
+
+/// Reads once from `s` onto the end of `buf`; `None` on EOF or a read error (the error is printed).
+pub(super) fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut tmp = [0u8; 65536];
+    let n = match s.read(&mut tmp) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("read error on {:?}: {e}", s.peer_addr());
+            return None;
+        }
+    };
+    if n == 0 {
+        return None;
+    }
+    buf.extend_from_slice(&tmp[..n]);
+    Some(())
+}
+
+/// Decodes a chunked body starting at `pos`; returns (data, end offset). Trailers are skipped.
+pub(super) fn read_chunked(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    mut pos: usize,
+) -> Option<(Vec<u8>, usize)> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = crlf_at(s, buf, pos)?;
+        let line = std::str::from_utf8(&buf[pos..line_end]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        pos = line_end + 2;
+        if size == 0 {
+            return Some((body, skip_trailers(s, buf, pos)?));
+        }
+        while buf.len() < pos + size + 2 {
+            fill(s, buf)?;
+        }
+        body.extend_from_slice(&buf[pos..pos + size]);
+        pos += size + 2;
+    }
+}
+
+/// Skips trailer lines from `pos` through the empty line that ends them; the offset after it.
+fn skip_trailers(s: &mut TcpStream, buf: &mut Vec<u8>, mut pos: usize) -> Option<usize> {
+    loop {
+        let end = crlf_at(s, buf, pos)?;
+        let empty = end == pos;
+        pos = end + 2;
+        if empty {
+            return Some(pos);
+        }
+    }
+}
+
+/// The offset of the first CRLF at or after `pos`, reading more until there is one.
+fn crlf_at(s: &mut TcpStream, buf: &mut Vec<u8>, pos: usize) -> Option<usize> {
+    loop {
+        if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
+            return Some(pos + i);
+        }
+        fill(s, buf)?;
+    }
+}
+
+/// Parsed header fields as owned (name, value) pairs, values decoded lossily.
+pub(super) fn owned_headers(headers: &[httparse::Header]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The first field named `name` (case-insensitive).
+pub(super) fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
