@@ -1,8 +1,8 @@
 //! Owned IO buffers for monoio and the per-worker free list they come from.
 //!
 //! A [`RecvBuf`] holds storage only while it has work: a connection waiting for its next request returns
-//! its storage to the worker's pool, so an idle keep-alive connection holds no read buffer (issue 3's
-//! memory target). Steady-state traffic recycles the same few buffers: no allocation per request.
+//! its storage to the worker's pool, so an idle keep-alive connection holds no read buffer (the idle-memory
+//! target of bench/README.md). Steady-state traffic recycles the same few buffers: no allocation per request.
 
 use std::{cell::RefCell, io};
 

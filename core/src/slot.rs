@@ -7,7 +7,7 @@
 //! a request starts, runs the request's future inside it ([`Slot::run`]), keeps the slot while requests
 //! keep coming (the keep-alive fast path), and gives it back ([`give`]) when it goes idle. Steady
 //! keep-alive traffic therefore allocates nothing per request, and an idle keep-alive connection holds
-//! only its small waiting future (issue 8: RSS per idle connection).
+//! only its small waiting future (DESIGN.md "Benchmark method": RSS per idle connection).
 //!
 //! Soundness: a future placed in a slot is pinned there (the block never moves) and is dropped in place
 //! by the [`InPlace`] that runs it before the slot can be used again. If an [`InPlace`] is leaked

@@ -1,4 +1,4 @@
-//! A counting global allocator for the allocation check of issue "Performance" (bench mode only, cargo
+//! A counting global allocator for the allocation check (`edge-bench alloc`: no allocation per request) (bench mode only, cargo
 //! feature `count-alloc`): every allocation and reallocation on a thread bumps that thread's counter, and
 //! each worker publishes its own as `edge_worker_allocations_total{worker}` on its heartbeat. Dividing the
 //! growth of that counter by the requests served over a steady-state run gives allocations per request

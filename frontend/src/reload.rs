@@ -1,4 +1,4 @@
-//! Config reload on SIGHUP (DESIGN.md "Configuration", issue 7): the supervisor re-reads the file with
+//! Config reload on SIGHUP (DESIGN.md "Configuration", "Drain and upgrade"): the supervisor re-reads the file with
 //! the same command-line overrides, resolves endpoint names on its own thread, and publishes the result
 //! ([`edge_core::runtime::Published`]); each worker switches at its next request or heartbeat tick, and
 //! requests in flight finish on the configuration they started with.

@@ -23,7 +23,10 @@ pub mod upgrade;
 
 use std::{net::IpAddr, time::Duration};
 
-use edge_core::{buf::SendBuf, http::framing::RequestInfo};
+use edge_core::{
+    buf::SendBuf,
+    http::{framing::RequestInfo, head::Fields},
+};
 use edge_upstream::{
     h1::{
         is_interim,
@@ -98,8 +101,9 @@ pub enum Outcome {
     /// client: the caller tunnels bytes between the two connections ([`upgrade::tunnel`]). Bytes the
     /// upstream sent after its head are still in `conn.buf`.
     Upgraded {
-        /// The upstream connection, never pooled again.
-        conn: UpstreamConn,
+        /// The upstream connection, never pooled again (boxed: upgrades are rare, and the other outcomes
+        /// stay small).
+        conn: Box<UpstreamConn>,
     },
 }
 
@@ -137,12 +141,24 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
     // upstream's.
     let wait_continue = s.expects_continue() && out.0.len() == head_len;
     let mut fields = s.take_fields();
-    let outcome = match exchange(w, s, &req, &mut out.0, &mut fields, wait_continue).await {
+    let answered = exchange(w, s, &req, &mut out.0, &mut fields, wait_continue).await;
+    // The upstream head is no longer needed (no retry once a head arrived): its buffer goes back to the
+    // pool before the session takes one for the response.
+    drop(out);
+    let outcome = match answered {
         Ok(a) => relay::respond(w, s, &req, a, &mut fields).await,
         Err(o) => o,
     };
     s.put_fields(fields);
     outcome
+}
+
+/// What an attempt on one upstream connection led to, when it did not get a response head.
+enum Stop {
+    /// The failure is retry-safe and the policy allows another attempt.
+    Retry,
+    /// The exchange ends with this outcome.
+    End(Outcome),
 }
 
 /// Sends the request (retrying per policy) and reads up to the final response head, forwarding
@@ -152,25 +168,15 @@ async fn exchange<S: Session>(
     s: &mut S,
     req: &Request<'_>,
     out: &mut Vec<u8>,
-    fields: &mut edge_core::http::head::Fields,
+    fields: &mut Fields,
     wait_continue: bool,
 ) -> Result<Answered, Outcome> {
-    let up = req.upstream;
-    let cfg = &up.config;
-    let threshold = zombie::threshold(
-        cfg.max_inactive.0,
-        cfg.max_inactive_cap.0,
-        req.request_timeout,
-    );
     let sent_whole = s.body_done();
     let mut interim = interim::Interim::default();
     let mut previous = 0;
-    let retry = |w: &Worker, previous: &mut u32| {
-        *previous += 1;
-        w.metrics.upstream_retries.increment(1);
-    };
     loop {
-        let co = up
+        let co = req
+            .upstream
             .checkout(previous > 0)
             .await
             .map_err(|e| failed(Failure::Upstream(e), sent_whole))?;
@@ -178,75 +184,143 @@ async fn exchange<S: Session>(
             w.metrics.upstream_retries.increment(1);
         }
         w.metrics.upstream_requests.increment(1);
-        let mut conn = co.conn;
         // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.
-        let may_retry = Attempt {
-            reused: conn.reused,
+        let attempt = Attempt {
+            reused: co.conn.reused,
             idempotent: req.idempotent,
             replayable: sent_whole || wait_continue,
             previous,
-        }
-        .may_retry();
-        match send_head(&mut conn, out, cfg.write_timeout.0).await {
-            Ok(()) => {}
-            Err(e) if may_retry && e.kind != UpstreamErrorKind::WriteTimeout => {
-                retry(w, &mut previous);
-                continue;
-            }
-            Err(e) => return Err(failed(Failure::Upstream(e), sent_whole)),
-        }
-        let mut early = false;
-        let mut stream_body = !sent_whole;
-        if wait_continue {
-            match expect::await_continue(s, &mut conn, fields, &mut interim).await {
-                Ok(expect::End::SendBody) => {}
-                Ok(expect::End::Final) => (early, stream_body) = (true, false),
-                Err(expect::Failed::Client(e)) => return Err(interim::client_gone(w, &req.log, e)),
-                Err(expect::Failed::Upstream(e)) if may_retry && e.retry_safe => {
-                    retry(w, &mut previous);
-                    continue;
-                }
-                Err(expect::Failed::Upstream(e)) => {
-                    return Err(failed(Failure::Upstream(e), false))
-                }
-            }
-        }
-        if stream_body {
-            let (c, sent) = send_body_watching_response(conn, s, fields, cfg.write_timeout.0).await;
-            conn = c;
-            match sent {
-                Ok(BodyEnd::Sent) => {}
-                Ok(BodyEnd::Early) => early = true,
-                Err(SendBodyError::Source(BodyFailure::Client(f))) => return Err(failed(f, false)),
-                Err(SendBodyError::Source(BodyFailure::ClientGone)) => {
-                    return Err(Outcome::ClientGone)
-                }
-                Err(SendBodyError::Upstream(e)) => return Err(failed(Failure::Upstream(e), false)),
-            }
-        }
-        let now = Instant::now();
-        // Response bytes already buffered (an early answer) make a failure unsafe to retry.
-        let mut clock = ActivityClock::started(
-            now,
-            !conn.buf.is_empty(),
-            cfg.zombie_counts_received,
-            threshold,
-        );
-        let head_deadline = req.request_timeout.map(|t| now + t);
-        let read = loop {
-            match read_head(&mut conn, fields, &mut clock, head_deadline).await {
-                Ok(h) if is_interim(h.status) => {
-                    let started = Instant::now();
-                    let sent = interim.forward(s, &mut conn.buf, &h, fields).await;
-                    if let Err(e) = sent {
-                        return Err(interim::client_gone(w, &req.log, e));
-                    }
-                    clock.pause(started.elapsed());
-                }
-                r => break r,
-            }
         };
-        match read {
+        let on = Attempted {
+            may_retry: attempt.may_retry(),
+            wait_continue,
+        };
+        let r = match send_request(w, s, req, co.conn, out, fields, &mut interim, &on).await {
+            Ok(sent) => {
+                // Once body bytes were streamed from the client they cannot be sent again.
+                let retry = on.may_retry && !sent.streamed;
+                response_head(w, s, req, sent, fields, &mut interim, retry).await
+            }
+            Err(stop) => Err(stop),
+        };
+        match r {
+            Ok(answered) => return Ok(answered),
+            // Asked for only where `on.may_retry` allowed it.
+            Err(Stop::Retry) => {
+                previous += 1;
+                w.metrics.upstream_retries.increment(1);
+            }
+            Err(Stop::End(o)) => return Err(o),
+        }
+    }
+}
+
+/// How one attempt may go.
+struct Attempted {
+    may_retry: bool,
+    wait_continue: bool,
+}
+
+/// The request went out on `conn`.
+struct Sent {
+    conn: UpstreamConn,
+    /// The upstream answered before the whole body was sent.
+    early: bool,
+    /// Body bytes were streamed from the client after the head (they cannot be replayed).
+    streamed: bool,
+}
+
+/// Sends the head (and body prefix) on `conn`, waits for `100 Continue` when the client does, and
+/// streams the rest of the body while watching for an early answer.
+#[allow(clippy::too_many_arguments)]
+async fn send_request<S: Session>(
+    w: &Worker,
+    s: &mut S,
+    req: &Request<'_>,
+    mut conn: UpstreamConn,
+    out: &mut Vec<u8>,
+    fields: &mut Fields,
+    interim: &mut interim::Interim,
+    on: &Attempted,
+) -> Result<Sent, Stop> {
+    let cfg = &req.upstream.config;
+    let sent_whole = s.body_done();
+    match send_head(&mut conn, out, cfg.write_timeout.0).await {
+        Ok(()) => {}
+        Err(e) if on.may_retry && e.kind != UpstreamErrorKind::WriteTimeout => {
+            return Err(Stop::Retry)
+        }
+        Err(e) => return Err(Stop::End(failed(Failure::Upstream(e), sent_whole))),
+    }
+    let sent = |conn, early, streamed| {
+        Ok(Sent {
+            conn,
+            early,
+            streamed,
+        })
+    };
+    if on.wait_continue {
+        match expect::await_continue(s, &mut conn, fields, interim).await {
+            Ok(expect::End::SendBody) => {}
+            Ok(expect::End::Final) => return sent(conn, true, false),
+            Err(expect::Failed::Client(e)) => {
+                return Err(Stop::End(interim::client_gone(w, &req.log, e)))
+            }
+            Err(expect::Failed::Upstream(e)) if on.may_retry && e.retry_safe => {
+                return Err(Stop::Retry)
+            }
+            Err(expect::Failed::Upstream(e)) => {
+                return Err(Stop::End(failed(Failure::Upstream(e), false)))
+            }
+        }
+    } else if sent_whole {
+        return sent(conn, false, false);
+    }
+    let (conn, body) = send_body_watching_response(conn, s, fields, cfg.write_timeout.0).await;
+    let end = |o| Err(Stop::End(o));
+    match body {
+        Ok(BodyEnd::Sent) => sent(conn, false, true),
+        Ok(BodyEnd::Early) => sent(conn, true, true),
+        Err(SendBodyError::Source(BodyFailure::Client(f))) => end(failed(f, false)),
+        Err(SendBodyError::Source(BodyFailure::ClientGone)) => end(Outcome::ClientGone),
+        Err(SendBodyError::Upstream(e)) => end(failed(Failure::Upstream(e), false)),
+    }
+}
+
+/// Reads the response head under `request_timeout` and the zombie clock, handing interim heads to the
+/// session. A retry-safe failure (no response byte arrived) is retried when `retry` allows it.
+async fn response_head<S: Session>(
+    w: &Worker,
+    s: &mut S,
+    req: &Request<'_>,
+    sent: Sent,
+    fields: &mut Fields,
+    interim: &mut interim::Interim,
+    retry: bool,
+) -> Result<Answered, Stop> {
+    let Sent {
+        mut conn, early, ..
+    } = sent;
+    let cfg = &req.upstream.config;
+    let threshold = zombie::threshold(
+        cfg.max_inactive.0,
+        cfg.max_inactive_cap.0,
+        req.request_timeout,
+    );
+    let now = Instant::now();
+    // Response bytes already buffered (an early answer) make a failure unsafe to retry.
+    let received = !conn.buf.is_empty();
+    let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
+    let head_deadline = req.request_timeout.map(|t| now + t);
+    loop {
+        match read_head(&mut conn, fields, &mut clock, head_deadline).await {
+            Ok(h) if is_interim(h.status) => {
+                let started = Instant::now();
+                if let Err(e) = interim.forward(s, &mut conn.buf, &h, fields).await {
+                    return Err(Stop::End(interim::client_gone(w, &req.log, e)));
+                }
+                clock.pause(started.elapsed());
+            }
             Ok(head) => {
                 return Ok(Answered {
                     conn,
@@ -255,16 +329,20 @@ async fn exchange<S: Session>(
                     early,
                 })
             }
-            Err(e) if may_retry && !stream_body && e.retry_safe => {
-                retry(w, &mut previous);
-                continue;
-            }
+            Err(e) if retry && e.retry_safe => return Err(Stop::Retry),
             Err(e) => {
                 if e.kind == UpstreamErrorKind::Zombie {
-                    relay::log_zombie(w, &req.log, &conn, up, &clock, req.request_timeout);
+                    relay::log_zombie(
+                        w,
+                        &req.log,
+                        &conn,
+                        req.upstream,
+                        &clock,
+                        req.request_timeout,
+                    );
                 }
                 // After an early answer the client's body was not read: the connection must close.
-                return Err(failed(Failure::Upstream(e), !early));
+                return Err(Stop::End(failed(Failure::Upstream(e), !early)));
             }
         }
     }

@@ -1,4 +1,4 @@
-//! HTTP/1.1 conformance through the real binary (issue 5, DESIGN.md "HTTP/1.1 rules"): interim 1xx
+//! HTTP/1.1 conformance through the real binary (DESIGN.md "HTTP/1.1 rules"): interim 1xx
 //! responses forwarded before the final one (never to an HTTP/1.0 client), `Expect: 100-continue`
 //! forwarded (the upstream's 100 or final status reaches the client; edge's own 100 after its wait),
 //! Upgrade forwarded only when asked (h2c stripped) with a byte tunnel after 101, and Max-Forwards on

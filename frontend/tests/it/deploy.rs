@@ -1,4 +1,4 @@
-//! deploy/ checks (issue 7): every JSON and YAML file parses; every metric the alerts and the dashboard name
+//! deploy/ checks (DESIGN.md "Layout", deploy/): every JSON and YAML file parses; every metric the alerts and the dashboard name
 //! exists in a running edge's /metrics; the embedded config and the Kubernetes ConfigMap's edge.toml pass
 //! `edge --check`; stop timeouts cover drain_delay + drain + 5 s; the systemd unit passes
 //! `systemd-analyze verify` where that tool exists.
@@ -42,7 +42,7 @@ fn yaml_docs(text: &str) -> Vec<serde_yaml::Value> {
 }
 
 #[test]
-fn the_layout_the_issue_names_is_there() {
+fn the_deploy_layout_of_design_md_is_there() {
     for f in [
         "edge.toml",
         "Dockerfile",

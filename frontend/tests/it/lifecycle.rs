@@ -103,7 +103,7 @@ both_drivers!(
 );
 
 both_drivers!(sigterm_with_20_requests_in_flight_completes_them_all, |d| {
-    // DESIGN.md "Drain and upgrade", the timeline of issue 7: readiness 503 from SIGTERM, liveness 200
+    // DESIGN.md "Drain and upgrade", its timeline: readiness 503 from SIGTERM, liveness 200
     // throughout, listeners closed at drain_delay (new connections refused), every in-flight request
     // answered 200, exit 0, server.draining and server.stopped logged with counts.
     let origin = Origin::start(|_| Reply::ok(b"slow").delayed(Duration::from_secs(2)));

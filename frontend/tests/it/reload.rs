@@ -1,4 +1,4 @@
-//! Config reload on SIGHUP (issue 7, DESIGN.md "Configuration"): a changed route applies to the next
+//! Config reload on SIGHUP (DESIGN.md "Configuration"): a changed route applies to the next
 //! request, on new and kept-alive connections; a broken file or a listener change is rejected with a
 //! `config.rejected` line naming file, key and reason, and traffic goes on with the old configuration.
 

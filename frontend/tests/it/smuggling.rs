@@ -1,4 +1,4 @@
-//! Request smuggling and response desync (issue 5, DESIGN.md "HTTP/1.1 rules"), through the real binary
+//! Request smuggling and response desync (DESIGN.md "HTTP/1.1 rules"), through the real binary
 //! against an origin that records the raw bytes it receives. Each smuggling shape rides on a keep-alive
 //! connection after a good request and carries a second request (`/smuggled`) in its body: edge must
 //! answer 400 (501 for a coding it does not implement) with `Connection: close`, count and log it, and

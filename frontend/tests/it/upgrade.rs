@@ -1,4 +1,4 @@
-//! Zero-downtime binary upgrade (issue 7, DESIGN.md "Drain and upgrade"): `edge --upgrade` takes every
+//! Zero-downtime binary upgrade (DESIGN.md "Drain and upgrade"): `edge --upgrade` takes every
 //! listening socket over from the running process through `server.upgrade_socket`; with keep-alive and
 //! new-connection load running across the handover, no request fails, the old process exits 0 and the
 //! new one serves.

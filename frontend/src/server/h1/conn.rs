@@ -43,7 +43,7 @@ pub(super) enum Next {
     /// Close with a lingering close (there may be unread input).
     Linger,
     /// The upstream switched protocols (101): tunnel bytes, then close.
-    Tunnel(edge_upstream::UpstreamConn),
+    Tunnel(Box<edge_upstream::UpstreamConn>),
 }
 
 /// Per-connection state reused across its requests.
@@ -126,7 +126,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, ove
                 return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
             }
             Step::Next(Next::Tunnel(up)) => {
-                let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, up);
+                let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, *up);
                 return slot::run_in(&mut held.0, tunnel).await;
             }
         }
@@ -351,8 +351,6 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         method,
         b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
     );
-    let max_body = server.limits.max_body_bytes.0.unwrap_or(u64::MAX);
-    let send = server.timeouts.send.0;
     let req = Request {
         info,
         is_head,
@@ -367,6 +365,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
             id: &c.log_id,
         },
     };
+    let limits = (server.limits.max_body_bytes.0, server.timeouts.send.0);
     w.metrics.in_flight.increment(1.0);
     let mut session = H1Session::new(
         &mut c.stream,
@@ -374,14 +373,26 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         &mut c.fields,
         &head,
         info,
-        max_body,
-        send,
+        limits.0.unwrap_or(u64::MAX),
+        limits.1,
         deadline,
         w.id,
     );
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
     w.metrics.in_flight.decrement(1.0);
+    conclude(w, c, outcome, close, started).await
+}
+
+/// Counts the exchange's end and decides the connection's fate; a failure before the response head is
+/// answered here.
+async fn conclude<T: Transport>(
+    w: &Worker,
+    c: &mut Conn<T>,
+    outcome: Outcome,
+    close: bool,
+    started: Instant,
+) -> Next {
     match outcome {
         Outcome::Done {
             status,

@@ -69,7 +69,7 @@ impl<'c, T: Transport> H1Session<'c, T> {
             info,
             body: RequestBody::new(info.body, max_body),
             relay: ResponseBody::new(Body::None, OutFraming::None),
-            out: SendBuf::take(),
+            out: SendBuf(Vec::new()),
             send,
             deadline,
             worker,
@@ -78,6 +78,21 @@ impl<'c, T: Transport> H1Session<'c, T> {
 
     fn client_10(&self) -> bool {
         self.head.minor == 0
+    }
+
+    /// The output buffer, taken from the pool at its first use: while the upstream works on the request
+    /// the session holds none (the orchestrator's buffer holds the upstream head until the response head
+    /// arrives), so a request holds one pooled output buffer at a time.
+    fn out(&mut self) -> &mut SendBuf {
+        self.ensure_out();
+        &mut self.out
+    }
+
+    /// See [`H1Session::out`].
+    fn ensure_out(&mut self) {
+        if self.out.0.capacity() == 0 {
+            self.out = SendBuf::take();
+        }
     }
 
     async fn flush(&mut self) -> Result<(), SendFailure> {
@@ -169,7 +184,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
         if self.client_10() {
             return Ok(());
         }
-        forward::interim_head(&mut self.out.0, resp.buf, resp.head, resp.fields);
+        forward::interim_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
         self.flush().await
     }
 
@@ -181,7 +196,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
     }
 
     async fn send_switching(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        forward::switching_head(&mut self.out.0, resp.buf, resp.head, resp.fields);
+        forward::switching_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
         self.flush().await
     }
 
@@ -202,7 +217,8 @@ impl<T: Transport> Session for H1Session<'_, T> {
         };
         let close = close || framing == OutFraming::Close;
         self.relay = ResponseBody::new(upstream, framing);
-        let out = &mut self.out;
+        let passthrough = self.relay.passthrough();
+        let out = self.out();
         out.0.clear();
         forward::response_head(
             &mut out.0,
@@ -219,12 +235,15 @@ impl<T: Transport> Session for H1Session<'_, T> {
         // they do not fit the small one: one send per response. When even that would not hold them,
         // pass-through bytes are written from the receive buffer instead of copied (a second send).
         // Either way they are scanned before the head goes, so malformed framing there is still a 502.
-        let inline = !self.relay.passthrough() || out.0.len() + rest.len() <= LARGE_BUF_SIZE;
+        let inline = !passthrough || out.0.len() + rest.len() <= LARGE_BUF_SIZE;
         if inline {
             out.reserve_pooled(rest.len());
         }
         let first = match inline {
-            true => self.relay.take_available(rest, &mut out.0).map(|c| (c, 0)),
+            true => self
+                .relay
+                .take_available(rest, &mut self.out.0)
+                .map(|c| (c, 0)),
             false => self.relay.scan(rest.data()).map(|n| (self.relay.done(), n)),
         };
         let (complete, direct) = first.map_err(|_| RelayError::BadBody)?;
@@ -251,6 +270,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
                 .await
                 .map_err(RelayError::Client)?;
         } else {
+            self.ensure_out();
             self.relay
                 .take_available(rest, &mut self.out.0)
                 .map_err(|_| RelayError::BadBody)?;
@@ -260,6 +280,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
     }
 
     async fn end_body(&mut self) -> Result<(), SendFailure> {
+        self.ensure_out();
         self.relay.finish(&mut self.out.0);
         match self.out.0.is_empty() {
             true => Ok(()),
