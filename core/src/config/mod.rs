@@ -1,17 +1,22 @@
-//! The configuration schema of DESIGN.md "Configuration (TOML)": serde types with `deny_unknown_fields`,
-//! the embedded default (`deploy/edge.toml`), CLI overrides, and validation into a [`Resolved`] config
-//! whose names are resolved to socket addresses (at load, never on a worker).
+//! The configuration schema of DESIGN.md "Configuration (TOML)": serde types with `deny_unknown_fields`
+//! and their defaults, the embedded default (`deploy/edge.toml`), parsing, and [`ConfigError`]. Beside it:
+//! the value types (`values`), CLI [`Overrides`] (`overrides`), validation into a [`Resolved`] config
+//! whose names are resolved to socket addresses, at load, never on a worker, and [`Cidr`].
 //!
 //! Errors name the file, the key path and the reason ([`ConfigError`]).
 
+mod cidr;
+mod overrides;
 mod values;
 
 use std::{
     fmt,
-    net::{IpAddr, SocketAddr, ToSocketAddrs},
+    net::{SocketAddr, ToSocketAddrs},
     time::Duration,
 };
 
+pub use cidr::Cidr;
+pub use overrides::Overrides;
 use serde::{Deserialize, Serialize};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 
@@ -307,63 +312,6 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Settings given on the command line; each replaces the file's value when set.
-#[derive(Clone, Debug, Default)]
-pub struct Overrides {
-    /// `--listen`
-    pub listen: Option<String>,
-    /// `--upstream` (repeatable): replaces `[[upstreams]]` and `[[routes]]` with upstream "default", route "/".
-    pub upstreams: Vec<String>,
-    /// `--workers`
-    pub workers: Option<Workers>,
-    /// `--admin-listen`
-    pub admin_listen: Option<String>,
-    /// `--io-driver`
-    pub io_driver: Option<IoDriverSetting>,
-    /// `--log-format`
-    pub log_format: Option<LogFormat>,
-}
-
-impl Overrides {
-    /// The command-line flag that set the value at `key` (a dotted key path of a [`ConfigError`]), if
-    /// one did: errors in values that came from flags name the flag, not the file.
-    pub fn flag_for(&self, key: &str) -> Option<&'static str> {
-        let set = |k: &str, on: bool| on && (key == k || key.starts_with(&format!("{k}.")));
-        if !self.upstreams.is_empty()
-            && (key.starts_with("upstreams[") || key.starts_with("routes["))
-        {
-            Some("--upstream")
-        } else if set("server.listen", self.listen.is_some()) {
-            Some("--listen")
-        } else if set("admin.listen", self.admin_listen.is_some()) {
-            Some("--admin-listen")
-        } else if set("server.workers", self.workers.is_some()) {
-            Some("--workers")
-        } else if set("server.io_driver", self.io_driver.is_some()) {
-            Some("--io-driver")
-        } else if set("log.format", self.log_format.is_some()) {
-            Some("--log-format")
-        } else {
-            None
-        }
-    }
-
-    /// Re-attributes errors in values that came from flags to `<command line>` and the flag.
-    pub fn attribute(&self, errors: Vec<ConfigError>) -> Vec<ConfigError> {
-        errors
-            .into_iter()
-            .map(|e| match self.flag_for(&e.key) {
-                Some(flag) => ConfigError {
-                    file: "<command line>".into(),
-                    key: format!("{flag} ({})", e.key),
-                    reason: e.reason,
-                },
-                None => e,
-            })
-            .collect()
-    }
-}
-
 impl Config {
     /// Parses a TOML document.
     ///
@@ -390,35 +338,6 @@ impl Config {
                 reason,
             }
         })
-    }
-
-    /// Applies command-line overrides (DESIGN.md "CLI": flags override the file).
-    pub fn apply(&mut self, o: &Overrides) {
-        if let Some(l) = &o.listen {
-            self.server.listen = l.clone();
-        }
-        if !o.upstreams.is_empty() {
-            self.upstreams = vec![Upstream::with_endpoints("default", o.upstreams.clone())];
-            self.routes = vec![Route {
-                path_prefix: "/".into(),
-                host: None,
-                upstream: "default".into(),
-                request_timeout: None,
-                client_request_timeout: None,
-            }];
-        }
-        if let Some(w) = o.workers {
-            self.server.workers = w;
-        }
-        if let Some(a) = &o.admin_listen {
-            self.admin.listen = a.clone();
-        }
-        if let Some(d) = o.io_driver {
-            self.server.io_driver = d;
-        }
-        if let Some(f) = o.log_format {
-            self.log.format = f;
-        }
     }
 
     /// The effective configuration as TOML (what `edge --check` prints).
@@ -647,240 +566,5 @@ pub struct ResolvedRoute {
     pub client_request_timeout: Option<Duration>,
 }
 
-/// An IP network in CIDR notation (`10.0.0.0/8`, `::1/128`; a bare address means a single host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    /// Parses `addr/prefix` or a bare address.
-    ///
-    /// # Errors
-    /// A reason when the address or prefix length is invalid.
-    pub fn parse(text: &str) -> Result<Cidr, String> {
-        let (a, p) = text.split_once('/').unwrap_or((text, ""));
-        let addr: IpAddr = a
-            .parse()
-            .map_err(|_| format!("invalid CIDR {text:?}: bad address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = if p.is_empty() {
-            max
-        } else {
-            p.parse()
-                .map_err(|_| format!("invalid CIDR {text:?}: bad prefix"))?
-        };
-        if prefix > max {
-            return Err(format!("invalid CIDR {text:?}: prefix over {max}"));
-        }
-        Ok(Cidr { addr, prefix })
-    }
-
-    /// Whether `ip` is inside this network (IPv4-mapped IPv6 addresses match IPv4 networks).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix)
-                };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix)
-                };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_config_loads_and_resolves() {
-        let c = Config::parse(DEFAULT_CONFIG, "deploy/edge.toml").unwrap();
-        let r = c.resolve("deploy/edge.toml").unwrap();
-        assert_eq!(r.listen, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(c.server.limits.max_head_bytes, Bytes(16384));
-        assert_eq!(
-            c.upstreams[0].request_timeout,
-            Limit(Some(Duration::from_secs(30)))
-        );
-    }
-
-    #[test]
-    fn printed_config_loads_again() {
-        let c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
-        let again = Config::parse(&c.to_toml(), "printed").unwrap();
-        assert_eq!(again.to_toml(), c.to_toml());
-    }
-
-    #[test]
-    fn unknown_key_is_named() {
-        let e = Config::parse(
-            "[server]\nlisten = \"127.0.0.1:1\"\nbogus_key = 1\n",
-            "x.toml",
-        )
-        .unwrap_err();
-        assert_eq!(e.file, "x.toml");
-        assert!(e.reason.contains("bogus_key"), "{e}");
-        assert!(e.key.starts_with("server"), "{e}");
-    }
-
-    #[test]
-    fn bad_duration_names_key() {
-        let e = Config::parse("[server.timeouts]\nidle = \"soon\"\n", "x.toml").unwrap_err();
-        assert_eq!(e.key, "server.timeouts.idle");
-    }
-
-    #[test]
-    fn route_to_missing_upstream_is_an_error() {
-        let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
-        c.routes[0].upstream = "nope".into();
-        let errs = c.resolve("d").unwrap_err();
-        assert!(
-            errs.iter().any(|e| e.key == "routes[0].upstream"),
-            "{errs:?}"
-        );
-    }
-
-    #[test]
-    fn cidr_matching() {
-        let c = Cidr::parse("10.0.0.0/8").unwrap();
-        assert!(c.contains("10.1.2.3".parse().unwrap()));
-        assert!(!c.contains("11.1.2.3".parse().unwrap()));
-        assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
-        assert!(Cidr::parse("10.0.0.0/33").is_err());
-        assert!(Cidr::parse("0.0.0.0/0")
-            .unwrap()
-            .contains("1.2.3.4".parse().unwrap()));
-    }
-
-    /// A config that breaks every check, and the errors it gives, in order (keys and reasons are what
-    /// `edge --check` prints and what the integration tests compare).
-    #[test]
-    fn every_check_reports_in_file_order() {
-        let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
-        c.server.listen = "nope".into();
-        c.admin.listen = "bad admin".into();
-        c.server.max_connections = 0;
-        c.server.max_requests_per_connection = 0;
-        c.server.health_path = "health".into();
-        c.server.limits.max_head_bytes = Bytes(10);
-        c.server.limits.max_headers = 0;
-        c.server.timeouts.idle = Dur(Duration::ZERO);
-        c.server.timeouts.send = Dur(Duration::ZERO);
-        c.server.trusted_proxies = vec!["10.0.0.0/8".into(), "x/1".into(), "10.0.0.0/40".into()];
-        c.server.upgrade_socket = "rel/sock".into();
-        c.log.level = "edge=[".into();
-        let mut u = c.upstreams[0].clone();
-        u.endpoints = vec!["127.0.0.1:1".into(), "noport".into()];
-        u.connect_timeout = Dur(Duration::ZERO);
-        let mut unnamed = Upstream::with_endpoints("", vec![]);
-        unnamed.connect_timeout = Dur(Duration::ZERO);
-        c.upstreams = vec![u.clone(), u, unnamed];
-        let mut r = c.routes[0].clone();
-        r.path_prefix = "x".into();
-        r.upstream = "missing".into();
-        c.routes.push(r);
-        let unresolvable =
-            |t: &str| format!("{t:?} is not a host:port that resolves (invalid socket address)");
-        let expected: Vec<(&str, String)> = vec![
-            ("server.listen", unresolvable("nope")),
-            ("admin.listen", unresolvable("bad admin")),
-            ("server.max_connections", "must be at least 1".into()),
-            (
-                "server.max_requests_per_connection",
-                "must be at least 1".into(),
-            ),
-            ("server.health_path", "must start with '/'".into()),
-            (
-                "server.limits.max_head_bytes",
-                "must be at least 256 bytes".into(),
-            ),
-            ("server.limits.max_headers", "must be at least 1".into()),
-            ("server.timeouts.idle", "must be greater than zero".into()),
-            ("server.timeouts.send", "must be greater than zero".into()),
-            (
-                "server.trusted_proxies[1]",
-                "invalid CIDR \"x/1\": bad address".into(),
-            ),
-            (
-                "server.trusted_proxies[2]",
-                "invalid CIDR \"10.0.0.0/40\": prefix over 32".into(),
-            ),
-            (
-                "server.upgrade_socket",
-                "must be an absolute path (or \"\" to disable upgrades)".into(),
-            ),
-            ("log.level", "invalid filter \"edge=[\": ".into()),
-            ("upstreams[0].endpoints[1]", unresolvable("noport")),
-            (
-                "upstreams[0].connect_timeout",
-                "must be greater than zero".into(),
-            ),
-            (
-                "upstreams[1].name",
-                "duplicate upstream name \"origin\"".into(),
-            ),
-            ("upstreams[1].endpoints[1]", unresolvable("noport")),
-            (
-                "upstreams[1].connect_timeout",
-                "must be greater than zero".into(),
-            ),
-            ("upstreams[2].name", "must not be empty".into()),
-            (
-                "upstreams[2].endpoints",
-                "needs at least one host:port".into(),
-            ),
-            (
-                "upstreams[2].connect_timeout",
-                "must be greater than zero".into(),
-            ),
-            ("routes[1].path_prefix", "must start with '/'".into()),
-            (
-                "routes[1].upstream",
-                "no [[upstreams]] entry is named \"missing\"".into(),
-            ),
-        ];
-        let errs = c.resolve("f.toml").unwrap_err();
-        let got: Vec<(&str, &str)> = errs
-            .iter()
-            .map(|e| (e.key.as_str(), e.reason.as_str()))
-            .collect();
-        assert_eq!(got.len(), expected.len(), "{got:#?}");
-        for ((key, reason), (want_key, want)) in got.iter().zip(&expected) {
-            assert_eq!(key, want_key, "{got:#?}");
-            // The filter's own reason is tracing-subscriber's wording; only the prefix is edge's.
-            if *key == "log.level" {
-                assert!(reason.starts_with(want.as_str()), "{reason}");
-            } else {
-                assert_eq!(reason, want);
-            }
-        }
-        assert!(errs.iter().all(|e| e.file == "f.toml"));
-    }
-
-    #[test]
-    fn no_routes_is_an_error() {
-        let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
-        c.routes.clear();
-        let errs = c.resolve("d").unwrap_err();
-        let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
-        assert_eq!(keys, ["routes"]);
-        assert_eq!(errs[0].reason, "at least one [[routes]] entry is needed");
-    }
-}
+mod tests;
