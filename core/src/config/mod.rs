@@ -1,22 +1,20 @@
 //! The configuration schema of DESIGN.md "Configuration (TOML)": serde types with `deny_unknown_fields`
 //! and their defaults, the embedded default (`deploy/edge.toml`), parsing, and [`ConfigError`]. Beside it:
 //! the value types (`values`), CLI [`Overrides`] (`overrides`), validation into a [`Resolved`] config
-//! whose names are resolved to socket addresses, at load, never on a worker, and [`Cidr`].
+//! whose names are resolved to socket addresses, at load, never on a worker (`resolve`), and [`Cidr`].
 //!
 //! Errors name the file, the key path and the reason ([`ConfigError`]).
 
 mod cidr;
 mod overrides;
+mod resolve;
 mod values;
 
-use std::{
-    fmt,
-    net::{SocketAddr, ToSocketAddrs},
-    time::Duration,
-};
+use std::{fmt, time::Duration};
 
 pub use cidr::Cidr;
 pub use overrides::Overrides;
+pub use resolve::{Resolved, ResolvedRoute, ResolvedUpstream};
 use serde::{Deserialize, Serialize};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 
@@ -344,226 +342,6 @@ impl Config {
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
     }
-
-    /// Checks every value and resolves names to addresses.
-    ///
-    /// # Errors
-    /// Every problem found, each naming `file` and the key.
-    pub fn resolve(&self, file: &str) -> Result<Resolved, Vec<ConfigError>> {
-        let mut errors = Vec::new();
-        let mut err = |key: String, reason: String| {
-            errors.push(ConfigError {
-                file: file.into(),
-                key,
-                reason,
-            })
-        };
-
-        let listen = match resolve_one(&self.server.listen) {
-            Ok(a) => Some(a),
-            Err(r) => {
-                err("server.listen".into(), r);
-                None
-            }
-        };
-        let admin_listen = if self.admin.listen.is_empty() {
-            None
-        } else {
-            match resolve_one(&self.admin.listen) {
-                Ok(a) => Some(a),
-                Err(r) => {
-                    err("admin.listen".into(), r);
-                    None
-                }
-            }
-        };
-        if self.server.max_connections == 0 {
-            err("server.max_connections".into(), "must be at least 1".into());
-        }
-        if self.server.max_requests_per_connection == 0 {
-            err(
-                "server.max_requests_per_connection".into(),
-                "must be at least 1".into(),
-            );
-        }
-        if !self.server.health_path.starts_with('/') {
-            err("server.health_path".into(), "must start with '/'".into());
-        }
-        if self.server.limits.max_head_bytes.0 < 256 {
-            err(
-                "server.limits.max_head_bytes".into(),
-                "must be at least 256 bytes".into(),
-            );
-        }
-        if self.server.limits.max_headers == 0 {
-            err(
-                "server.limits.max_headers".into(),
-                "must be at least 1".into(),
-            );
-        }
-        for (name, d) in [
-            ("idle", self.server.timeouts.idle),
-            ("request", self.server.timeouts.request),
-            ("send", self.server.timeouts.send),
-        ] {
-            if d.0.is_zero() {
-                err(
-                    format!("server.timeouts.{name}"),
-                    "must be greater than zero".into(),
-                );
-            }
-        }
-        let mut trusted = Vec::new();
-        for (i, c) in self.server.trusted_proxies.iter().enumerate() {
-            match Cidr::parse(c) {
-                Ok(c) => trusted.push(c),
-                Err(r) => err(format!("server.trusted_proxies[{i}]"), r),
-            }
-        }
-        if !self.server.upgrade_socket.is_empty()
-            && !std::path::Path::new(&self.server.upgrade_socket).is_absolute()
-        {
-            err(
-                "server.upgrade_socket".into(),
-                "must be an absolute path (or \"\" to disable upgrades)".into(),
-            );
-        }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
-            err(
-                "log.level".into(),
-                format!("invalid filter {:?}: {e}", self.log.level),
-            );
-        }
-
-        let mut upstreams = Vec::new();
-        for (i, u) in self.upstreams.iter().enumerate() {
-            if u.name.is_empty() {
-                err(format!("upstreams[{i}].name"), "must not be empty".into());
-            }
-            if self.upstreams[..i].iter().any(|o| o.name == u.name) {
-                err(
-                    format!("upstreams[{i}].name"),
-                    format!("duplicate upstream name {:?}", u.name),
-                );
-            }
-            if u.endpoints.is_empty() {
-                err(
-                    format!("upstreams[{i}].endpoints"),
-                    "needs at least one host:port".into(),
-                );
-            }
-            let mut addrs = Vec::new();
-            for (j, e) in u.endpoints.iter().enumerate() {
-                match resolve_one(e) {
-                    Ok(a) => addrs.push(a),
-                    Err(r) => err(format!("upstreams[{i}].endpoints[{j}]"), r),
-                }
-            }
-            if u.connect_timeout.0.is_zero() {
-                err(
-                    format!("upstreams[{i}].connect_timeout"),
-                    "must be greater than zero".into(),
-                );
-            }
-            upstreams.push(ResolvedUpstream {
-                config: u.clone(),
-                endpoints: addrs,
-            });
-        }
-        if self.routes.is_empty() {
-            err(
-                "routes".into(),
-                "at least one [[routes]] entry is needed".into(),
-            );
-        }
-        let mut routes = Vec::new();
-        for (i, r) in self.routes.iter().enumerate() {
-            if !r.path_prefix.starts_with('/') {
-                err(
-                    format!("routes[{i}].path_prefix"),
-                    "must start with '/'".into(),
-                );
-            }
-            match self.upstreams.iter().position(|u| u.name == r.upstream) {
-                Some(idx) => routes.push(ResolvedRoute {
-                    path_prefix: r.path_prefix.clone(),
-                    host: r.host.as_ref().map(|h| h.to_ascii_lowercase()),
-                    upstream: idx,
-                    request_timeout: r.request_timeout,
-                    client_request_timeout: r.client_request_timeout.map(|d| d.0),
-                }),
-                None => err(
-                    format!("routes[{i}].upstream"),
-                    format!("no [[upstreams]] entry is named {:?}", r.upstream),
-                ),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        Ok(Resolved {
-            config: self.clone(),
-            listen: listen.expect("checked above"),
-            admin_listen,
-            trusted_proxies: trusted,
-            upstreams,
-            routes,
-        })
-    }
-}
-
-/// Resolves `host:port` to one socket address (the first the resolver returns).
-fn resolve_one(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = text.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    match text.to_socket_addrs() {
-        Ok(mut it) => it
-            .next()
-            .ok_or_else(|| format!("{text:?} resolves to no address")),
-        Err(e) => Err(format!("{text:?} is not a host:port that resolves ({e})")),
-    }
-}
-
-/// A validated configuration with resolved addresses; what workers run on.
-#[derive(Clone, Debug)]
-pub struct Resolved {
-    /// The effective configuration.
-    pub config: Config,
-    /// Traffic listener address.
-    pub listen: SocketAddr,
-    /// Admin listener address, `None` when disabled.
-    pub admin_listen: Option<SocketAddr>,
-    /// Parsed `server.trusted_proxies`.
-    pub trusted_proxies: Vec<Cidr>,
-    /// Upstreams in file order.
-    pub upstreams: Vec<ResolvedUpstream>,
-    /// Routes in file order (matching order is decided by the router).
-    pub routes: Vec<ResolvedRoute>,
-}
-
-/// One upstream with its endpoints resolved.
-#[derive(Clone, Debug)]
-pub struct ResolvedUpstream {
-    /// The upstream's settings.
-    pub config: Upstream,
-    /// Endpoint addresses, in file order.
-    pub endpoints: Vec<SocketAddr>,
-}
-
-/// One route, pointing at an upstream by index.
-#[derive(Clone, Debug)]
-pub struct ResolvedRoute {
-    /// Path prefix.
-    pub path_prefix: String,
-    /// Lower-cased host, if the route is host-specific.
-    pub host: Option<String>,
-    /// Index into [`Resolved::upstreams`].
-    pub upstream: usize,
-    /// Route override of the upstream request timeout.
-    pub request_timeout: Option<Limit>,
-    /// Route override of the inbound `request` deadline.
-    pub client_request_timeout: Option<Duration>,
 }
 
 #[cfg(test)]
