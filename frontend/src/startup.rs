@@ -1,8 +1,9 @@
 //! The steps of [`crate::start`], in the order it takes them (DESIGN.md "Process model", "Drain and
 //! upgrade"): claim the upgrade socket (take the listeners over from the running edge, or bind the offer
 //! for the next upgrade), fit `max_connections` to the fd limit, choose the io driver, adopt or bind the
-//! traffic listeners, install the metrics recorder, start the admin thread and the workers, log the plan,
-//! finish a takeover and tell systemd, then supervise until a signal or a handover.
+//! traffic listeners, install the metrics recorder, publish the shared state, start the admin thread and
+//! the workers, log the plan, finish a takeover and tell systemd, log `startup.ready`, then supervise
+//! until a signal or a handover.
 //!
 //! A step that fails has logged `startup.failed` (or what the step names) and returns `Err` with the exit
 //! code: [`EXIT_CONFIG`] for what the operator must fix, [`EXIT_RUNTIME`] otherwise.
@@ -60,17 +61,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         None => bind_listeners(resolved)?,
     };
     let prom = install_recorder()?;
-    edge_core::metrics::set_process_gauges(
-        env!("CARGO_PKG_VERSION"),
-        driver.as_str(),
-        max_connections,
-    );
-    let shared = Arc::new(Shared::new(
-        traffic.workers,
-        max_connections,
-        driver,
-        resolved.clone(),
-    ));
+    let shared = publish(resolved, traffic.workers, max_connections, driver);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
@@ -89,14 +80,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         Some(i) => offer = finish_take_over(i, upgrade_path),
         None => supervise::sd_notify("READY=1"),
     }
-    tracing::info!(
-        event = "startup.ready",
-        traffic = %traffic.bound,
-        admin = %admin_addr.map_or("disabled".to_string(), |a| a.to_string()),
-        workers = traffic.workers,
-        io_driver = driver.as_str(),
-        "edge is serving"
-    );
+    log_ready(&traffic, admin_addr, driver);
 
     let handover = supervise::Handover {
         offer,
@@ -254,6 +238,27 @@ fn install_recorder() -> Step<PrometheusHandle> {
     })
 }
 
+/// Sets the process gauges and builds the state every worker, the admin thread and the supervisor
+/// share, with `resolved` as the published configuration.
+fn publish(
+    resolved: &Resolved,
+    workers: usize,
+    max_connections: usize,
+    driver: IoDriver,
+) -> Arc<Shared> {
+    edge_core::metrics::set_process_gauges(
+        env!("CARGO_PKG_VERSION"),
+        driver.as_str(),
+        max_connections,
+    );
+    Arc::new(Shared::new(
+        workers,
+        max_connections,
+        driver,
+        resolved.clone(),
+    ))
+}
+
 /// Starts the admin thread on `inherited` (from an upgrade) or on a listener bound to `at`; returns the
 /// address it serves on and a copy of its fd, which the supervisor keeps to hand over at the next upgrade.
 ///
@@ -351,6 +356,18 @@ fn finish_take_over(i: upgrade::Inherited, path: &str) -> Option<upgrade::Offer>
     );
     supervise::sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
     offer
+}
+
+/// The `startup.ready` line: where traffic and admin are served, by how many workers, on which driver.
+fn log_ready(traffic: &Traffic, admin: Option<SocketAddr>, driver: IoDriver) {
+    tracing::info!(
+        event = "startup.ready",
+        traffic = %traffic.bound,
+        admin = %admin.map_or("disabled".to_string(), |a| a.to_string()),
+        workers = traffic.workers,
+        io_driver = driver.as_str(),
+        "edge is serving"
+    );
 }
 
 /// Panics are logged as one `panic` line (thread, location, message) instead of the default stderr
