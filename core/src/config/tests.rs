@@ -65,10 +65,8 @@ fn cidr_matching() {
         .contains("1.2.3.4".parse().unwrap()));
 }
 
-/// A config that breaks every check, and the errors it gives, in order (keys and reasons are what
-/// `edge --check` prints and what the integration tests compare).
-#[test]
-fn every_check_reports_in_file_order() {
+/// The embedded default with a wrong value for every check `resolve` makes.
+fn broken_everywhere() -> Config {
     let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
     c.server.listen = "nope".into();
     c.admin.listen = "bad admin".into();
@@ -92,6 +90,14 @@ fn every_check_reports_in_file_order() {
     r.path_prefix = "x".into();
     r.upstream = "missing".into();
     c.routes.push(r);
+    c
+}
+
+/// A config that breaks every check, and the errors it gives, in order (keys and reasons are what
+/// `edge --check` prints and what the integration tests compare).
+#[test]
+fn every_check_reports_in_file_order() {
+    let c = broken_everywhere();
     let unresolvable =
         |t: &str| format!("{t:?} is not a host:port that resolves (invalid socket address)");
     let expected: Vec<(&str, String)> = vec![
