@@ -1,0 +1,93 @@
+//! Command-line overrides (DESIGN.md "CLI": flags override the file, the file overrides the embedded
+//! default): [`Overrides`], [`Config::apply`] that writes them into a parsed file, and the attribution of
+//! errors in values that came from flags to `<command line>` and the flag that set them.
+
+use super::{Config, ConfigError, IoDriverSetting, LogFormat, Route, Upstream, Workers};
+
+/// Settings given on the command line; each replaces the file's value when set.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen`
+    pub listen: Option<String>,
+    /// `--upstream` (repeatable): replaces `[[upstreams]]` and `[[routes]]` with upstream "default", route "/".
+    pub upstreams: Vec<String>,
+    /// `--workers`
+    pub workers: Option<Workers>,
+    /// `--admin-listen`
+    pub admin_listen: Option<String>,
+    /// `--io-driver`
+    pub io_driver: Option<IoDriverSetting>,
+    /// `--log-format`
+    pub log_format: Option<LogFormat>,
+}
+
+impl Overrides {
+    /// The command-line flag that set the value at `key` (a dotted key path of a [`ConfigError`]), if
+    /// one did: errors in values that came from flags name the flag, not the file.
+    pub fn flag_for(&self, key: &str) -> Option<&'static str> {
+        let set = |k: &str, on: bool| on && (key == k || key.starts_with(&format!("{k}.")));
+        if !self.upstreams.is_empty()
+            && (key.starts_with("upstreams[") || key.starts_with("routes["))
+        {
+            Some("--upstream")
+        } else if set("server.listen", self.listen.is_some()) {
+            Some("--listen")
+        } else if set("admin.listen", self.admin_listen.is_some()) {
+            Some("--admin-listen")
+        } else if set("server.workers", self.workers.is_some()) {
+            Some("--workers")
+        } else if set("server.io_driver", self.io_driver.is_some()) {
+            Some("--io-driver")
+        } else if set("log.format", self.log_format.is_some()) {
+            Some("--log-format")
+        } else {
+            None
+        }
+    }
+
+    /// Re-attributes errors in values that came from flags to `<command line>` and the flag.
+    pub fn attribute(&self, errors: Vec<ConfigError>) -> Vec<ConfigError> {
+        errors
+            .into_iter()
+            .map(|e| match self.flag_for(&e.key) {
+                Some(flag) => ConfigError {
+                    file: "<command line>".into(),
+                    key: format!("{flag} ({})", e.key),
+                    reason: e.reason,
+                },
+                None => e,
+            })
+            .collect()
+    }
+}
+
+impl Config {
+    /// Applies command-line overrides (DESIGN.md "CLI": flags override the file).
+    pub fn apply(&mut self, o: &Overrides) {
+        if let Some(l) = &o.listen {
+            self.server.listen = l.clone();
+        }
+        if !o.upstreams.is_empty() {
+            self.upstreams = vec![Upstream::with_endpoints("default", o.upstreams.clone())];
+            self.routes = vec![Route {
+                path_prefix: "/".into(),
+                host: None,
+                upstream: "default".into(),
+                request_timeout: None,
+                client_request_timeout: None,
+            }];
+        }
+        if let Some(w) = o.workers {
+            self.server.workers = w;
+        }
+        if let Some(a) = &o.admin_listen {
+            self.admin.listen = a.clone();
+        }
+        if let Some(d) = o.io_driver {
+            self.server.io_driver = d;
+        }
+        if let Some(f) = o.log_format {
+            self.log.format = f;
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Validation of a parsed [`Config`] into a [`Resolved`] one (DESIGN.md "Configuration (TOML)"): one
+//! check per section, in file order (server, its limits and timeouts, trusted proxies, the upgrade socket,
+//! log, upstreams, routes), every problem collected rather than the first, and every `host:port` resolved
+//! to a socket address here, at load, never on a worker.
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    path::Path,
+    time::Duration,
+};
+
+use super::{Cidr, Config, ConfigError, Limit, Limits, Log, Route, Timeouts, Upstream};
+
+impl Config {
+    /// Checks every value and resolves names to addresses.
+    ///
+    /// # Errors
+    /// Every problem found, each naming `file` and the key.
+    pub fn resolve(&self, file: &str) -> Result<Resolved, Vec<ConfigError>> {
+        let mut p = Problems {
+            file,
+            errors: Vec::new(),
+        };
+        let server = &self.server;
+        let listen = p.take("server.listen", resolve_one(&server.listen));
+        let admin_listen = if self.admin.listen.is_empty() {
+            None
+        } else {
+            p.take("admin.listen", resolve_one(&self.admin.listen))
+        };
+        if server.max_connections == 0 {
+            p.add("server.max_connections", "must be at least 1");
+        }
+        if server.max_requests_per_connection == 0 {
+            p.add("server.max_requests_per_connection", "must be at least 1");
+        }
+        if !server.health_path.starts_with('/') {
+            p.add("server.health_path", "must start with '/'");
+        }
+        check_limits(&server.limits, &mut p);
+        check_timeouts(&server.timeouts, &mut p);
+        let trusted_proxies = trusted_proxies(&server.trusted_proxies, &mut p);
+        check_upgrade_socket(&server.upgrade_socket, &mut p);
+        check_log(&self.log, &mut p);
+        let upstreams = self
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| resolve_upstream(i, u, &self.upstreams[..i], &mut p))
+            .collect();
+        let routes = resolve_routes(&self.routes, &self.upstreams, &mut p);
+        if !p.errors.is_empty() {
+            return Err(p.errors);
+        }
+        Ok(Resolved {
+            config: self.clone(),
+            listen: listen.expect("checked above"),
+            admin_listen,
+            trusted_proxies,
+            upstreams,
+            routes,
+        })
+    }
+}
+
+/// The problems found so far, each becoming a [`ConfigError`] that names `file`.
+struct Problems<'a> {
+    file: &'a str,
+    errors: Vec<ConfigError>,
+}
+
+impl Problems<'_> {
+    /// Records that the value at `key` is wrong, and why.
+    fn add(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.into(),
+            key: key.into(),
+            reason: reason.into(),
+        });
+    }
+
+    /// The value of `result`, or `None` with its reason recorded under `key`.
+    fn take<T>(&mut self, key: impl Into<String>, result: Result<T, String>) -> Option<T> {
+        result.map_err(|reason| self.add(key, reason)).ok()
+    }
+}
+
+/// `[server.limits]`: the head must hold at least a short request line; at least one field.
+fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
+    if limits.max_head_bytes.0 < 256 {
+        p.add("server.limits.max_head_bytes", "must be at least 256 bytes");
+    }
+    if limits.max_headers == 0 {
+        p.add("server.limits.max_headers", "must be at least 1");
+    }
+}
+
+/// `[server.timeouts]`: the inbound deadlines cannot be zero (drain timing can).
+fn check_timeouts(timeouts: &Timeouts, p: &mut Problems<'_>) {
+    for (name, d) in [
+        ("idle", timeouts.idle),
+        ("request", timeouts.request),
+        ("send", timeouts.send),
+    ] {
+        if d.0.is_zero() {
+            p.add(
+                format!("server.timeouts.{name}"),
+                "must be greater than zero",
+            );
+        }
+    }
+}
+
+/// `server.trusted_proxies`, parsed; the entries that do not parse are recorded and left out.
+fn trusted_proxies(cidrs: &[String], p: &mut Problems<'_>) -> Vec<Cidr> {
+    cidrs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| p.take(format!("server.trusted_proxies[{i}]"), Cidr::parse(c)))
+        .collect()
+}
+
+/// `server.upgrade_socket`: "" (upgrades disabled) or an absolute path.
+fn check_upgrade_socket(path: &str, p: &mut Problems<'_>) {
+    if !path.is_empty() && !Path::new(path).is_absolute() {
+        p.add(
+            "server.upgrade_socket",
+            "must be an absolute path (or \"\" to disable upgrades)",
+        );
+    }
+}
+
+/// `[log]`: the level must be a valid tracing filter.
+fn check_log(log: &Log, p: &mut Problems<'_>) {
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log.level) {
+        p.add("log.level", format!("invalid filter {:?}: {e}", log.level));
+    }
+}
+
+/// `upstreams[i]`, with `earlier` the entries before it (names must be unique). The endpoints that do not
+/// resolve are recorded and left out.
+fn resolve_upstream(
+    i: usize,
+    u: &Upstream,
+    earlier: &[Upstream],
+    p: &mut Problems<'_>,
+) -> ResolvedUpstream {
+    if u.name.is_empty() {
+        p.add(format!("upstreams[{i}].name"), "must not be empty");
+    }
+    if earlier.iter().any(|o| o.name == u.name) {
+        p.add(
+            format!("upstreams[{i}].name"),
+            format!("duplicate upstream name {:?}", u.name),
+        );
+    }
+    if u.endpoints.is_empty() {
+        p.add(
+            format!("upstreams[{i}].endpoints"),
+            "needs at least one host:port",
+        );
+    }
+    let endpoints = u
+        .endpoints
+        .iter()
+        .enumerate()
+        .filter_map(|(j, e)| p.take(format!("upstreams[{i}].endpoints[{j}]"), resolve_one(e)))
+        .collect();
+    if u.connect_timeout.0.is_zero() {
+        p.add(
+            format!("upstreams[{i}].connect_timeout"),
+            "must be greater than zero",
+        );
+    }
+    ResolvedUpstream {
+        config: u.clone(),
+        endpoints,
+    }
+}
+
+/// `[[routes]]`: at least one, each with a path prefix and the name of an entry of `upstreams`.
+fn resolve_routes(
+    routes: &[Route],
+    upstreams: &[Upstream],
+    p: &mut Problems<'_>,
+) -> Vec<ResolvedRoute> {
+    if routes.is_empty() {
+        p.add("routes", "at least one [[routes]] entry is needed");
+    }
+    let mut resolved = Vec::new();
+    for (i, r) in routes.iter().enumerate() {
+        if !r.path_prefix.starts_with('/') {
+            p.add(format!("routes[{i}].path_prefix"), "must start with '/'");
+        }
+        match upstreams.iter().position(|u| u.name == r.upstream) {
+            Some(idx) => resolved.push(ResolvedRoute {
+                path_prefix: r.path_prefix.clone(),
+                host: r.host.as_ref().map(|h| h.to_ascii_lowercase()),
+                upstream: idx,
+                request_timeout: r.request_timeout,
+                client_request_timeout: r.client_request_timeout.map(|d| d.0),
+            }),
+            None => p.add(
+                format!("routes[{i}].upstream"),
+                format!("no [[upstreams]] entry is named {:?}", r.upstream),
+            ),
+        }
+    }
+    resolved
+}
+
+/// Resolves `host:port` to one socket address (the first the resolver returns).
+fn resolve_one(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut it) => it
+            .next()
+            .ok_or_else(|| format!("{text:?} resolves to no address")),
+        Err(e) => Err(format!("{text:?} is not a host:port that resolves ({e})")),
+    }
+}
+
+/// A validated configuration with resolved addresses; what workers run on.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The effective configuration.
+    pub config: Config,
+    /// Traffic listener address.
+    pub listen: SocketAddr,
+    /// Admin listener address, `None` when disabled.
+    pub admin_listen: Option<SocketAddr>,
+    /// Parsed `server.trusted_proxies`.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Upstreams in file order.
+    pub upstreams: Vec<ResolvedUpstream>,
+    /// Routes in file order (matching order is decided by the router).
+    pub routes: Vec<ResolvedRoute>,
+}
+
+/// One upstream with its endpoints resolved.
+#[derive(Clone, Debug)]
+pub struct ResolvedUpstream {
+    /// The upstream's settings.
+    pub config: Upstream,
+    /// Endpoint addresses, in file order.
+    pub endpoints: Vec<SocketAddr>,
+}
+
+/// One route, pointing at an upstream by index.
+#[derive(Clone, Debug)]
+pub struct ResolvedRoute {
+    /// Path prefix.
+    pub path_prefix: String,
+    /// Lower-cased host, if the route is host-specific.
+    pub host: Option<String>,
+    /// Index into [`Resolved::upstreams`].
+    pub upstream: usize,
+    /// Route override of the upstream request timeout.
+    pub request_timeout: Option<Limit>,
+    /// Route override of the inbound `request` deadline.
+    pub client_request_timeout: Option<Duration>,
+}

@@ -1,0 +1,187 @@
+//! Unit tests of the configuration: the embedded default loads, resolves and prints back; errors name
+//! the key; CIDR matching.
+
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn default_config_loads_and_resolves() {
+    let c = Config::parse(DEFAULT_CONFIG, "deploy/edge.toml").unwrap();
+    let r = c.resolve("deploy/edge.toml").unwrap();
+    assert_eq!(r.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(c.server.limits.max_head_bytes, Bytes(16384));
+    assert_eq!(
+        c.upstreams[0].request_timeout,
+        Limit(Some(Duration::from_secs(30)))
+    );
+}
+
+#[test]
+fn printed_config_loads_again() {
+    let c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    let again = Config::parse(&c.to_toml(), "printed").unwrap();
+    assert_eq!(again.to_toml(), c.to_toml());
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let e = Config::parse(
+        "[server]\nlisten = \"127.0.0.1:1\"\nbogus_key = 1\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert_eq!(e.file, "x.toml");
+    assert!(e.reason.contains("bogus_key"), "{e}");
+    assert!(e.key.starts_with("server"), "{e}");
+}
+
+#[test]
+fn bad_duration_names_key() {
+    let e = Config::parse("[server.timeouts]\nidle = \"soon\"\n", "x.toml").unwrap_err();
+    assert_eq!(e.key, "server.timeouts.idle");
+}
+
+#[test]
+fn route_to_missing_upstream_is_an_error() {
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    c.routes[0].upstream = "nope".into();
+    let errs = c.resolve("d").unwrap_err();
+    assert!(
+        errs.iter().any(|e| e.key == "routes[0].upstream"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn cidr_matching() {
+    let c = Cidr::parse("10.0.0.0/8").unwrap();
+    assert!(c.contains("10.1.2.3".parse().unwrap()));
+    assert!(!c.contains("11.1.2.3".parse().unwrap()));
+    assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
+    assert!(Cidr::parse("10.0.0.0/33").is_err());
+    assert!(Cidr::parse("0.0.0.0/0")
+        .unwrap()
+        .contains("1.2.3.4".parse().unwrap()));
+}
+
+/// The embedded default with a wrong value for every check `resolve` makes.
+fn broken_everywhere() -> Config {
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    c.server.listen = "nope".into();
+    c.admin.listen = "bad admin".into();
+    c.server.max_connections = 0;
+    c.server.max_requests_per_connection = 0;
+    c.server.health_path = "health".into();
+    c.server.limits.max_head_bytes = Bytes(10);
+    c.server.limits.max_headers = 0;
+    c.server.timeouts.idle = Dur(Duration::ZERO);
+    c.server.timeouts.send = Dur(Duration::ZERO);
+    c.server.trusted_proxies = vec!["10.0.0.0/8".into(), "x/1".into(), "10.0.0.0/40".into()];
+    c.server.upgrade_socket = "rel/sock".into();
+    c.log.level = "edge=[".into();
+    let mut u = c.upstreams[0].clone();
+    u.endpoints = vec!["127.0.0.1:1".into(), "noport".into()];
+    u.connect_timeout = Dur(Duration::ZERO);
+    let mut unnamed = Upstream::with_endpoints("", vec![]);
+    unnamed.connect_timeout = Dur(Duration::ZERO);
+    c.upstreams = vec![u.clone(), u, unnamed];
+    let mut r = c.routes[0].clone();
+    r.path_prefix = "x".into();
+    r.upstream = "missing".into();
+    c.routes.push(r);
+    c
+}
+
+/// A config that breaks every check, and the errors it gives, in order (keys and reasons are what
+/// `edge --check` prints and what the integration tests compare).
+#[test]
+fn every_check_reports_in_file_order() {
+    let c = broken_everywhere();
+    let unresolvable =
+        |t: &str| format!("{t:?} is not a host:port that resolves (invalid socket address)");
+    let expected: Vec<(&str, String)> = vec![
+        ("server.listen", unresolvable("nope")),
+        ("admin.listen", unresolvable("bad admin")),
+        ("server.max_connections", "must be at least 1".into()),
+        (
+            "server.max_requests_per_connection",
+            "must be at least 1".into(),
+        ),
+        ("server.health_path", "must start with '/'".into()),
+        (
+            "server.limits.max_head_bytes",
+            "must be at least 256 bytes".into(),
+        ),
+        ("server.limits.max_headers", "must be at least 1".into()),
+        ("server.timeouts.idle", "must be greater than zero".into()),
+        ("server.timeouts.send", "must be greater than zero".into()),
+        (
+            "server.trusted_proxies[1]",
+            "invalid CIDR \"x/1\": bad address".into(),
+        ),
+        (
+            "server.trusted_proxies[2]",
+            "invalid CIDR \"10.0.0.0/40\": prefix over 32".into(),
+        ),
+        (
+            "server.upgrade_socket",
+            "must be an absolute path (or \"\" to disable upgrades)".into(),
+        ),
+        ("log.level", "invalid filter \"edge=[\": ".into()),
+        ("upstreams[0].endpoints[1]", unresolvable("noport")),
+        (
+            "upstreams[0].connect_timeout",
+            "must be greater than zero".into(),
+        ),
+        (
+            "upstreams[1].name",
+            "duplicate upstream name \"origin\"".into(),
+        ),
+        ("upstreams[1].endpoints[1]", unresolvable("noport")),
+        (
+            "upstreams[1].connect_timeout",
+            "must be greater than zero".into(),
+        ),
+        ("upstreams[2].name", "must not be empty".into()),
+        (
+            "upstreams[2].endpoints",
+            "needs at least one host:port".into(),
+        ),
+        (
+            "upstreams[2].connect_timeout",
+            "must be greater than zero".into(),
+        ),
+        ("routes[1].path_prefix", "must start with '/'".into()),
+        (
+            "routes[1].upstream",
+            "no [[upstreams]] entry is named \"missing\"".into(),
+        ),
+    ];
+    let errs = c.resolve("f.toml").unwrap_err();
+    let got: Vec<(&str, &str)> = errs
+        .iter()
+        .map(|e| (e.key.as_str(), e.reason.as_str()))
+        .collect();
+    assert_eq!(got.len(), expected.len(), "{got:#?}");
+    for ((key, reason), (want_key, want)) in got.iter().zip(&expected) {
+        assert_eq!(key, want_key, "{got:#?}");
+        // The filter's own reason is tracing-subscriber's wording; only the prefix is edge's.
+        if *key == "log.level" {
+            assert!(reason.starts_with(want.as_str()), "{reason}");
+        } else {
+            assert_eq!(reason, want);
+        }
+    }
+    assert!(errs.iter().all(|e| e.file == "f.toml"));
+}
+
+#[test]
+fn no_routes_is_an_error() {
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    c.routes.clear();
+    let errs = c.resolve("d").unwrap_err();
+    let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["routes"]);
+    assert_eq!(errs[0].reason, "at least one [[routes]] entry is needed");
+}
