@@ -17,12 +17,12 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::edge_proc::build_edge_features;
 use crate::load::{run_load, LoadOptions};
 use crate::origin::OriginOptions;
-use crate::scenario::metric_sum;
-use crate::stack::Stack;
-use crate::table::Table;
+use crate::support::edge_proc::build_edge_features;
+use crate::support::metrics::metric_sum;
+use crate::support::stack::Stack;
+use crate::support::table::Table;
 
 /// Highest allocations per keep-alive request that still passes.
 pub const MAX_PER_REQUEST: f64 = 1e-4;
@@ -56,7 +56,7 @@ fn read_counters(stack: &Stack) -> io::Result<(f64, f64)> {
     // Workers publish their count every 250 ms: wait until two readings 300 ms apart agree.
     let mut last = None;
     for _ in 0..20 {
-        let text = crate::scenario::fetch_metrics(stack.admin)?;
+        let text = crate::support::metrics::fetch_metrics(stack.admin)?;
         let now = (
             metric_sum(&text, "edge_worker_allocations_total", &[]),
             metric_sum(&text, "edge_requests_total", &[]),
@@ -73,7 +73,7 @@ fn read_counters(stack: &Stack) -> io::Result<(f64, f64)> {
 /// Allocation and request counters summed over workers, read once (under load; the allocation
 /// counter lags by at most one 250 ms heartbeat).
 fn read_now(stack: &Stack) -> io::Result<(f64, f64)> {
-    let text = crate::scenario::fetch_metrics(stack.admin)?;
+    let text = crate::support::metrics::fetch_metrics(stack.admin)?;
     Ok((
         metric_sum(&text, "edge_worker_allocations_total", &[]),
         metric_sum(&text, "edge_requests_total", &[]),

@@ -40,8 +40,8 @@ use crate::compare_target::{
 };
 use crate::compare_workload::Workload;
 use crate::compare_wrk::wrk_seconds;
-use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
-use crate::host::{cpu_list, pin_current_thread, version_of};
+use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::host::{cpu_list, pin_current_thread, version_of};
 
 /// How long a proxy gets to answer its first request through to the origin.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -391,8 +391,8 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
 /// Writes `compare-DATE-COMMIT.json` and the SVG plots under `dir`, printing their paths.
 fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let commit = crate::host::git_commit();
-    let date = crate::host::utc_date();
+    let commit = crate::support::host::git_commit();
+    let date = crate::support::host::utc_date();
     let json = dir.join(format!("compare-{date}-{commit}.json"));
     let doc = crate::compare_json::document(info, samples, &date, &commit);
     std::fs::write(
@@ -427,7 +427,7 @@ fn versions(args: &CompareArgs, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(S
                 "{} ({}, commit {})",
                 version_of(&bins.edge, "--version"),
                 bins.edge.display(),
-                crate::host::git_commit()
+                crate::support::host::git_commit()
             ),
         ));
     }

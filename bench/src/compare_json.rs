@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::compare::RunInfo;
 use crate::compare_report::{cdf, of_workload, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL};
 use crate::compare_target::TargetKind;
-use crate::host::{cpu_model, kernel_release, online_cpus};
+use crate::support::host::{cpu_model, kernel_release, online_cpus};
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3

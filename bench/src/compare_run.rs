@@ -11,7 +11,7 @@ use crate::compare_report::Sample;
 use crate::compare_target::{clock_ticks_per_sec, Target};
 use crate::compare_workload::Workload;
 use crate::compare_wrk::{run_wrk, wrk_seconds, WrkSpec};
-use crate::edge_proc::EdgeProcess;
+use crate::support::edge_proc::EdgeProcess;
 
 /// One workload over every target: warm-up, then interleaved rounds.
 pub(crate) struct WorkloadRun<'a> {
@@ -145,8 +145,8 @@ fn print_round(s: &Sample, rounds: usize) {
         s.round,
         s.kind.name(),
         s.wrk.req_per_sec,
-        crate::table::ms(s.wrk.p99),
-        s.wrk.p999().map_or("-".into(), crate::table::ms),
+        crate::support::table::ms(s.wrk.p99),
+        s.wrk.p999().map_or("-".into(), crate::support::table::ms),
         pct(s.utilisation()),
         pct(s.wait_share()),
         if s.load_bound() { "  load-bound" } else { "" },

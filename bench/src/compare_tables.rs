@@ -5,7 +5,7 @@
 use crate::compare_report::{ratios, summarize, vs_nginx, Sample, VsNginx, LOAD_BOUND_UTIL};
 use crate::compare_target::TargetKind;
 use crate::compare_workload::Workload;
-use crate::table::{ms, Table};
+use crate::support::table::{ms, Table};
 
 fn pct(v: Option<f64>) -> String {
     v.map_or("-".to_string(), |u| format!("{:.0} %", u * 100.0))

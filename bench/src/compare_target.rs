@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::edge_proc::EdgeProcess;
+use crate::support::edge_proc::EdgeProcess;
 
 /// Default nginx executable (Debian package).
 pub const NGINX_BIN: &str = "/usr/sbin/nginx";
@@ -160,7 +160,7 @@ impl Target {
         if !kind.is_proxy() {
             return Ok(Target::direct(origin));
         }
-        let listen = crate::stack::free_port()?;
+        let listen = crate::support::stack::free_port()?;
         let dir = std::env::temp_dir().join(format!(
             "edge-bench-compare-{}-{}",
             std::process::id(),
@@ -498,9 +498,9 @@ pub fn status_kib(status: &str, key: &str) -> Option<u64> {
 pub fn closes_after_request(addr: SocketAddr, path: &str) -> io::Result<Option<bool>> {
     use std::io::Read;
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    let mut s = crate::probe::connect(addr, Duration::from_secs(2))?;
-    crate::probe::send_get(&mut s, &addr.to_string(), path, true)?;
-    let r = crate::probe::read_response(&mut s, deadline)?;
+    let mut s = crate::support::probe::connect(addr, Duration::from_secs(2))?;
+    crate::support::probe::send_get(&mut s, &addr.to_string(), path, true)?;
+    let r = crate::support::probe::read_response(&mut s, deadline)?;
     if r.status != 200 {
         return Ok(None);
     }

@@ -11,12 +11,12 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::hol::{probe_behind_slow, HolRound};
 use crate::load::{run_load, LoadOptions, LoadReport};
 use crate::origin::OriginOptions;
-use crate::stack::Stack;
-use crate::table::{ms, Table};
+use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::stack::Stack;
+use crate::support::table::{ms, Table};
 
 /// Path of the load requests; the origin never delays it.
 pub const LOAD_PATH: &str = "/fast";

@@ -12,11 +12,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::origin::{OriginOptions, DEFAULT_SLOW};
-use crate::probe::{probe_series, HeldOutcome, HeldRequests, Probe};
-use crate::stack::{Stack, HEALTH_PATH};
-use crate::table::{ms, Quantiles, Table};
+use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::probe::{probe_series, HeldOutcome, HeldRequests, Probe};
+use crate::support::stack::{Stack, HEALTH_PATH};
+use crate::support::table::{ms, Quantiles, Table};
 
 /// Path the origin delays by [`DEFAULT_SLOW`].
 pub const SLOW_PATH: &str = "/slow";
@@ -30,8 +30,8 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Polls edge's `edge_requests_in_flight` (summed over workers) until it reaches `k` or `until`.
 fn wait_in_flight(admin: SocketAddr, k: usize, until: Instant) {
     while Instant::now() < until {
-        let in_flight = crate::scenario::fetch_metrics(admin)
-            .map(|m| crate::scenario::metric_sum(&m, "edge_requests_in_flight", &[]))
+        let in_flight = crate::support::metrics::fetch_metrics(admin)
+            .map(|m| crate::support::metrics::metric_sum(&m, "edge_requests_in_flight", &[]))
             .unwrap_or(0.0);
         if in_flight >= k as f64 {
             return;

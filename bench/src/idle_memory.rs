@@ -18,14 +18,14 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::origin::OriginOptions;
-use crate::probe;
-use crate::scenario::{
+use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::metrics::{
     bytes, fetch_metrics, metric_sum, raise_nofile_limit, read_rss, Rss, TempConfig,
 };
-use crate::stack::{Stack, HEALTH_PATH};
-use crate::table::{ms, Table};
+use crate::support::probe;
+use crate::support::stack::{Stack, HEALTH_PATH};
+use crate::support::table::{ms, Table};
 
 /// Largest accepted cost per idle connection.
 pub const LIMIT_PER_CONN: u64 = 8 * 1024;

@@ -17,13 +17,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::hol::{HolRound, PROBE_LIMIT, PROBE_TIMEOUT};
 use crate::origin::OriginOptions;
-use crate::probe::{self, probe_series};
-use crate::scenario::{count_events, fetch_metrics, metric_sum, raise_nofile_limit, TempConfig};
-use crate::stack::{Stack, HEALTH_PATH};
-use crate::table::{ms, Table};
+use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::metrics::{
+    count_events, fetch_metrics, metric_sum, raise_nofile_limit, TempConfig,
+};
+use crate::support::probe::{self, probe_series};
+use crate::support::stack::{Stack, HEALTH_PATH};
+use crate::support::table::{ms, Table};
 
 /// The p99 probe latency goal (reported, not asserted).
 pub const P99_GOAL: Duration = Duration::from_millis(5);
@@ -275,7 +277,7 @@ pub fn run(opts: &IdleWedgeOptions) -> io::Result<bool> {
         held: Default::default(),
     };
     let q = round.quantiles();
-    let cell = |f: fn(&crate::table::Quantiles) -> Duration| {
+    let cell = |f: fn(&crate::support::table::Quantiles) -> Duration| {
         q.as_ref().map_or("-".to_string(), |q| ms(f(q)))
     };
     let mut t = Table::new(&["measure", "value"]);

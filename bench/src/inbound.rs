@@ -19,14 +19,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::origin::OriginOptions;
-use crate::probe;
-use crate::scenario::{
+use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::metrics::{
     count_events, fetch_metrics, metric_sum, toml_duration, wait_for_events, TempConfig,
 };
-use crate::stack::Stack;
-use crate::table::{ms, Table};
+use crate::support::probe;
+use crate::support::stack::Stack;
+use crate::support::table::{ms, Table};
 
 /// Slack allowed after the deadline (DESIGN.md: 408 within `request` + 1 s).
 pub const LATE_SLACK: Duration = Duration::from_secs(1);

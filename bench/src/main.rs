@@ -15,7 +15,7 @@ use edge_bench::hol::{self, HolOptions};
 use edge_bench::load::{run_load, LoadOptions};
 use edge_bench::openloop::{run_open_loop, OpenLoopOptions, OpenLoopReport};
 use edge_bench::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
-use edge_bench::table::{ms, Table};
+use edge_bench::support::table::{ms, Table};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::{locate_edge_bin, EdgeProcess};
-use crate::probe;
-use crate::scenario::{count_events, fetch_metrics, metric_sum, read_rss, TempConfig};
-use crate::stack::{free_port, HEALTH_PATH, HEALTH_TIMEOUT};
-use crate::table::{ms, Quantiles, Table};
+use crate::support::edge_proc::{locate_edge_bin, EdgeProcess};
+use crate::support::metrics::{count_events, fetch_metrics, metric_sum, read_rss, TempConfig};
+use crate::support::probe;
+use crate::support::stack::{free_port, HEALTH_PATH, HEALTH_TIMEOUT};
+use crate::support::table::{ms, Quantiles, Table};
 
 /// A health probe slower than this fails the case (DESIGN.md, Fault matrix).
 pub const PROBE_LIMIT: Duration = Duration::from_secs(1);
@@ -624,7 +624,7 @@ pub fn base_config(extra_server: &str) -> String {
 /// Setup failures (no edge binary, edge not starting).
 pub fn run(opts: &MatrixOptions) -> io::Result<bool> {
     let started = Instant::now();
-    let (soft, _) = crate::scenario::raise_nofile_limit()?;
+    let (soft, _) = crate::support::metrics::raise_nofile_limit()?;
     let bin = locate_edge_bin(opts.edge_bin.as_deref())?;
     let faults_bin = match &opts.faults_edge_bin {
         Some(p) => locate_edge_bin(Some(p))?,

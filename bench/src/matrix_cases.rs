@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::matrix::{base_config, run_case, Check, Edge, HealthRule, Row};
 use crate::matrix_origin::{ok, read_request, Conn, HangingListener, ScriptOrigin};
-use crate::table::ms;
+use crate::support::table::ms;
 
 const SEC: Duration = Duration::from_secs(1);
 /// Body size of the large response a client stops reading.

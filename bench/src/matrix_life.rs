@@ -15,15 +15,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::EdgeProcess;
 use crate::hol::{probe_behind_slow, PROBE_LIMIT};
 use crate::idle_wedge::Keeper;
 use crate::matrix::{base_config, health_verdict, run_case, Check, Edge, HealthRule, Prober, Row};
 use crate::matrix_cases::{group_a, group_b};
 use crate::matrix_origin::{ok, Conn, ScriptOrigin};
 use crate::origin::{spawn_origin, OriginOptions};
-use crate::scenario::count_events;
-use crate::table::ms;
+use crate::support::edge_proc::EdgeProcess;
+use crate::support::metrics::count_events;
+use crate::support::table::ms;
 
 const SEC: Duration = Duration::from_secs(1);
 const FAULTS: &[(&str, &str)] = &[("EDGE_TEST_FAULTS", "1")];
@@ -248,7 +248,7 @@ fn sigterm_in_flight(bin: &Path, driver: &[String]) -> io::Result<Row> {
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let t0 = Instant::now();
     let draining = wait_event(&edge.proc, "server.draining", 0, 2 * SEC);
-    let health = crate::probe::get(edge.traffic, "/_health", 2 * SEC).map(|r| r.status);
+    let health = crate::support::probe::get(edge.traffic, "/_health", 2 * SEC).map(|r| r.status);
     let until = Instant::now() + 10 * SEC;
     let mut ok200 = 0;
     for c in &mut conns {
@@ -387,7 +387,7 @@ fn injected_faults(bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
                 }
             }
             let ready = (0..100).any(|_| {
-                let ok = matches!(crate::probe::get(e.traffic, "/_health", SEC), Ok(r) if r.status == 200);
+                let ok = matches!(crate::support::probe::get(e.traffic, "/_health", SEC), Ok(r) if r.status == 200);
                 if !ok {
                     std::thread::sleep(Duration::from_millis(30));
                 }

@@ -475,12 +475,12 @@ mod tests {
         .unwrap();
         let addr = origin.addr();
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        let mut idle = crate::probe::connect(addr, Duration::from_secs(1)).unwrap();
-        crate::probe::send_get(&mut idle, "t", "/fast", false).unwrap();
-        let r = crate::probe::read_response(&mut idle, deadline).unwrap();
+        let mut idle = crate::support::probe::connect(addr, Duration::from_secs(1)).unwrap();
+        crate::support::probe::send_get(&mut idle, "t", "/fast", false).unwrap();
+        let r = crate::support::probe::read_response(&mut idle, deadline).unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, DEFAULT_BODY));
-        let mut waiting = crate::probe::connect(addr, Duration::from_secs(1)).unwrap();
-        crate::probe::send_get(&mut waiting, "t", "/slow", false).unwrap();
+        let mut waiting = crate::support::probe::connect(addr, Duration::from_secs(1)).unwrap();
+        crate::support::probe::send_get(&mut waiting, "t", "/slow", false).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         origin.stop();
         for s in [&mut idle, &mut waiting] {

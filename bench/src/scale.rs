@@ -30,18 +30,18 @@ use clap::Args;
 
 use crate::compare::parse_cpus;
 use crate::compare_target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
-use crate::edge_proc::locate_edge_bin;
-use crate::host::{cpu_list, git_commit, pin_current_thread, version_of};
 use crate::load::{run_load, LoadOptions};
 use crate::openloop::{run_open_loop, OpenLoopOptions};
-use crate::probe;
 use crate::scale_report::{
     clamp_count, client_capacity, conn_table, edge_capacity, edge_max_connections_for, idle_table,
     nginx_busy_capacity, nginx_idle_capacity, rate_table, rss_per_conn, ConnRow, IdleRow, RateRow,
     RunInfo, ScaleReport, Skipped,
 };
 use crate::scale_target::{Proxy, ScaleTarget};
-use crate::scenario::raise_nofile_limit;
+use crate::support::edge_proc::locate_edge_bin;
+use crate::support::host::{cpu_list, git_commit, pin_current_thread, version_of};
+use crate::support::metrics::raise_nofile_limit;
+use crate::support::probe;
 
 /// Pause between two runs (lets the previous run's sockets close).
 const SETTLE: Duration = Duration::from_millis(500);
@@ -177,10 +177,10 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
     let mut report = ScaleReport {
         run: RunInfo {
             tool: "edge-bench scale".into(),
-            date: crate::host::utc_date(),
+            date: crate::support::host::utc_date(),
             commit: git_commit(),
             machine: machine(),
-            kernel: crate::host::kernel_release().unwrap_or_else(|| "unknown".into()),
+            kernel: crate::support::host::kernel_release().unwrap_or_else(|| "unknown".into()),
             versions,
             placement,
             fd_limit: (soft, hard),
@@ -546,8 +546,8 @@ fn first_line(s: &str) -> String {
 
 /// `CPU model, N CPUs, M GiB`.
 fn machine() -> String {
-    let model = crate::host::cpu_model().unwrap_or_else(|| "unknown CPU".into());
-    let cpus = crate::host::online_cpus().unwrap_or(0);
+    let model = crate::support::host::cpu_model().unwrap_or_else(|| "unknown CPU".into());
+    let cpus = crate::support::host::online_cpus().unwrap_or(0);
     let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
         .lines()

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::table::Table;
+use crate::support::table::Table;
 
 /// Largest `max_connections` edge keeps under an fd limit: it wants `2 × max + 256` fds and
 /// lowers `max_connections` to fit (core/src/runtime/listen.rs, `fit_max_connections`).

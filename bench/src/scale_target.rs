@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::compare_target::{children_of, proc_stat, shell_words, LOAD_PATH};
-use crate::edge_proc::EdgeProcess;
-use crate::scenario::read_rss;
+use crate::support::edge_proc::EdgeProcess;
+use crate::support::metrics::read_rss;
 
 /// How long a proxy gets to answer its first request through to the origin.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,7 +147,7 @@ impl Proxy {
         max_connections: u64,
         fd_limit: u64,
     ) -> io::Result<Proxy> {
-        let listen = crate::stack::free_port()?;
+        let listen = crate::support::stack::free_port()?;
         let dir = std::env::temp_dir().join(format!(
             "edge-bench-scale-{}-{}",
             std::process::id(),

@@ -11,10 +11,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::EdgeProcess;
 use crate::origin::{spawn_origin, OriginHandle, OriginOptions};
-use crate::probe;
-use crate::table::ms;
+use crate::support::edge_proc::EdgeProcess;
+use crate::support::probe;
+use crate::support::table::ms;
 
 /// How long edge gets to answer its first health probe.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);

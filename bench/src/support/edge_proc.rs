@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::probe;
+use crate::support::probe;
 
 /// Bytes of child output kept (the most recent ones).
 pub const OUTPUT_TAIL: usize = 256 * 1024;

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::edge_proc::EdgeProcess;
-use crate::probe;
+use crate::support::edge_proc::EdgeProcess;
+use crate::support::probe;
 
 /// A TOML config file in the temp directory, removed on drop. Scenarios that need non-default
 /// settings write only the keys they change (edge merges the file over its embedded default) and
 /// pass [`args`](Self::args) to edge; `--listen`, `--admin-listen` and `--upstream` given by
-/// [`Stack`](crate::stack::Stack) override the file.
+/// [`Stack`](crate::support::stack::Stack) override the file.
 #[derive(Debug)]
 pub struct TempConfig {
     path: PathBuf,

@@ -1,0 +1,9 @@
+//! What every job shares: the `edge` child process and the system under test (origin + edge),
+//! the blocking probe client, edge's admin metrics and log events, machine facts and result tables.
+
+pub mod edge_proc;
+pub mod host;
+pub mod metrics;
+pub mod probe;
+pub mod stack;
+pub mod table;
