@@ -17,8 +17,8 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::load::{run_load, LoadOptions};
-use crate::origin::OriginOptions;
+use crate::peers::load::closed::{run_load, LoadOptions};
+use crate::peers::origin::OriginOptions;
 use crate::support::edge_proc::build_edge_features;
 use crate::support::metrics::metric_sum;
 use crate::support::stack::Stack;

@@ -7,7 +7,7 @@
 //! table stops at 99 %; these lines give p99.9 and the points of the latency CDF. For the POST
 //! workload the script also sets the method and a 1 MiB body (wrk adds `Content-Length`).
 //!
-//! Origin paths: `/fast` (13 bytes), `/size/16k`, `/size/1m` (see [`crate::origin::SIZED_PATHS`]);
+//! Origin paths: `/fast` (13 bytes), `/size/16k`, `/size/1m` (see [`crate::peers::origin::SIZED_PATHS`]);
 //! the origin reads and discards request bodies.
 
 use std::fmt;
@@ -170,7 +170,7 @@ mod tests {
         for w in Workload::ALL {
             let p = w.path();
             assert!(
-                p == "/fast" || crate::origin::sized_index(p).is_some(),
+                p == "/fast" || crate::peers::origin::sized_index(p).is_some(),
                 "{p}"
             );
         }

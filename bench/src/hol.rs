@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::origin::{OriginOptions, DEFAULT_SLOW};
+use crate::peers::origin::{OriginOptions, DEFAULT_SLOW};
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::support::probe::{probe_series, HeldOutcome, HeldRequests, Probe};
 use crate::support::stack::{Stack, HEALTH_PATH};

@@ -18,7 +18,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::origin::OriginOptions;
+use crate::peers::origin::OriginOptions;
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::support::metrics::{
     bytes, fetch_metrics, metric_sum, raise_nofile_limit, read_rss, Rss, TempConfig,

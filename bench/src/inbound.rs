@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::origin::OriginOptions;
+use crate::peers::origin::OriginOptions;
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::support::metrics::{
     count_events, fetch_metrics, metric_sum, toml_duration, wait_for_events, TempConfig,

@@ -24,7 +24,6 @@
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
 pub mod alloc;
-pub mod chunked;
 pub mod compare;
 pub mod compare_json;
 pub mod compare_plot;
@@ -36,21 +35,16 @@ pub mod compare_workload;
 pub mod compare_wrk;
 pub mod demo;
 pub mod hol;
-pub mod http;
 pub mod idle_memory;
 pub mod idle_wedge;
 pub mod inbound;
-pub mod load;
 pub mod matrix;
 pub mod matrix_cases;
 pub mod matrix_life;
 pub mod matrix_origin;
-pub mod openloop;
-pub mod origin;
+pub mod peers;
 pub mod scale;
 pub mod scale_plot;
 pub mod scale_report;
 pub mod scale_target;
-pub mod stop;
 pub mod support;
-pub mod wire;

@@ -12,9 +12,9 @@ use clap::{Parser, Subcommand};
 use edge_bench::compare::{self, CompareArgs};
 use edge_bench::demo::{self, DemoOptions};
 use edge_bench::hol::{self, HolOptions};
-use edge_bench::load::{run_load, LoadOptions};
-use edge_bench::openloop::{run_open_loop, OpenLoopOptions, OpenLoopReport};
-use edge_bench::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
+use edge_bench::peers::load::closed::{run_load, LoadOptions};
+use edge_bench::peers::load::open::{run_open_loop, OpenLoopOptions, OpenLoopReport};
+use edge_bench::peers::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
 use edge_bench::support::table::{ms, Table};
 
 #[derive(Debug, Parser)]

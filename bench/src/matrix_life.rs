@@ -20,7 +20,7 @@ use crate::idle_wedge::Keeper;
 use crate::matrix::{base_config, health_verdict, run_case, Check, Edge, HealthRule, Prober, Row};
 use crate::matrix_cases::{group_a, group_b};
 use crate::matrix_origin::{ok, Conn, ScriptOrigin};
-use crate::origin::{spawn_origin, OriginOptions};
+use crate::peers::origin::{spawn_origin, OriginOptions};
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::metrics::count_events;
 use crate::support::table::ms;

@@ -1,9 +1,9 @@
 //! `edge-bench scale`: how the cost of edge and nginx grows with work (DESIGN.md, Benchmark
 //! method; issue 6). Three parts, each optional:
-//! - `rate`: latency at fixed request rates with the open-loop generator ([`crate::openloop`]):
+//! - `rate`: latency at fixed request rates with the open-loop generator ([`crate::peers::load::open`]):
 //!   p50/p99/p99.9/max from each request's scheduled send time, achieved rate, errors;
 //! - `connections`: requests/s and p99 against keep-alive connection count, closed loop
-//!   ([`crate::load`]), every connection busy;
+//!   ([`crate::peers::load::closed`]), every connection busy;
 //! - `idle`: resident memory against idle keep-alive connection count, from a fresh proxy:
 //!   (VmRSS with N idle − VmRSS before) / N.
 //!
@@ -30,8 +30,8 @@ use clap::Args;
 
 use crate::compare::parse_cpus;
 use crate::compare_target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
-use crate::load::{run_load, LoadOptions};
-use crate::openloop::{run_open_loop, OpenLoopOptions};
+use crate::peers::load::closed::{run_load, LoadOptions};
+use crate::peers::load::open::{run_open_loop, OpenLoopOptions};
 use crate::scale_report::{
     clamp_count, client_capacity, conn_table, edge_capacity, edge_max_connections_for, idle_table,
     nginx_busy_capacity, nginx_idle_capacity, rate_table, rss_per_conn, ConnRow, IdleRow, RateRow,

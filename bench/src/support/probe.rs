@@ -9,8 +9,8 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::chunked::ChunkedSkipper;
-use crate::http::{parse_response, BodyLen};
+use crate::peers::chunked::ChunkedSkipper;
+use crate::peers::http::{parse_response, BodyLen};
 
 /// A complete response.
 #[derive(Debug, Clone, PartialEq, Eq)]

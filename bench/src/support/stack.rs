@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::origin::{spawn_origin, OriginHandle, OriginOptions};
+use crate::peers::origin::{spawn_origin, OriginHandle, OriginOptions};
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::probe;
 use crate::support::table::ms;

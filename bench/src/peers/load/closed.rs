@@ -13,7 +13,7 @@
 //! closed and reopened (after a 50 ms pause when connect itself failed).
 //!
 //! Being closed-loop, it measures latency at the throughput it achieves; it hides queueing
-//! (coordinated omission). Latency-at-rate uses the open-loop generator in [`crate::openloop`]
+//! (coordinated omission). Latency-at-rate uses the open-loop generator in [`crate::peers::load::open`]
 //! (DESIGN.md, Benchmark method).
 
 use std::cell::RefCell;
@@ -26,8 +26,8 @@ use hdrhistogram::Histogram;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
-use crate::http::{parse_response, ResponseInfo};
-use crate::wire::{is_disconnect, ReadBuf, SharedBytes};
+use crate::peers::http::{parse_response, ResponseInfo};
+use crate::peers::wire::{is_disconnect, ReadBuf, SharedBytes};
 
 /// Read buffer per connection; a response head must fit.
 pub(crate) const READ_BUF: usize = 16 * 1024;
@@ -441,7 +441,7 @@ mod tests {
         assert!(r.latency_max() >= Duration::from_millis(10));
     }
 
-    fn short_run(origin: &crate::origin::OriginHandle, path: &str) -> LoadReport {
+    fn short_run(origin: &crate::peers::origin::OriginHandle, path: &str) -> LoadReport {
         let mut opts = LoadOptions::new(origin.addr(), path);
         opts.connections = 4;
         opts.threads = 2;
@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn load_against_content_length_origin() {
-        let origin = crate::origin::spawn_origin(Default::default()).unwrap();
+        let origin = crate::peers::origin::spawn_origin(Default::default()).unwrap();
         let r = short_run(&origin, "/fast");
         assert!(r.responses > 10, "{r:?}");
         assert_eq!(r.error_total(), 0, "{r:?}");
@@ -461,7 +461,7 @@ mod tests {
 
     #[test]
     fn load_against_chunked_delayed_origin() {
-        let origin = crate::origin::spawn_origin(crate::origin::OriginOptions {
+        let origin = crate::peers::origin::spawn_origin(crate::peers::origin::OriginOptions {
             chunked: true,
             body_bytes: 40_000,
             delay: Some(Duration::from_millis(20)),

@@ -35,9 +35,9 @@ use monoio::io::AsyncWriteRentExt;
 use monoio::net::{TcpListener, TcpStream};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::http::{parse_request, BodyLen};
-use crate::stop::StopSignal;
-use crate::wire::{ReadBuf, SharedBytes};
+use crate::peers::http::{parse_request, BodyLen};
+use crate::peers::stop::StopSignal;
+use crate::peers::wire::{ReadBuf, SharedBytes};
 
 /// Delay for `/slow` paths when no `delay` is configured.
 pub const DEFAULT_SLOW: Duration = Duration::from_secs(3);
@@ -422,7 +422,7 @@ pub fn build_response(body_bytes: usize, chunked: bool, close: bool) -> Vec<u8> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::parse_response;
+    use crate::peers::http::parse_response;
 
     #[test]
     fn delay_rules() {
@@ -459,7 +459,7 @@ mod tests {
         let info = parse_response(&r, false).unwrap().unwrap();
         assert_eq!(info.body, BodyLen::Chunked);
         assert!(!info.keep_alive);
-        let mut d = crate::chunked::ChunkedSkipper::new();
+        let mut d = crate::peers::chunked::ChunkedSkipper::new();
         assert_eq!(d.feed(&r[info.head_len..]), Ok(r.len() - info.head_len));
         assert!(d.is_done());
         assert_eq!(d.payload_bytes(), 30);

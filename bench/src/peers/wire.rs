@@ -16,8 +16,8 @@ use std::io;
 use monoio::buf::IoBufMut;
 use monoio::io::AsyncReadRent;
 
-use crate::chunked::ChunkedSkipper;
-use crate::http::BodyLen;
+use crate::peers::chunked::ChunkedSkipper;
+use crate::peers::http::BodyLen;
 
 /// A per-connection read buffer: `buf[pos..]` holds received, unconsumed bytes.
 #[derive(Debug)]

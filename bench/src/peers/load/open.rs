@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use monoio::net::TcpStream;
 
-use crate::load::{
+use crate::peers::load::closed::{
     exchange, merge, new_histogram, quantile, run_threads, ErrorCounts, CONNECT_BACKOFF,
     MAX_LATENCY_US, READ_BUF,
 };
-use crate::wire::{is_disconnect, ReadBuf, SharedBytes};
+use crate::peers::wire::{is_disconnect, ReadBuf, SharedBytes};
 
 /// What to send, how fast and for how long.
 #[derive(Debug, Clone)]
@@ -546,7 +546,7 @@ mod tests {
 
     #[test]
     fn open_loop_against_origin() {
-        let origin = crate::origin::spawn_origin(Default::default()).unwrap();
+        let origin = crate::peers::origin::spawn_origin(Default::default()).unwrap();
         let mut opts = OpenLoopOptions::new(origin.addr(), "/fast", 2000.0);
         opts.connections = 4;
         opts.threads = 2;
@@ -563,7 +563,7 @@ mod tests {
     fn a_slow_server_shows_its_queueing() {
         // Every response takes 50 ms; one connection at 100 req/s can do 20/s, so requests queue
         // behind each other and their latency from the due time grows far past 50 ms.
-        let origin = crate::origin::spawn_origin(crate::origin::OriginOptions {
+        let origin = crate::peers::origin::spawn_origin(crate::peers::origin::OriginOptions {
             delay: Some(Duration::from_millis(50)),
             ..Default::default()
         })
