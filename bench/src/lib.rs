@@ -23,7 +23,6 @@
 //! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
-pub mod alloc;
 pub mod compare;
 pub mod compare_json;
 pub mod compare_plot;
@@ -33,11 +32,6 @@ pub mod compare_tables;
 pub mod compare_target;
 pub mod compare_workload;
 pub mod compare_wrk;
-pub mod demo;
-pub mod hol;
-pub mod idle_memory;
-pub mod idle_wedge;
-pub mod inbound;
 pub mod matrix;
 pub mod matrix_cases;
 pub mod matrix_life;
@@ -47,4 +41,5 @@ pub mod scale;
 pub mod scale_plot;
 pub mod scale_report;
 pub mod scale_target;
+pub mod scenarios;
 pub mod support;

@@ -10,11 +10,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use edge_bench::compare::{self, CompareArgs};
-use edge_bench::demo::{self, DemoOptions};
-use edge_bench::hol::{self, HolOptions};
 use edge_bench::peers::load::closed::{run_load, LoadOptions};
 use edge_bench::peers::load::open::{run_open_loop, OpenLoopOptions, OpenLoopReport};
 use edge_bench::peers::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
+use edge_bench::scenarios::demo::{self, DemoOptions};
+use edge_bench::scenarios::hol::{self, HolOptions};
 use edge_bench::support::table::{ms, Table};
 
 #[derive(Debug, Parser)]
@@ -175,7 +175,7 @@ enum Cmd {
     /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
     IdleMemory {
         /// Idle keep-alive connections (client and edge each need this many fds).
-        #[arg(long, default_value_t = edge_bench::idle_memory::DEFAULT_CONNECTIONS)]
+        #[arg(long, default_value_t = edge_bench::scenarios::idle_memory::DEFAULT_CONNECTIONS)]
         connections: usize,
         /// Measure only this io driver (io_uring or epoll); both in turn when unset.
         #[arg(long)]
@@ -300,10 +300,12 @@ fn run(cmd: Cmd) -> io::Result<bool> {
         }),
         Cmd::Compare(args) => compare::run(&args),
         Cmd::Scale(args) => edge_bench::scale::run(&args),
-        Cmd::Alloc { duration } => edge_bench::alloc::run(&edge_bench::alloc::AllocOptions {
-            duration,
-            ..Default::default()
-        }),
+        Cmd::Alloc { duration } => {
+            edge_bench::scenarios::alloc::run(&edge_bench::scenarios::alloc::AllocOptions {
+                duration,
+                ..Default::default()
+            })
+        }
         Cmd::Hol {
             edge_bin,
             io_driver,
@@ -318,30 +320,36 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             max_connections,
             edge_bin,
             io_driver,
-        } => edge_bench::idle_wedge::run(&edge_bench::idle_wedge::IdleWedgeOptions {
-            edge_bin,
-            duration,
-            idle_sockets,
-            max_connections,
-            edge_args: driver_args(io_driver),
-            ..Default::default()
-        }),
+        } => edge_bench::scenarios::idle_wedge::run(
+            &edge_bench::scenarios::idle_wedge::IdleWedgeOptions {
+                edge_bin,
+                duration,
+                idle_sockets,
+                max_connections,
+                edge_args: driver_args(io_driver),
+                ..Default::default()
+            },
+        ),
         Cmd::Partial {
             edge_bin,
             io_driver,
-        } => edge_bench::inbound::run_partial(&edge_bench::inbound::InboundOptions {
-            edge_bin,
-            edge_args: driver_args(io_driver),
-            ..Default::default()
-        }),
+        } => edge_bench::scenarios::inbound::run_partial(
+            &edge_bench::scenarios::inbound::InboundOptions {
+                edge_bin,
+                edge_args: driver_args(io_driver),
+                ..Default::default()
+            },
+        ),
         Cmd::Drip {
             edge_bin,
             io_driver,
-        } => edge_bench::inbound::run_drip(&edge_bench::inbound::InboundOptions {
-            edge_bin,
-            edge_args: driver_args(io_driver),
-            ..Default::default()
-        }),
+        } => edge_bench::scenarios::inbound::run_drip(
+            &edge_bench::scenarios::inbound::InboundOptions {
+                edge_bin,
+                edge_args: driver_args(io_driver),
+                ..Default::default()
+            },
+        ),
         Cmd::Matrix {
             groups,
             io_driver,
@@ -358,13 +366,15 @@ fn run(cmd: Cmd) -> io::Result<bool> {
             io_driver,
             edge_bin,
         } => {
-            let defaults = edge_bench::idle_memory::IdleMemoryOptions::default();
-            edge_bench::idle_memory::run(&edge_bench::idle_memory::IdleMemoryOptions {
-                edge_bin,
-                connections,
-                drivers: io_driver.map_or(defaults.drivers.clone(), |d| vec![d]),
-                ..defaults
-            })
+            let defaults = edge_bench::scenarios::idle_memory::IdleMemoryOptions::default();
+            edge_bench::scenarios::idle_memory::run(
+                &edge_bench::scenarios::idle_memory::IdleMemoryOptions {
+                    edge_bin,
+                    connections,
+                    drivers: io_driver.map_or(defaults.drivers.clone(), |d| vec![d]),
+                    ..defaults
+                },
+            )
         }
     }
 }

@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::hol::{probe_behind_slow, PROBE_LIMIT};
-use crate::idle_wedge::Keeper;
 use crate::matrix::{base_config, health_verdict, run_case, Check, Edge, HealthRule, Prober, Row};
 use crate::matrix_cases::{group_a, group_b};
 use crate::matrix_origin::{ok, Conn, ScriptOrigin};
 use crate::peers::origin::{spawn_origin, OriginOptions};
+use crate::scenarios::hol::{probe_behind_slow, PROBE_LIMIT};
+use crate::scenarios::idle_wedge::Keeper;
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::metrics::count_events;
 use crate::support::table::ms;

@@ -11,9 +11,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::hol::{probe_behind_slow, HolRound};
 use crate::peers::load::closed::{run_load, LoadOptions, LoadReport};
 use crate::peers::origin::OriginOptions;
+use crate::scenarios::hol::{probe_behind_slow, HolRound};
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::support::stack::Stack;
 use crate::support::table::{ms, Table};

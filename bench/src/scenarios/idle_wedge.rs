@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::hol::{HolRound, PROBE_LIMIT, PROBE_TIMEOUT};
 use crate::peers::origin::OriginOptions;
+use crate::scenarios::hol::{HolRound, PROBE_LIMIT, PROBE_TIMEOUT};
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::support::metrics::{
     count_events, fetch_metrics, metric_sum, raise_nofile_limit, TempConfig,
