@@ -24,14 +24,6 @@
 //!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
 
 pub mod compare;
-pub mod compare_json;
-pub mod compare_plot;
-pub mod compare_report;
-pub mod compare_run;
-pub mod compare_tables;
-pub mod compare_target;
-pub mod compare_workload;
-pub mod compare_wrk;
 pub mod matrix;
 pub mod matrix_cases;
 pub mod matrix_life;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::compare::parse_cpus;
-use crate::compare_target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
+use crate::compare::target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
 use crate::peers::load::closed::{run_load, LoadOptions};
 use crate::peers::load::open::{run_open_loop, OpenLoopOptions};
 use crate::scale_report::{

@@ -1,7 +1,7 @@
 //! The proxies `edge-bench scale` measures: edge (io_uring, epoll) and nginx, one worker each,
 //! pinned with `taskset` to the proxy CPUs, configured to hold many connections.
 //!
-//! Same placement and base settings as `compare` ([`crate::compare_target`]): one worker, upstream
+//! Same placement and base settings as `compare` ([`crate::compare::target`]): one worker, upstream
 //! keep-alive pool of 64, access log off, a client connection ended after 1000 requests. What
 //! differs is capacity and idle time, so that the counts under test fit:
 //! - edge: a `--config` file with `max_connections` above N (edge lowers it to what its fd limit
@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::compare_target::{children_of, proc_stat, shell_words, LOAD_PATH};
+use crate::compare::target::{children_of, proc_stat, shell_words, LOAD_PATH};
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::metrics::read_rss;
 

@@ -3,7 +3,7 @@
 //! estimate, so nothing needs fontconfig):
 //! - `compare-latency-cdf.svg`: latency CDF per system for the `get-64` workload (the first
 //!   workload run when `get-64` was not), from the merged percentiles of the counted rounds
-//!   ([`crate::compare_report::cdf`]). The y axis is in "nines" (50 %, 90 %, 99 %, 99.9 %,
+//!   ([`crate::compare::report::cdf`]). The y axis is in "nines" (50 %, 90 %, 99 %, 99.9 %,
 //!   99.99 %: equal steps in −log10(1 − p)) so the tail is as visible as the median;
 //! - `compare-throughput.svg`: median req/s per system, one panel per workload (each with its own
 //!   scale: 1 MiB responses run at a fraction of the small-GET rate).
@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use plotters::prelude::*;
 
+use crate::compare::report::{cdf, of_workload, summarize, Sample};
+use crate::compare::target::TargetKind;
+use crate::compare::workload::Workload;
 use crate::compare::RunInfo;
-use crate::compare_report::{cdf, of_workload, summarize, Sample};
-use crate::compare_target::TargetKind;
-use crate::compare_workload::Workload;
 
 /// The line/bar colour of a system.
 fn colour(k: TargetKind) -> RGBColor {

@@ -1,10 +1,10 @@
 //! The Markdown tables `edge-bench compare` prints: every run of a workload, per-target medians
 //! with their ratio to nginx, edge against each other target, and the summary of ratios to nginx
-//! over all workloads. The statistics come from [`crate::compare_report`].
+//! over all workloads. The statistics come from [`crate::compare::report`].
 
-use crate::compare_report::{ratios, summarize, vs_nginx, Sample, VsNginx, LOAD_BOUND_UTIL};
-use crate::compare_target::TargetKind;
-use crate::compare_workload::Workload;
+use crate::compare::report::{ratios, summarize, vs_nginx, Sample, VsNginx, LOAD_BOUND_UTIL};
+use crate::compare::target::TargetKind;
+use crate::compare::workload::Workload;
 use crate::support::table::{ms, Table};
 
 fn pct(v: Option<f64>) -> String {
@@ -151,7 +151,7 @@ pub fn nginx_summary_table(
     let mut t = Table::new(&header);
     let per_workload: Vec<Vec<VsNginx>> = workloads
         .iter()
-        .map(|&w| vs_nginx(&crate::compare_report::of_workload(samples, w), kinds))
+        .map(|&w| vs_nginx(&crate::compare::report::of_workload(samples, w), kinds))
         .collect();
     for &k in kinds.iter().filter(|&&k| k != TargetKind::Nginx) {
         let mut row = vec![k.name().to_string()];
@@ -169,7 +169,7 @@ pub fn nginx_summary_table(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare_report::tests::sample;
+    use crate::compare::report::tests::sample;
 
     #[test]
     fn all_load_bound_is_marked() {

@@ -6,7 +6,7 @@
 //! pinned process is wrk itself), with `PR_SET_PDEATHSIG = SIGKILL` so it does not outlive a killed
 //! edge-bench. Its `-d` takes whole seconds, so durations are rounded to seconds (at least 1).
 //! The script's `done()` hook prints `edge-bench percentile P MICROS` and `edge-bench latency max
-//! MICROS` lines (see [`crate::compare_workload`]); they are parsed into
+//! MICROS` lines (see [`crate::compare::workload`]); they are parsed into
 //! [`WrkResult::percentiles`].
 
 use std::io;

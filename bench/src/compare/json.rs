@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::compare::report::{cdf, of_workload, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL};
+use crate::compare::target::TargetKind;
 use crate::compare::RunInfo;
-use crate::compare_report::{cdf, of_workload, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL};
-use crate::compare_target::TargetKind;
 use crate::support::host::{cpu_model, kernel_release, online_cpus};
 
 fn ms(d: Duration) -> f64 {
@@ -46,7 +46,7 @@ fn sample_json(s: &Sample) -> Value {
 fn workload_json(
     info: &RunInfo,
     samples: &[Sample],
-    w: crate::compare_workload::Workload,
+    w: crate::compare::workload::Workload,
 ) -> Value {
     let these = of_workload(samples, w);
     let vs = vs_nginx(&these, &info.kinds);
@@ -153,8 +153,8 @@ pub fn document(info: &RunInfo, samples: &[Sample], date: &str, commit: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare_report::tests::sample;
-    use crate::compare_workload::Workload;
+    use crate::compare::report::tests::sample;
+    use crate::compare::workload::Workload;
 
     #[test]
     fn record_holds_samples_and_medians() {

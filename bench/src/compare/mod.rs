@@ -1,6 +1,6 @@
 //! `edge-bench compare`: side-by-side throughput of edge (io_uring and epoll), nginx, HAProxy and
 //! "direct to origin" under the same wrk load, per workload (DESIGN.md, Benchmark method; the
-//! workloads are in [`crate::compare_workload`]).
+//! workloads are in [`crate::compare::workload`]).
 //!
 //! Method:
 //! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
@@ -17,14 +17,23 @@
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
-//!   load-bound (see [`crate::compare_report`]);
+//!   load-bound (see [`crate::compare::report`]);
 //! - at the end every proxy is stopped by its own pid (SIGTERM, SIGKILL after a grace), all in
 //!   parallel; the Markdown tables print per workload (every run, per-target medians with ratios
 //!   to nginx, edge against the others) and a summary of ratios to nginx; the JSON record and the
-//!   SVG plots go to `--out-dir` ([`crate::compare_json`], [`crate::compare_plot`]).
+//!   SVG plots go to `--out-dir` ([`crate::compare::json`], [`crate::compare::plot`]).
 //!
 //! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
 //! died, or a wrk run failed.
+
+pub mod json;
+pub mod plot;
+pub mod report;
+pub mod run;
+pub mod tables;
+pub mod target;
+pub mod workload;
+pub mod wrk;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -32,14 +41,14 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::compare_report::{Sample, LOAD_BOUND_UTIL};
-use crate::compare_tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
-use crate::compare_target::{
+use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
+use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
+use crate::compare::target::{
     closes_after_request, cpus_allowed, start_origin, Binaries, Target, TargetKind, HAPROXY_BIN,
     LOAD_PATH, NGINX_BIN,
 };
-use crate::compare_workload::Workload;
-use crate::compare_wrk::wrk_seconds;
+use crate::compare::workload::Workload;
+use crate::compare::wrk::wrk_seconds;
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
 use crate::support::host::{cpu_list, pin_current_thread, version_of};
 
@@ -302,7 +311,7 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
         let script = scripts.join(format!("{}.lua", w.name()));
         std::fs::write(&script, w.lua_script())?;
         let before = samples.len();
-        let ctx = crate::compare_run::WorkloadRun {
+        let ctx = crate::compare::run::WorkloadRun {
             args,
             workload: w,
             script: &script,
@@ -394,13 +403,13 @@ fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<(
     let commit = crate::support::host::git_commit();
     let date = crate::support::host::utc_date();
     let json = dir.join(format!("compare-{date}-{commit}.json"));
-    let doc = crate::compare_json::document(info, samples, &date, &commit);
+    let doc = crate::compare::json::document(info, samples, &date, &commit);
     std::fs::write(
         &json,
         serde_json::to_string_pretty(&doc).map_err(io::Error::other)? + "\n",
     )?;
     println!("\nresults: {}", json.display());
-    for path in crate::compare_plot::write_plots(dir, info, samples)? {
+    for path in crate::compare::plot::write_plots(dir, info, samples)? {
         println!("plot: {}", path.display());
     }
     Ok(())

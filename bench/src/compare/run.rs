@@ -6,11 +6,11 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::compare::report::Sample;
+use crate::compare::target::{clock_ticks_per_sec, Target};
+use crate::compare::workload::Workload;
+use crate::compare::wrk::{run_wrk, wrk_seconds, WrkSpec};
 use crate::compare::{CompareArgs, SETTLE};
-use crate::compare_report::Sample;
-use crate::compare_target::{clock_ticks_per_sec, Target};
-use crate::compare_workload::Workload;
-use crate::compare_wrk::{run_wrk, wrk_seconds, WrkSpec};
 use crate::support::edge_proc::EdgeProcess;
 
 /// One workload over every target: warm-up, then interleaved rounds.

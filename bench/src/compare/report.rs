@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use crate::compare_target::TargetKind;
-use crate::compare_workload::Workload;
-use crate::compare_wrk::WrkResult;
+use crate::compare::target::TargetKind;
+use crate::compare::workload::Workload;
+use crate::compare::wrk::WrkResult;
 
 /// Under this share of one CPU, a proxy round is load-bound.
 pub const LOAD_BOUND_UTIL: f64 = 0.85;
