@@ -25,13 +25,7 @@
 
 pub mod compare;
 pub mod matrix;
-pub mod matrix_cases;
-pub mod matrix_life;
-pub mod matrix_origin;
 pub mod peers;
 pub mod scale;
-pub mod scale_plot;
-pub mod scale_report;
-pub mod scale_target;
 pub mod scenarios;
 pub mod support;

@@ -15,11 +15,15 @@
 //! Counts are bounded by file descriptors: RLIMIT_NOFILE is raised to the hard limit, and a
 //! count that does not fit (edge-bench's own sockets, edge's `2 × max_connections + 256` rule and
 //! its eviction threshold, nginx's two fds per busy connection) is lowered to what fits, with the
-//! reason printed and kept in the results (see [`crate::scale_report`]).
+//! reason printed and kept in the results (see [`crate::scale::report`]).
 //!
 //! Output: Markdown tables on stdout, `bench/results/scale-DATE-COMMIT.json` and SVG plots beside
-//! it ([`crate::scale_plot`]). Figures are reported, not asserted: `Ok(false)` only when a target
+//! it ([`crate::scale::plot`]). Figures are reported, not asserted: `Ok(false)` only when a target
 //! failed to start or died.
+
+pub mod plot;
+pub mod report;
+pub mod target;
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -32,12 +36,12 @@ use crate::compare::parse_cpus;
 use crate::compare::target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
 use crate::peers::load::closed::{run_load, LoadOptions};
 use crate::peers::load::open::{run_open_loop, OpenLoopOptions};
-use crate::scale_report::{
+use crate::scale::report::{
     clamp_count, client_capacity, conn_table, edge_capacity, edge_max_connections_for, idle_table,
     nginx_busy_capacity, nginx_idle_capacity, rate_table, rss_per_conn, ConnRow, IdleRow, RateRow,
     RunInfo, ScaleReport, Skipped,
 };
-use crate::scale_target::{Proxy, ScaleTarget};
+use crate::scale::target::{Proxy, ScaleTarget};
 use crate::support::edge_proc::locate_edge_bin;
 use crate::support::host::{cpu_list, git_commit, pin_current_thread, version_of};
 use crate::support::metrics::raise_nofile_limit;
@@ -299,7 +303,7 @@ pub fn run(args: &ScaleArgs) -> io::Result<bool> {
     let json = stem.with_extension("json");
     std::fs::write(&json, report.to_json())?;
     println!("\nresults: {}", json.display());
-    for path in crate::scale_plot::write_plots(&report, &stem)? {
+    for path in crate::scale::plot::write_plots(&report, &stem)? {
         println!("plot: {}", path.display());
     }
     for f in &failures {

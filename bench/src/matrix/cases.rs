@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::matrix::origin::{ok, read_request, Conn, HangingListener, ScriptOrigin};
 use crate::matrix::{base_config, run_case, Check, Edge, HealthRule, Row};
-use crate::matrix_origin::{ok, read_request, Conn, HangingListener, ScriptOrigin};
 use crate::support::table::ms;
 
 const SEC: Duration = Duration::from_secs(1);
@@ -271,7 +271,7 @@ fn stops_reading(e: &Edge) -> io::Result<Check> {
         match c.s.read(&mut b) {
             Ok(0) => break true,
             Ok(n) => got += n,
-            Err(e) if crate::matrix_origin::is_reset(&e) => break true,
+            Err(e) if crate::matrix::origin::is_reset(&e) => break true,
             Err(_) => break false,
         }
     };
@@ -420,7 +420,7 @@ fn b_config(o: &Origins) -> String {
 }
 
 /// `GET path` on a fresh connection: the response (possibly cut short) and its time.
-fn timed_get(e: &Edge, path: &str) -> io::Result<(crate::matrix_origin::Seen, Duration, Conn)> {
+fn timed_get(e: &Edge, path: &str) -> io::Result<(crate::matrix::origin::Seen, Duration, Conn)> {
     let mut c = Conn::open(e.traffic)?;
     let t0 = Instant::now();
     c.send(format!("GET {path} HTTP/1.1\r\nHost: m\r\n\r\n").as_bytes())?;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::scale_report::ScaleReport;
+use crate::scale::report::ScaleReport;
 
 /// One line: a name and its (x, y) points in x order.
 pub type Series = (String, Vec<(f64, f64)>);
@@ -179,7 +179,7 @@ pub fn render(report: &ScaleReport) -> io::Result<Vec<(&'static str, String)>> {
             )?,
         ));
     }
-    let conns = |f: fn(&crate::scale_report::ConnRow) -> f64, log_y| {
+    let conns = |f: fn(&crate::scale::report::ConnRow) -> f64, log_y| {
         series_by_target(
             report
                 .connections
@@ -255,7 +255,7 @@ pub fn write_plots(report: &ScaleReport, stem: &Path) -> io::Result<Vec<PathBuf>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scale_report::{ConnRow, IdleRow, RateRow, RunInfo};
+    use crate::scale::report::{ConnRow, IdleRow, RateRow, RunInfo};
 
     #[test]
     fn series_group_sort_and_filter() {
