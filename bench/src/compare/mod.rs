@@ -28,6 +28,7 @@
 
 pub mod json;
 pub mod plot;
+pub mod proxies;
 pub mod report;
 pub mod run;
 pub mod tables;
@@ -41,16 +42,17 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::compare::proxies::{HAPROXY_BIN, NGINX_BIN};
 use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
 use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
-use crate::compare::target::{
-    closes_after_request, cpus_allowed, start_origin, Binaries, Target, TargetKind, HAPROXY_BIN,
-    LOAD_PATH, NGINX_BIN,
-};
+use crate::compare::target::{closes_after_request, Binaries, Target, TargetKind};
 use crate::compare::workload::Workload;
 use crate::compare::wrk::wrk_seconds;
+use crate::peers::origin::child::start_origin;
+use crate::peers::origin::LOAD_PATH;
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
-use crate::support::host::{cpu_list, pin_current_thread, version_of};
+use crate::support::host::{allowed_cpus, cpu_list, parse_cpus, pin_current_thread, version_of};
+use crate::support::procfs::cpus_allowed;
 
 /// How long a proxy gets to answer its first request through to the origin.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -115,50 +117,6 @@ pub struct CompareArgs {
     /// wrk executable.
     #[arg(long, default_value = "/usr/bin/wrk")]
     pub wrk_bin: PathBuf,
-}
-
-/// Parses a CPU list such as `1`, `0,2` or `0-3` into sorted, distinct CPU numbers.
-///
-/// # Errors
-/// A message naming the bad element.
-pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
-    let mut cpus = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("bad CPU list element {part:?} in {s:?}");
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (
-                    a.trim().parse().map_err(|_| bad())?,
-                    b.trim().parse().map_err(|_| bad())?,
-                );
-                if a > b {
-                    return Err(bad());
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    if cpus.is_empty() {
-        return Err(format!("empty CPU list {s:?}"));
-    }
-    Ok(cpus)
-}
-
-/// CPUs this process may run on.
-fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect())
-    }
 }
 
 fn require_file(p: &Path, what: &str) -> io::Result<()> {
@@ -514,19 +472,4 @@ fn stop_all(targets: Vec<Target>) {
             });
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpus("1"), Ok(vec![1]));
-        assert_eq!(parse_cpus("3,0-1, 1"), Ok(vec![0, 1, 3]));
-        assert!(parse_cpus("").is_err());
-        assert!(parse_cpus("2-1").is_err());
-        assert!(parse_cpus("a").is_err());
-        assert_eq!(cpu_list(&[0, 2]), "0,2");
-    }
 }

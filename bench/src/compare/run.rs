@@ -7,11 +7,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::compare::report::Sample;
-use crate::compare::target::{clock_ticks_per_sec, Target};
+use crate::compare::target::Target;
 use crate::compare::workload::Workload;
 use crate::compare::wrk::{run_wrk, wrk_seconds, WrkSpec};
 use crate::compare::{CompareArgs, SETTLE};
 use crate::support::edge_proc::EdgeProcess;
+use crate::support::procfs::clock_ticks_per_sec;
 
 /// One workload over every target: warm-up, then interleaved rounds.
 pub(crate) struct WorkloadRun<'a> {

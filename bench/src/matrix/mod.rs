@@ -28,9 +28,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::support::edge_config::TempConfig;
 use crate::support::edge_proc::{locate_edge_bin, EdgeProcess};
-use crate::support::metrics::{count_events, fetch_metrics, metric_sum, read_rss, TempConfig};
+use crate::support::metrics::{count_events, fetch_metrics, metric_sum};
 use crate::support::probe;
+use crate::support::procfs::read_rss;
 use crate::support::stack::{free_port, HEALTH_PATH, HEALTH_TIMEOUT};
 use crate::support::table::{ms, Quantiles, Table};
 
@@ -628,7 +630,7 @@ pub fn base_config(extra_server: &str) -> String {
 /// Setup failures (no edge binary, edge not starting).
 pub fn run(opts: &MatrixOptions) -> io::Result<bool> {
     let started = Instant::now();
-    let (soft, _) = crate::support::metrics::raise_nofile_limit()?;
+    let (soft, _) = crate::support::procfs::raise_nofile_limit()?;
     let bin = locate_edge_bin(opts.edge_bin.as_deref())?;
     let faults_bin = match &opts.faults_edge_bin {
         Some(p) => locate_edge_bin(Some(p))?,

@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::compare::parse_cpus;
-use crate::compare::target::{clock_ticks_per_sec, start_origin, LOAD_PATH, NGINX_BIN};
+use crate::compare::proxies::NGINX_BIN;
 use crate::peers::load::closed::{run_load, LoadOptions};
 use crate::peers::load::open::{run_open_loop, OpenLoopOptions};
+use crate::peers::origin::child::start_origin;
+use crate::peers::origin::LOAD_PATH;
 use crate::scale::report::{
     clamp_count, client_capacity, conn_table, edge_capacity, edge_max_connections_for, idle_table,
     nginx_busy_capacity, nginx_idle_capacity, rate_table, rss_per_conn, ConnRow, IdleRow, RateRow,
@@ -43,9 +44,9 @@ use crate::scale::report::{
 };
 use crate::scale::target::{Proxy, ScaleTarget};
 use crate::support::edge_proc::locate_edge_bin;
-use crate::support::host::{cpu_list, git_commit, pin_current_thread, version_of};
-use crate::support::metrics::raise_nofile_limit;
+use crate::support::host::{cpu_list, git_commit, parse_cpus, pin_current_thread, version_of};
 use crate::support::probe;
+use crate::support::procfs::{clock_ticks_per_sec, raise_nofile_limit};
 
 /// Pause between two runs (lets the previous run's sockets close).
 const SETTLE: Duration = Duration::from_millis(500);

@@ -19,9 +19,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::compare::target::{children_of, proc_stat, shell_words, LOAD_PATH};
-use crate::support::edge_proc::EdgeProcess;
-use crate::support::metrics::read_rss;
+use crate::support::edge_proc::{start_pinned_proxy, EdgeProcess};
+use crate::support::procfs::{children_of, proc_stat, read_rss};
 
 /// How long a proxy gets to answer its first request through to the origin.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -191,32 +190,15 @@ impl Proxy {
                 ]
             }
         };
-        let mut taskset = vec![
-            "-c".to_string(),
-            cpus.to_string(),
-            bin.display().to_string(),
-        ];
-        taskset.extend(args);
-        println!(
-            "starting {}: taskset {}",
-            target.name(),
-            shell_words(&taskset)
-        );
-        let mut process = EdgeProcess::start(Path::new("taskset"), &taskset)?;
-        if let Err(e) = process.wait_healthy(listen, LOAD_PATH, START_TIMEOUT) {
-            let out = process.output();
-            let log = fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-            let _ = process.stop(Duration::from_secs(2));
-            let _ = fs::remove_dir_all(&dir);
-            return Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "{} did not come up: {}\n--- output ---\n{out}{log}--- end ---",
-                    target.name(),
-                    e.to_string().replacen("edge", target.name(), 1)
-                ),
-            ));
-        }
+        let started =
+            start_pinned_proxy(target.name(), bin, args, cpus, listen, &dir, START_TIMEOUT);
+        let process = match started {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         Ok(Proxy {
             target,
             addr: listen,

@@ -19,13 +19,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::peers::origin::OriginOptions;
+use crate::support::edge_config::TempConfig;
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
-use crate::support::metrics::{
-    bytes, fetch_metrics, metric_sum, raise_nofile_limit, read_rss, Rss, TempConfig,
-};
+use crate::support::metrics::{fetch_metrics, metric_sum};
 use crate::support::probe;
+use crate::support::procfs::{raise_nofile_limit, read_rss, Rss};
 use crate::support::stack::{Stack, HEALTH_PATH};
-use crate::support::table::{ms, Table};
+use crate::support::table::{bytes, ms, Table};
 
 /// Largest accepted cost per idle connection.
 pub const LIMIT_PER_CONN: u64 = 8 * 1024;

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use crate::peers::origin::OriginOptions;
 use crate::scenarios::hol::{HolRound, PROBE_LIMIT, PROBE_TIMEOUT};
+use crate::support::edge_config::TempConfig;
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
-use crate::support::metrics::{
-    count_events, fetch_metrics, metric_sum, raise_nofile_limit, TempConfig,
-};
+use crate::support::metrics::{count_events, fetch_metrics, metric_sum};
 use crate::support::probe::{self, probe_series};
+use crate::support::procfs::raise_nofile_limit;
 use crate::support::stack::{Stack, HEALTH_PATH};
 use crate::support::table::{ms, Table};
 

@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::peers::origin::OriginOptions;
+use crate::support::edge_config::{toml_duration, TempConfig};
 use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
-use crate::support::metrics::{
-    count_events, fetch_metrics, metric_sum, toml_duration, wait_for_events, TempConfig,
-};
+use crate::support::metrics::{count_events, fetch_metrics, metric_sum, wait_for_events};
 use crate::support::probe;
 use crate::support::stack::Stack;
 use crate::support::table::{ms, Table};

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::peers::origin::LOAD_PATH;
 use crate::support::probe;
 
 /// Bytes of child output kept (the most recent ones).
@@ -370,6 +371,57 @@ fn artifact_executable(line: &str) -> Option<PathBuf> {
     None
 }
 
+/// Starts the proxy `name` as `taskset -c CPUS BIN ARGS…` (printing that command line) and waits
+/// until `GET /fast` on `listen` answers 200 within `timeout`. `dir` is the proxy's scratch
+/// directory: an `error.log` there goes into the error message with the proxy's output.
+///
+/// # Errors
+/// Spawn failures; the proxy exiting or not answering in time (it is stopped then).
+pub fn start_pinned_proxy(
+    name: &str,
+    bin: &Path,
+    args: Vec<String>,
+    cpus: &str,
+    listen: SocketAddr,
+    dir: &Path,
+    timeout: Duration,
+) -> io::Result<EdgeProcess> {
+    let mut taskset = vec![
+        "-c".to_string(),
+        cpus.to_string(),
+        bin.display().to_string(),
+    ];
+    taskset.extend(args);
+    println!("starting {name}: taskset {}", shell_words(&taskset));
+    let mut process = EdgeProcess::start(Path::new("taskset"), &taskset)?;
+    if let Err(e) = process.wait_healthy(listen, LOAD_PATH, timeout) {
+        let out = process.output();
+        let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+        let _ = process.stop(Duration::from_secs(2));
+        // EdgeProcess words its errors for edge; name the real program.
+        let why = e.to_string().replacen("edge", name, 1);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("{name} did not come up: {why}\n--- output ---\n{out}{log}--- end ---"),
+        ));
+    }
+    Ok(process)
+}
+
+/// Arguments joined for display, quoting empty and spaced ones.
+pub fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(char::is_whitespace) {
+                format!("\"{a}\"")
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,5 +475,11 @@ mod tests {
         assert!(err.to_string().contains("exited"), "{err}");
         p.stop(Duration::from_secs(1)).unwrap();
         assert!(p.output().contains("bad config"));
+    }
+
+    #[test]
+    fn words_are_quoted_when_needed() {
+        let args = ["--admin-listen", "", "a b"].map(String::from);
+        assert_eq!(shell_words(&args), "--admin-listen \"\" \"a b\"");
     }
 }

@@ -120,6 +120,53 @@ pub fn kernel_release() -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// Parses a CPU list such as `1`, `0,2` or `0-3` into sorted, distinct CPU numbers.
+///
+/// # Errors
+/// A message naming the bad element.
+pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("bad CPU list element {part:?} in {s:?}");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.is_empty() {
+        return Err(format!("empty CPU list {s:?}"));
+    }
+    Ok(cpus)
+}
+
+/// CPUs this process may run on.
+///
+/// # Errors
+/// `sched_getaffinity` failures.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +187,15 @@ mod tests {
         assert_eq!(utc_date(951_782_400), "2000-02-29");
         assert_eq!(utc_date(1_795_996_800), "2026-11-30");
         assert_eq!(utc_date(1_795_996_799), "2026-11-29");
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpus("1"), Ok(vec![1]));
+        assert_eq!(parse_cpus("3,0-1, 1"), Ok(vec![0, 1, 3]));
+        assert!(parse_cpus("").is_err());
+        assert!(parse_cpus("2-1").is_err());
+        assert!(parse_cpus("a").is_err());
+        assert_eq!(cpu_list(&[0, 2]), "0,2");
     }
 }

@@ -1,87 +1,12 @@
-//! Helpers shared by the fault scenarios (`idle-wedge`, `partial`, `drip`, `idle-memory`): a
-//! temporary edge config file, the file-descriptor limit, reading edge's admin metrics and its
-//! log events, and reading a process's resident memory from /proc.
+//! What edge reports about itself: its admin metrics (`GET /metrics`, summed by label) and the
+//! log events in its captured output.
 
-use std::fs;
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::probe;
-
-/// A TOML config file in the temp directory, removed on drop. Scenarios that need non-default
-/// settings write only the keys they change (edge merges the file over its embedded default) and
-/// pass [`args`](Self::args) to edge; `--listen`, `--admin-listen` and `--upstream` given by
-/// [`Stack`](crate::support::stack::Stack) override the file.
-#[derive(Debug)]
-pub struct TempConfig {
-    path: PathBuf,
-}
-
-impl TempConfig {
-    /// Writes `toml` to `$TMPDIR/edge-bench-PID-N-name.toml`.
-    ///
-    /// # Errors
-    /// Write failures.
-    pub fn write(name: &str, toml: &str) -> io::Result<TempConfig> {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "edge-bench-{}-{}-{name}.toml",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::write(&path, toml)
-            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))?;
-        Ok(TempConfig { path })
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// `["--config", PATH]`.
-    pub fn args(&self) -> Vec<String> {
-        vec!["--config".into(), self.path.display().to_string()]
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-    }
-}
-
-/// A duration as a humantime string edge's config accepts (`"3000ms"`).
-pub fn toml_duration(d: Duration) -> String {
-    format!("\"{}ms\"", d.as_millis())
-}
-
-/// Raises the soft RLIMIT_NOFILE to the hard limit; returns `(soft, hard)` after the change.
-///
-/// # Errors
-/// getrlimit/setrlimit failures.
-pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: setrlimit reads the struct we own.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok((lim.rlim_cur, lim.rlim_max))
-}
 
 /// `GET /metrics` on edge's admin listener, as text.
 ///
@@ -190,52 +115,6 @@ pub fn wait_for_events(edge: &EdgeProcess, event: &str, before: usize, timeout: 
     }
 }
 
-/// Resident memory of a process from /proc/PID/status, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Rss {
-    /// `VmRSS`: all resident pages (anonymous, file-backed, shared memory).
-    pub total: u64,
-    /// `RssAnon`: resident anonymous pages (heap, stacks), what connections allocate.
-    pub anon: u64,
-}
-
-/// Reads [`Rss`] of `pid`.
-///
-/// # Errors
-/// The file cannot be read, or has no `VmRSS` line.
-pub fn read_rss(pid: u32) -> io::Result<Rss> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    parse_rss(&status).ok_or_else(|| io::Error::other(format!("no VmRSS in /proc/{pid}/status")))
-}
-
-/// [`Rss`] from the text of /proc/PID/status (`VmRSS:   1234 kB`).
-fn parse_rss(status: &str) -> Option<Rss> {
-    let field = |name: &str| {
-        status.lines().find_map(|l| {
-            let v = l.strip_prefix(name)?.strip_prefix(':')?;
-            let kb: u64 = v.trim().strip_suffix("kB")?.trim().parse().ok()?;
-            Some(kb * 1024)
-        })
-    };
-    Some(Rss {
-        total: field("VmRSS")?,
-        anon: field("RssAnon").unwrap_or(0),
-    })
-}
-
-/// Bytes as KiB/MiB text: `812 B`, `7.3 KiB`, `41.2 MiB`; negative values keep their sign.
-pub fn bytes(v: i64) -> String {
-    let sign = if v < 0 { "-" } else { "" };
-    let a = v.unsigned_abs() as f64;
-    if a < 1024.0 {
-        format!("{v} B")
-    } else if a < 1024.0 * 1024.0 {
-        format!("{sign}{:.1} KiB", a / 1024.0)
-    } else {
-        format!("{sign}{:.1} MiB", a / (1024.0 * 1024.0))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,37 +160,5 @@ mod tests {
                    2026 INFO event=\"connection.shed\"\n";
         assert_eq!(count_events(out, "request.timeout"), 2);
         assert_eq!(count_events(out, "connection.shed"), 1);
-    }
-
-    #[test]
-    fn rss_from_status() {
-        let s = "Name:\tedge\nVmRSS:\t    2048 kB\nRssAnon:\t     512 kB\n";
-        assert_eq!(
-            parse_rss(s),
-            Some(Rss {
-                total: 2048 * 1024,
-                anon: 512 * 1024
-            })
-        );
-        assert_eq!(parse_rss("Name:\tx\n"), None);
-        assert!(read_rss(std::process::id()).unwrap().total > 0);
-    }
-
-    #[test]
-    fn temp_config_is_removed() {
-        let c = TempConfig::write("t", "[server]\n").unwrap();
-        let p = c.path().to_path_buf();
-        assert_eq!(fs::read_to_string(&p).unwrap(), "[server]\n");
-        assert_eq!(c.args()[0], "--config");
-        drop(c);
-        assert!(!p.exists());
-    }
-
-    #[test]
-    fn formats() {
-        assert_eq!(toml_duration(Duration::from_secs(3)), "\"3000ms\"");
-        assert_eq!(bytes(812), "812 B");
-        assert_eq!(bytes(-2048), "-2.0 KiB");
-        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
     }
 }

@@ -1,4 +1,5 @@
-//! Plain-text result tables and the small statistics the scenario tables print.
+//! Plain-text result tables, the small statistics the scenario tables print, and the duration and
+//! byte formats of their cells.
 //!
 //! [`Table`] right-aligns every column except the first, so numbers line up; [`Quantiles`]
 //! summarises a handful of probe latencies with nearest-rank percentiles (HDR histograms are for
@@ -163,6 +164,19 @@ impl Quantiles {
     }
 }
 
+/// Bytes as KiB/MiB text: `812 B`, `7.3 KiB`, `41.2 MiB`; negative values keep their sign.
+pub fn bytes(v: i64) -> String {
+    let sign = if v < 0 { "-" } else { "" };
+    let a = v.unsigned_abs() as f64;
+    if a < 1024.0 {
+        format!("{v} B")
+    } else if a < 1024.0 * 1024.0 {
+        format!("{sign}{:.1} KiB", a / 1024.0)
+    } else {
+        format!("{sign}{:.1} MiB", a / (1024.0 * 1024.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +215,12 @@ mod tests {
         assert_eq!(ms(Duration::from_micros(153)), "0.153 ms");
         assert_eq!(ms(Duration::from_micros(12_400)), "12.4 ms");
         assert_eq!(ms(Duration::from_millis(3001)), "3001 ms");
+    }
+
+    #[test]
+    fn byte_formatting() {
+        assert_eq!(bytes(812), "812 B");
+        assert_eq!(bytes(-2048), "-2.0 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
     }
 }

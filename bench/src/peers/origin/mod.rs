@@ -20,7 +20,9 @@
 //! request allocates nothing.
 //!
 //! [`spawn_origin`] runs it in-process (demo and scenarios); `edge-bench origin` runs it as a
-//! process.
+//! process, which [`child::start_origin`] starts for `compare` and `scale`.
+
+pub mod child;
 
 use std::cell::Cell;
 use std::io;
@@ -38,6 +40,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::peers::http::{parse_request, BodyLen};
 use crate::peers::stop::StopSignal;
 use crate::peers::wire::{ReadBuf, SharedBytes};
+
+/// Path benchmark load is sent and health-checked on (the origin never delays it).
+pub const LOAD_PATH: &str = "/fast";
 
 /// Delay for `/slow` paths when no `delay` is configured.
 pub const DEFAULT_SLOW: Duration = Duration::from_secs(3);
