@@ -13,12 +13,12 @@
 //!   during the case (or a `log.suppressed` summary: warn lines are rate-limited per worker).
 //!
 //! This module owns the runner, the invariants and the report; the cases live in
-//! [`crate::matrix::cases`] (groups a, b) and [`crate::matrix::life`] (groups c, d), the scripted
+//! [`crate::matrix::sender`] (groups a, b) and [`crate::matrix::lifecycle`] (groups c, d), the scripted
 //! origin and raw client in [`crate::matrix::origin`].
 
-pub mod cases;
-pub mod life;
+pub mod lifecycle;
 pub mod origin;
+pub mod sender;
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -653,10 +653,10 @@ pub fn run(opts: &MatrixOptions) -> io::Result<bool> {
         println!("group {g}:");
         let _ = io::stdout().flush();
         let mut got = match g.as_str() {
-            "a" => crate::matrix::cases::group_a(&bin, &driver, "a"),
-            "b" => crate::matrix::cases::group_b(&bin, &driver, "b"),
-            "c" => crate::matrix::life::group_c(&bin, &driver),
-            "d" => crate::matrix::life::group_d(&bin, &faults_bin, &driver),
+            "a" => crate::matrix::sender::group_a(&bin, &driver, "a"),
+            "b" => crate::matrix::sender::group_b(&bin, &driver, "b"),
+            "c" => crate::matrix::lifecycle::group_c(&bin, &driver),
+            "d" => crate::matrix::lifecycle::group_d(&bin, &faults_bin, &driver),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("unknown group {other:?} (a, b, c, d)"),

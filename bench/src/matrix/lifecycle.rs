@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::matrix::cases::{group_a, group_b};
 use crate::matrix::origin::{ok, Conn, ScriptOrigin};
+use crate::matrix::sender::{group_a, group_b};
 use crate::matrix::{base_config, health_verdict, run_case, Check, Edge, HealthRule, Prober, Row};
 use crate::peers::origin::{spawn_origin, OriginOptions};
 use crate::scenarios::hol::{probe_behind_slow, PROBE_LIMIT};
