@@ -1,31 +1,27 @@
-//! `edge-bench matrix` groups c (capacity) and d (lifecycle), DESIGN.md "Fault matrix",
-//! "Capacity" and "Drain and upgrade".
-//!
-//! c: 300 silent sockets at `max_connections = 256` (the `idle-wedge` keeper, 5 s); a burst of
-//! 512 slow requests; health probes behind 15, 64 and 128 slow requests (`hol`).
-//! d: SIGTERM with 20 requests in flight; a panic in one connection and a worker thread death
+//! `edge-bench matrix` group d, lifecycle (DESIGN.md "Fault matrix", "Drain and upgrade"):
+//! SIGTERM with 20 requests in flight; a panic in one connection and a worker thread death
 //! (injected through `EDGE_TEST_FAULTS=1`, debug builds only: a release build answers the fault
 //! paths from the origin, which is detected and reported as skipped); an `edge --upgrade` under
 //! load; and groups a and b again on the epoll driver.
 
 use std::cell::Cell;
 use std::io;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::matrix::origin::{ok, Conn, ScriptOrigin};
-use crate::matrix::sender::{group_a, group_b};
-use crate::matrix::{base_config, health_verdict, run_case, Check, Edge, HealthRule, Prober, Row};
-use crate::peers::origin::{spawn_origin, OriginOptions};
-use crate::scenarios::hol::{probe_behind_slow, PROBE_LIMIT};
-use crate::scenarios::idle_wedge::Keeper;
+use super::base_config;
+use super::invariants::{health_verdict, Prober, Samples};
+use super::origin::{ok, Conn, ScriptOrigin};
+use super::runner::{run_case, Check, Edge, HealthRule, Row, SEC, STOP_GRACE};
+use super::sender::group_a;
+use super::upstream::group_b;
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::metrics::count_events;
-use crate::support::table::ms;
 
-const SEC: Duration = Duration::from_secs(1);
 const FAULTS: &[(&str, &str)] = &[("EDGE_TEST_FAULTS", "1")];
 const NEEDS_DEBUG: &str = "needs a debug build (cargo build -p edge-frontend)";
 
@@ -44,144 +40,6 @@ fn wait_event(p: &EdgeProcess, event: &str, skip: usize, limit: Duration) -> boo
     }
 }
 
-/// Group c: capacity.
-///
-/// # Errors
-/// Origin or edge start-up failures.
-pub fn group_c(bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
-    let origin = spawn_origin(OriginOptions::default())?;
-    let mut extra = vec!["--upstream".to_string(), origin.addr().to_string()];
-    extra.extend_from_slice(driver);
-    let cfg = base_config("max_connections = 256");
-    let edge = Edge::start(bin, "matrix-c", &cfg, &extra, &[])?;
-    let s = HealthRule::Strict;
-    let mut rows = vec![run_case(
-        &edge,
-        "c",
-        "300 idle sockets at max_connections 256",
-        "health answered, idle evicted",
-        s,
-        |e| {
-            let ev0 = e.metric("edge_connections_evicted_total", &[]);
-            let keeper = Keeper::start(e.traffic, 300)?;
-            // The pressure lasts a fixed 5 s: this is the case's duration, not a synchronisation.
-            std::thread::sleep(5 * SEC);
-            let active = e.metric("edge_connections_active", &[]);
-            let kept = keeper.finish();
-            let evicted = e.metric("edge_connections_evicted_total", &[]) - ev0;
-            let mut k = Check::seen(format!(
-                "{} held, {} re-opened, active {active}, evicted +{evicted}",
-                kept.initial, kept.reopened
-            ));
-            k.expect(evicted > 0.0, || {
-                "nothing evicted: the limit was never reached".into()
-            })
-            .expect(active <= 256.0, || "active over max_connections".into());
-            Ok(k)
-        },
-    )];
-    rows.push(run_case(
-        &edge,
-        "c",
-        "burst of twice the limit",
-        "each 200 or 503 shed",
-        s,
-        burst,
-    ));
-    for k in [15, 64, 128] {
-        rows.push(run_case(
-            &edge,
-            "c",
-            &format!("health behind {k} slow requests"),
-            "probes < 1 s, slow all 200",
-            s,
-            |e| {
-                let r = probe_behind_slow(
-                    e.traffic,
-                    e.admin,
-                    k,
-                    Duration::from_millis(100),
-                    Duration::from_millis(2500),
-                );
-                let q = r.quantiles();
-                let mut c = Check::seen(format!(
-                    "hol probes {} p99 {}, slow {} ok {} failed",
-                    r.probes.len(),
-                    q.map_or("-".into(), |q| ms(q.p99)),
-                    r.held.ok,
-                    r.held.failed
-                ));
-                c.expect(r.failed() == 0 && r.slower_than(PROBE_LIMIT) == 0, || {
-                    r.first_failure()
-                        .unwrap_or_else(|| "a probe over 1 s".into())
-                })
-                .expect(r.held.failed == 0, || {
-                    format!("slow request failed: {:?}", r.held.first_error)
-                });
-                Ok(c)
-            },
-        ));
-    }
-    edge.stop();
-    drop(origin);
-    Ok(rows)
-}
-
-/// 512 connections each send `GET /slow` (3 s) against a limit of 256: the first ones are
-/// served, the rest shed with 503 (none evictable: all have a request in progress).
-fn burst(e: &Edge) -> io::Result<Check> {
-    let shed0 = e.metric("edge_connections_shed_total", &[("reason", "limit")]);
-    let mut conns = Vec::new();
-    let mut connect_err = 0;
-    for i in 0..512 {
-        match Conn::open(e.traffic).and_then(|mut c| {
-            c.send(format!("GET /slow/{i} HTTP/1.1\r\nHost: m\r\n\r\n").as_bytes())?;
-            Ok(c)
-        }) {
-            Ok(c) => conns.push(c),
-            Err(_) => connect_err += 1,
-        }
-    }
-    let until = Instant::now() + 15 * SEC;
-    let (mut ok200, mut shed503, mut retry_after, mut other) = (0, 0, 0, Vec::new());
-    for c in &mut conns {
-        match c.read_response(until) {
-            Ok(r) if r.status == 200 => ok200 += 1,
-            Ok(r) if r.status == 503 => {
-                shed503 += 1;
-                if r.header("retry-after") == Some("1") && r.says_close() {
-                    retry_after += 1;
-                }
-            }
-            Ok(r) => other.push(r.status.to_string()),
-            Err(e) => other.push(e.to_string()),
-        }
-    }
-    drop(conns);
-    let shed = e.metric("edge_connections_shed_total", &[("reason", "limit")]) - shed0;
-    let mut k = Check::seen(format!(
-        "{ok200} x 200, {shed503} x 503 ({retry_after} with Retry-After + close), {} other, shed +{shed}",
-        other.len() + connect_err
-    ));
-    k.expect(other.is_empty() && connect_err == 0, || {
-        format!(
-            "{} unanswered, first: {:?}",
-            other.len() + connect_err,
-            other.first()
-        )
-    })
-    .expect(ok200 > 0 && shed503 > 0, || {
-        "expected both served and shed connections".into()
-    })
-    .expect(retry_after == shed503, || {
-        "a 503 without Retry-After: 1 / Connection: close".into()
-    })
-    .expect(shed == shed503 as f64, || {
-        "shed counter differs from the 503s seen".into()
-    });
-    Ok(k)
-}
-
 /// Group d: lifecycle, then groups a and b on epoll.
 ///
 /// # Errors
@@ -197,13 +55,7 @@ pub fn group_d(bin: &Path, faults_bin: &Path, driver: &[String]) -> io::Result<V
     Ok(rows)
 }
 
-fn manual_row(
-    case: &str,
-    expected: &str,
-    k: Check,
-    samples: &crate::matrix::Samples,
-    strict: bool,
-) -> Row {
+fn manual_row(case: &str, expected: &str, k: Check, samples: &Samples, strict: bool) -> Row {
     let (health, hf) = health_verdict(samples);
     let mut notes = k.failures;
     if strict {
@@ -256,15 +108,7 @@ fn sigterm_in_flight(bin: &Path, driver: &[String]) -> io::Result<Row> {
             ok200 += 1;
         }
     }
-    let code = loop {
-        if let Some(st) = edge.proc.exited()? {
-            break st.code();
-        }
-        if Instant::now() >= until {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let code = exit_code_by(&mut edge.proc, until)?;
     let took = t0.elapsed();
     let mut k = Check::seen(format!(
         "in flight {inflight}, health {health:?}, {ok200}/20 x 200 + close, exit {code:?} after {:.1} s",
@@ -303,41 +147,7 @@ fn injected_faults(bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
         panic_case.0,
         panic_case.1,
         HealthRule::Strict,
-        |e| {
-            let until = Instant::now() + 5 * SEC;
-            let mut bystander = Conn::open(e.traffic)?;
-            bystander.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
-            let first = bystander.read_response(until)?;
-            let mut victim = Conn::open(e.traffic)?;
-            victim.send(b"GET /__edge_test/panic HTTP/1.1\r\nHost: m\r\n\r\n")?;
-            let v = victim.read_response(until);
-            if matches!(&v, Ok(r) if r.body == b"fine") {
-                release.set(true);
-                return Ok(Check::seen("proxied: no fault injection in this build"));
-            }
-            bystander.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
-            let again = bystander.read_response(until)?;
-            let panics = e.metric("edge_connection_panics_total", &[]);
-            let mut k = Check::seen(format!(
-                "victim: {}, bystander {} then {}, panics {panics}",
-                match &v {
-                    Ok(r) => format!("answered {}", r.status),
-                    Err(e) => format!("closed ({})", e.kind()),
-                },
-                first.status,
-                again.status
-            ));
-            k.expect(v.is_err(), || {
-                "the panicking connection got a response".into()
-            })
-            .expect(first.status == 200 && again.status == 200, || {
-                "bystander not served".into()
-            })
-            .expect(panics == 1.0, || {
-                "edge_connection_panics_total not 1".into()
-            });
-            Ok(k)
-        },
+        |e| panic_in_connection(e, &release),
     )];
     if release.get() {
         rows[0] = Row::skipped("d", panic_case.0, panic_case.1, NEEDS_DEBUG);
@@ -356,54 +166,104 @@ fn injected_faults(bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
         "a worker thread death",
         "restarted, others unaffected",
         HealthRule::ReportOnly,
-        |e| {
-            let until = Instant::now() + 5 * SEC;
-            let mut conns = (0..16).map(|_| Conn::open(e.traffic)).collect::<io::Result<Vec<_>>>()?;
-            for c in &mut conns {
-                c.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
-                c.read_response(until)?;
-            }
-            let mut killer = Conn::open(e.traffic)?;
-            killer.send(b"GET /__edge_test/kill-worker HTTP/1.1\r\nHost: m\r\n\r\n")?;
-            let died = wait_event(&e.proc, "worker.died", 0, 3 * SEC);
-            let mut survivors = 0;
-            for c in &mut conns {
-                let t = Instant::now() + Duration::from_millis(500);
-                if c.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n").is_ok()
-                    && matches!(c.read_response(t), Ok(r) if r.body == b"fine")
-                {
-                    survivors += 1;
-                }
-            }
-            let during = count_events(&e.proc.output(), "worker.restarted");
-            let restarted = wait_event(&e.proc, "worker.restarted", 0, 4 * SEC);
-            let restarts = e.metric("edge_worker_restarts_total", &[]);
-            let mut fresh = 0;
-            for _ in 0..16 {
-                let mut c = Conn::open(e.traffic)?;
-                c.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
-                if matches!(c.read_response(until + 5 * SEC), Ok(r) if r.body == b"fine") {
-                    fresh += 1;
-                }
-            }
-            let ready = (0..100).any(|_| {
-                let ok = matches!(crate::support::probe::get(e.traffic, "/_health", SEC), Ok(r) if r.status == 200);
-                if !ok {
-                    std::thread::sleep(Duration::from_millis(30));
-                }
-                ok
-            });
-            let mut k = Check::seen(format!(
-                "died {died}, {survivors}/16 served during the outage, restarted {restarted} (restarts {restarts}), {fresh}/16 new served, ready {ready}"
-            ));
-            k.expect(died && restarted && restarts == 1.0, || "worker not restarted".into())
-                .expect(during == 0 && survivors > 0, || "no connection served while the worker was down".into())
-                .expect(fresh == 16 && ready, || "not fully serving after the restart".into());
-            Ok(k)
-        },
+        worker_death,
     ));
     edge.stop();
     Ok(rows)
+}
+
+/// A request to the fault path that panics its connection, next to a bystander connection: only
+/// the victim closes. Sets `release` when the build has no fault injection (proxied instead).
+fn panic_in_connection(e: &Edge, release: &Cell<bool>) -> io::Result<Check> {
+    let until = Instant::now() + 5 * SEC;
+    let mut bystander = Conn::open(e.traffic)?;
+    bystander.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
+    let first = bystander.read_response(until)?;
+    let mut victim = Conn::open(e.traffic)?;
+    victim.send(b"GET /__edge_test/panic HTTP/1.1\r\nHost: m\r\n\r\n")?;
+    let v = victim.read_response(until);
+    if matches!(&v, Ok(r) if r.body == b"fine") {
+        release.set(true);
+        return Ok(Check::seen("proxied: no fault injection in this build"));
+    }
+    bystander.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
+    let again = bystander.read_response(until)?;
+    let panics = e.metric("edge_connection_panics_total", &[]);
+    let mut k = Check::seen(format!(
+        "victim: {}, bystander {} then {}, panics {panics}",
+        match &v {
+            Ok(r) => format!("answered {}", r.status),
+            Err(e) => format!("closed ({})", e.kind()),
+        },
+        first.status,
+        again.status
+    ));
+    k.expect(v.is_err(), || {
+        "the panicking connection got a response".into()
+    })
+    .expect(first.status == 200 && again.status == 200, || {
+        "bystander not served".into()
+    })
+    .expect(panics == 1.0, || {
+        "edge_connection_panics_total not 1".into()
+    });
+    Ok(k)
+}
+
+/// 16 served connections, then a request that kills their worker: the worker restarts, the
+/// other worker serves meanwhile, and new connections are served after.
+fn worker_death(e: &Edge) -> io::Result<Check> {
+    let until = Instant::now() + 5 * SEC;
+    let mut conns = (0..16)
+        .map(|_| Conn::open(e.traffic))
+        .collect::<io::Result<Vec<_>>>()?;
+    for c in &mut conns {
+        c.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
+        c.read_response(until)?;
+    }
+    let mut killer = Conn::open(e.traffic)?;
+    killer.send(b"GET /__edge_test/kill-worker HTTP/1.1\r\nHost: m\r\n\r\n")?;
+    let died = wait_event(&e.proc, "worker.died", 0, 3 * SEC);
+    let mut survivors = 0;
+    for c in &mut conns {
+        let t = Instant::now() + Duration::from_millis(500);
+        if c.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n").is_ok()
+            && matches!(c.read_response(t), Ok(r) if r.body == b"fine")
+        {
+            survivors += 1;
+        }
+    }
+    let during = count_events(&e.proc.output(), "worker.restarted");
+    let restarted = wait_event(&e.proc, "worker.restarted", 0, 4 * SEC);
+    let restarts = e.metric("edge_worker_restarts_total", &[]);
+    let mut fresh = 0;
+    for _ in 0..16 {
+        let mut c = Conn::open(e.traffic)?;
+        c.send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")?;
+        if matches!(c.read_response(until + 5 * SEC), Ok(r) if r.body == b"fine") {
+            fresh += 1;
+        }
+    }
+    let ready = (0..100).any(|_| {
+        let ok = matches!(crate::support::probe::get(e.traffic, "/_health", SEC), Ok(r) if r.status == 200);
+        if !ok {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        ok
+    });
+    let mut k = Check::seen(format!(
+        "died {died}, {survivors}/16 served during the outage, restarted {restarted} (restarts {restarts}), {fresh}/16 new served, ready {ready}"
+    ));
+    k.expect(died && restarted && restarts == 1.0, || {
+        "worker not restarted".into()
+    })
+    .expect(during == 0 && survivors > 0, || {
+        "no connection served while the worker was down".into()
+    })
+    .expect(fresh == 16 && ready, || {
+        "not fully serving after the restart".into()
+    });
+    Ok(k)
 }
 
 /// `edge --upgrade` while 4 clients (2 keep-alive, 2 new connection per request) send requests.
@@ -420,84 +280,20 @@ fn upgrade_under_load(bin: &Path, driver: &[String]) -> io::Result<Row> {
     ))
     .replace("drain = \"1s\"", "drain = \"10s\"");
     let mut old = Edge::start(bin, "matrix-d-upgrade", &cfg, &extra, &[])?;
-    let okc = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stop = Arc::new(AtomicBool::new(false));
     let prober = Prober::start(old.traffic)?;
-    let threads: Vec<_> = [true, true, false, false]
-        .into_iter()
-        .map(|keep| {
-            let (addr, okc, failures, stop) =
-                (old.traffic, okc.clone(), failures.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut conn: Option<Conn> = None;
-                while !stop.load(Ordering::Relaxed) {
-                    let mut c = match conn.take().map_or_else(|| Conn::open(addr), Ok) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            failures
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push(format!("connect: {e}"));
-                            continue;
-                        }
-                    };
-                    let r = c
-                        .send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")
-                        .and_then(|_| c.read_response(Instant::now() + 5 * SEC));
-                    match r {
-                        Ok(r) if r.status == 200 && r.body == b"fine" => {
-                            okc.fetch_add(1, Ordering::Relaxed);
-                            if keep && !r.says_close() {
-                                conn = Some(c);
-                            }
-                        }
-                        Ok(r) => failures
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(format!("status {}", r.status)),
-                        Err(e) => failures
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(format!("{e}")),
-                    }
-                }
-            })
-        })
-        .collect();
-    let wait_ok = |n: usize, limit: Duration| {
-        let until = Instant::now() + limit;
-        while okc.load(Ordering::Relaxed) < n && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        okc.load(Ordering::Relaxed) >= n
-    };
-    let warmed = wait_ok(200, 5 * SEC);
+    let clients = Clients::start(old.traffic);
+    let warmed = clients.wait_ok(200, 5 * SEC);
     let mut args = old.args.clone();
     args.push("--upgrade".into());
     let mut new = EdgeProcess::start_env(bin, &args, &[])?;
     let done = wait_event(&new, "upgrade.done", 0, 10 * SEC);
     let until = Instant::now() + 15 * SEC;
-    let old_code = loop {
-        if let Some(st) = old.proc.exited()? {
-            break st.code();
-        }
-        if Instant::now() >= until {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let after_exit = okc.load(Ordering::Relaxed);
-    let continued = wait_ok(after_exit + 200, 5 * SEC);
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
+    let old_code = exit_code_by(&mut old.proc, until)?;
+    let continued = clients.wait_ok(clients.ok() + 200, 5 * SEC);
+    let (ok_count, fails) = clients.finish();
     let samples = prober.finish();
-    let fails = failures.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let mut k = Check::seen(format!(
-        "{} ok, {} failed, upgrade.done {done}, old exit {old_code:?}, new serving {continued}",
-        okc.load(Ordering::Relaxed),
+        "{ok_count} ok, {} failed, upgrade.done {done}, old exit {old_code:?}, new serving {continued}",
         fails.len()
     ));
     k.expect(warmed && done && continued, || "handover incomplete".into())
@@ -505,7 +301,7 @@ fn upgrade_under_load(bin: &Path, driver: &[String]) -> io::Result<Row> {
         .expect(fails.is_empty(), || {
             format!("failed requests, first: {:?}", fails.first())
         });
-    let _ = new.stop(crate::matrix::STOP_GRACE);
+    let _ = new.stop(STOP_GRACE);
     old.stop();
     let _ = std::fs::remove_dir_all(&dir);
     Ok(manual_row(
@@ -515,4 +311,118 @@ fn upgrade_under_load(bin: &Path, driver: &[String]) -> io::Result<Row> {
         &samples,
         true,
     ))
+}
+
+/// The exit code of `p` once it exits, polling (20 ms) until `until`; `None` when it is still
+/// running then or was killed by a signal.
+fn exit_code_by(p: &mut EdgeProcess, until: Instant) -> io::Result<Option<i32>> {
+    loop {
+        if let Some(st) = p.exited()? {
+            return Ok(st.code());
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The load during the upgrade: 4 clients sending `GET /` in a loop (2 keep-alive, 2 with a new
+/// connection per request), counting good answers and recording failures.
+struct Clients {
+    ok: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Clients {
+    fn start(addr: SocketAddr) -> Clients {
+        let ok = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = [true, true, false, false]
+            .into_iter()
+            .map(|keep| {
+                let (ok, failures, stop) = (ok.clone(), failures.clone(), stop.clone());
+                std::thread::spawn(move || client_loop(addr, keep, &ok, &failures, &stop))
+            })
+            .collect();
+        Clients {
+            ok,
+            failures,
+            stop,
+            threads,
+        }
+    }
+
+    /// Good answers so far.
+    fn ok(&self) -> usize {
+        self.ok.load(Ordering::Relaxed)
+    }
+
+    /// Waits (10 ms polls, at most `limit`) for `n` good answers; whether they came.
+    fn wait_ok(&self, n: usize, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while self.ok() < n && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.ok() >= n
+    }
+
+    /// Stops the clients; the good answers and the failures.
+    fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        let fails = self
+            .failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        (self.ok.load(Ordering::Relaxed), fails)
+    }
+}
+
+/// One upgrade client: `GET /` until `stop`, on one kept connection (`keep`) or a new one each time.
+fn client_loop(
+    addr: SocketAddr,
+    keep: bool,
+    okc: &AtomicUsize,
+    failures: &Mutex<Vec<String>>,
+    stop: &AtomicBool,
+) {
+    let mut conn: Option<Conn> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let mut c = match conn.take().map_or_else(|| Conn::open(addr), Ok) {
+            Ok(c) => c,
+            Err(e) => {
+                failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(format!("connect: {e}"));
+                continue;
+            }
+        };
+        let r = c
+            .send(b"GET / HTTP/1.1\r\nHost: m\r\n\r\n")
+            .and_then(|_| c.read_response(Instant::now() + 5 * SEC));
+        match r {
+            Ok(r) if r.status == 200 && r.body == b"fine" => {
+                okc.fetch_add(1, Ordering::Relaxed);
+                if keep && !r.says_close() {
+                    conn = Some(c);
+                }
+            }
+            Ok(r) => failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("status {}", r.status)),
+            Err(e) => failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{e}")),
+        }
+    }
 }
