@@ -102,7 +102,7 @@ enum Cmd {
     },
     /// How cost grows with work: latency at fixed rates, req/s and p99 against connections, RSS
     /// against idle connections (edge io_uring/epoll and nginx; JSON and SVG under bench/results).
-    Scale(edge_bench::scale::ScaleArgs),
+    Scale(edge_bench::scale::Args),
     /// Side-by-side throughput: edge (io_uring, epoll), nginx, HAProxy and direct under wrk.
     Compare(CompareArgs),
     /// Allocations per request on edge's workers in steady state (builds edge with count-alloc).
