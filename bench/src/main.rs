@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use edge_bench::compare::{self, CompareArgs};
+use edge_bench::compare;
 use edge_bench::peers::load::closed::{run_load, LoadOptions};
 use edge_bench::peers::load::open::{run_open_loop, OpenLoopOptions, OpenLoopReport};
 use edge_bench::peers::origin::{spawn_origin, OriginOptions, DEFAULT_BODY};
@@ -104,7 +104,7 @@ enum Cmd {
     /// against idle connections (edge io_uring/epoll and nginx; JSON and SVG under bench/results).
     Scale(edge_bench::scale::Args),
     /// Side-by-side throughput: edge (io_uring, epoll), nginx, HAProxy and direct under wrk.
-    Compare(CompareArgs),
+    Compare(compare::Args),
     /// Allocations per request on edge's workers in steady state (builds edge with count-alloc).
     Alloc {
         /// Measured load per case.

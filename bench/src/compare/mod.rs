@@ -1,6 +1,6 @@
 //! `edge-bench compare`: side-by-side throughput of edge (io_uring and epoll), nginx, HAProxy and
 //! "direct to origin" under the same wrk load, per workload (DESIGN.md, Benchmark method; the
-//! workloads are in [`crate::compare::workload`]).
+//! workloads are in [`workload`]).
 //!
 //! Method:
 //! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
@@ -17,16 +17,21 @@
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
-//!   load-bound (see [`crate::compare::report`]);
+//!   load-bound (see [`report`]);
 //! - at the end every proxy is stopped by its own pid (SIGTERM, SIGKILL after a grace), all in
 //!   parallel; the Markdown tables print per workload (every run, per-target medians with ratios
 //!   to nginx, edge against the others) and a summary of ratios to nginx; the JSON record and the
-//!   SVG plots go to `--out-dir` ([`crate::compare::json`], [`crate::compare::plot`]).
+//!   SVG plots go to `--out-dir` ([`json`], [`plot`]).
 //!
 //! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
 //! died, or a wrk run failed.
+//!
+//! Where things are: [`plan`] checks the arguments, [`target`] and [`proxies`] start and account
+//! the targets, [`run`] runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
+//! summarise, [`json`] and [`plot`] write the files.
 
 pub mod json;
+pub mod plan;
 pub mod plot;
 pub mod proxies;
 pub mod report;
@@ -40,18 +45,18 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Args;
-
+use crate::compare::plan::Plan;
 use crate::compare::proxies::{HAPROXY_BIN, NGINX_BIN};
 use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
+use crate::compare::run::WorkloadRun;
 use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
 use crate::compare::target::{closes_after_request, Binaries, Target, TargetKind};
 use crate::compare::workload::Workload;
 use crate::compare::wrk::wrk_seconds;
 use crate::peers::origin::child::start_origin;
 use crate::peers::origin::LOAD_PATH;
-use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
-use crate::support::host::{allowed_cpus, cpu_list, parse_cpus, pin_current_thread, version_of};
+use crate::support::edge_proc::{EdgeProcess, STOP_GRACE};
+use crate::support::host::{pin_current_thread, version_of};
 use crate::support::procfs::cpus_allowed;
 
 /// How long a proxy gets to answer its first request through to the origin.
@@ -61,8 +66,8 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const SETTLE: Duration = Duration::from_millis(300);
 
 /// Options of `edge-bench compare`.
-#[derive(Debug, Clone, Args)]
-pub struct CompareArgs {
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
     /// Rounds; every round runs every target once, in order.
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
@@ -119,17 +124,6 @@ pub struct CompareArgs {
     pub wrk_bin: PathBuf,
 }
 
-fn require_file(p: &Path, what: &str) -> io::Result<()> {
-    if p.is_file() {
-        Ok(())
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("{what} not found at {}", p.display()),
-        ))
-    }
-}
-
 /// Everything about one run of `compare` that the JSON record and the plots need.
 #[derive(Debug, Clone)]
 pub struct RunInfo {
@@ -164,83 +158,24 @@ pub struct RunInfo {
 ///
 /// # Errors
 /// Bad options, missing wrk or edge, origin start failures, and failures writing the results.
-pub fn run(args: &CompareArgs) -> io::Result<bool> {
-    let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
-    let mut args = args.clone();
-    if args.quick {
-        args.rounds = 1;
-        args.duration = Duration::from_secs(3);
-        args.warmup = Duration::from_secs(1);
-        args.out_dir = args.out_dir.join("quick");
-    }
-    let args = &args;
-    let proxy_cpus = parse_cpus(&args.proxy_cpus).map_err(invalid)?;
-    let load_cpus = parse_cpus(&args.load_cpus).map_err(invalid)?;
-    let allowed = allowed_cpus()?;
-    if let Some(c) = proxy_cpus
-        .iter()
-        .chain(&load_cpus)
-        .find(|c| !allowed.contains(c))
-    {
-        return Err(invalid(format!(
-            "CPU {c} is not in this process's affinity mask {}",
-            cpu_list(&allowed)
-        )));
-    }
-    if args.rounds == 0 || args.connections == 0 {
-        return Err(invalid(
-            "--rounds and --connections must be at least 1".into(),
-        ));
-    }
-    let workloads = distinct(&args.workloads);
-    let mut kinds = distinct(&args.targets);
-    if kinds.is_empty() || workloads.is_empty() {
-        return Err(invalid("no targets or no workloads".into()));
-    }
-    require_file(&args.wrk_bin, "wrk (install it with bench/setup.sh)")?;
-    let mut skipped: Vec<(TargetKind, String)> = Vec::new();
-    for (kind, bin) in [
-        (TargetKind::Nginx, &args.nginx_bin),
-        (TargetKind::Haproxy, &args.haproxy_bin),
-    ] {
-        if kinds.contains(&kind) && !bin.is_file() {
-            let why = format!("{} not found (bench/setup.sh installs it)", bin.display());
-            println!("skipping {}: {why}", kind.name());
-            skipped.push((kind, why));
-            kinds.retain(|k| *k != kind);
-        }
-    }
-    if kinds.is_empty() {
-        return Err(invalid("every target was skipped".into()));
-    }
-    let edge = if kinds.iter().any(|k| k.is_edge()) {
-        locate_edge_bin(args.edge_bin.as_deref())?
-    } else {
-        PathBuf::from("edge")
-    };
-    let bins = Binaries {
-        edge,
-        nginx: args.nginx_bin.clone(),
-        haproxy: args.haproxy_bin.clone(),
-    };
-    let (proxy_list, load_list) = (cpu_list(&proxy_cpus), cpu_list(&load_cpus));
-    if proxy_cpus.iter().any(|c| load_cpus.contains(c)) {
-        println!("warning: proxy CPUs {proxy_list} overlap load CPUs {load_list}");
-    }
-
+pub fn run(args: &Args) -> io::Result<bool> {
+    let args = &args.clone().quick_adjusted();
+    let plan = Plan::new(args)?;
     // Everything edge-bench starts from here on (reader threads, children before their
     // taskset) inherits the load CPU set.
-    pin_current_thread(&load_cpus)?;
-    let (mut origin, origin_addr) = start_origin(&load_list, load_cpus.len(), START_TIMEOUT)?;
+    pin_current_thread(&plan.load_cpus)?;
+    let (mut origin, origin_addr) =
+        start_origin(&plan.load_list, plan.load_cpus.len(), START_TIMEOUT)?;
     println!(
-        "origin: edge-bench origin (pid {}, {} worker(s) on CPU {load_list}) on {origin_addr}",
+        "origin: edge-bench origin (pid {}, {} worker(s) on CPU {}) on {origin_addr}",
         origin.pid(),
-        load_cpus.len(),
+        plan.load_cpus.len(),
+        plan.load_list,
     );
     let mut failures: Vec<String> = Vec::new();
     let mut targets: Vec<Target> = Vec::new();
-    for &k in &kinds {
-        match Target::start(k, &bins, origin_addr, &proxy_list, START_TIMEOUT) {
+    for &k in &plan.kinds {
+        match Target::start(k, &plan.bins, origin_addr, &plan.proxy_list, START_TIMEOUT) {
             Ok(t) => targets.push(t),
             Err(e) => {
                 eprintln!("{e}");
@@ -248,94 +183,38 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
             }
         }
     }
-    let placement = placement(&targets, &proxy_list, &load_list, origin.pid());
+    let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
     print!("{placement}");
-    let versions = versions(args, &bins, &kinds);
+    let versions = versions(args, &plan.bins, &plan.kinds);
     let line: Vec<String> = versions.iter().map(|(_, v)| v.clone()).collect();
     println!("versions: {}", line.join("; "));
-    let closes = if workloads.contains(&Workload::Close) {
+    let closes = if plan.workloads.contains(&Workload::Close) {
         check_closes(&targets)
     } else {
         Vec::new()
     };
-
-    let scripts =
-        std::env::temp_dir().join(format!("edge-bench-compare-{}-lua", std::process::id()));
-    std::fs::create_dir_all(&scripts)?;
-    let mut samples: Vec<Sample> = Vec::new();
-    let mut dead = vec![false; targets.len()];
     let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
-    for &w in &workloads {
-        let script = scripts.join(format!("{}.lua", w.name()));
-        std::fs::write(&script, w.lua_script())?;
-        let before = samples.len();
-        let ctx = crate::compare::run::WorkloadRun {
-            args,
-            workload: w,
-            script: &script,
-            load_list: &load_list,
-        };
-        ctx.run(
-            &mut targets,
-            &mut dead,
-            &mut origin,
-            &mut samples,
-            &mut failures,
-        )?;
-        let these = &samples[before..];
-        println!("\n### {} ({})\n", w.name(), w.describe(args.connections));
-        print!("{}", rounds_table(these).render_markdown());
-        println!(
-            "\nmedians over {} round(s) of {} s (load-bound rounds left out):\n",
-            args.rounds,
-            wrk_seconds(args.duration)
-        );
-        print!("{}", summary_table(these, &ran).render_markdown());
-        if ran.iter().any(|k| k.is_edge()) {
-            println!();
-            print!("{}", ratio_table(these, &ran).render_markdown());
-        }
-        let _ = io::stdout().flush();
-    }
-    let _ = std::fs::remove_dir_all(&scripts);
-    for (i, t) in targets.iter_mut().enumerate() {
-        if !dead[i] {
-            if let Err(e) = t.check_alive() {
-                failures.push(e.to_string());
-            }
-        }
-    }
+    let samples = run_workloads(args, &plan, &mut targets, &mut origin, &mut failures)?;
     stop_all(targets);
     if let Some(st) = origin.exited()? {
         failures.push(format!("the origin exited during the runs ({st})"));
     }
     let _ = origin.stop(STOP_GRACE);
 
-    println!("\n### ratios to nginx (medians; req/s above 1x: more; CPU/request and p99 below 1x: less)\n");
-    print!(
-        "{}",
-        nginx_summary_table(&samples, &ran, &workloads).render_markdown()
-    );
-    println!(
-        "\nCPU s/100k req = proxy CPU time (utime+stime, all threads; nginx master+worker) per 100 000 requests. \
-         CPU util = that time / wall time of the run; under {:.0} % of one CPU a round is load-bound. \
-         runq wait = time the proxy was runnable but its CPU ran something else. peak RSS = VmHWM over the \
-         run (nginx: master+worker). * = every round load-bound (medians over all rounds).",
-        LOAD_BOUND_UTIL * 100.0
-    );
+    print_summary(&samples, &ran, &plan.workloads);
     print!("{placement}");
     for (k, c) in &closes {
         println!("Connection: close on {}: {c}", k.name());
     }
     let info = RunInfo {
-        workloads,
+        workloads: plan.workloads,
         kinds: ran,
-        skipped,
+        skipped: plan.skipped,
         rounds: args.rounds,
         duration_s: wrk_seconds(args.duration),
         connections: args.connections,
-        proxy_cpus: proxy_list,
-        load_cpus: load_list,
+        proxy_cpus: plan.proxy_list,
+        load_cpus: plan.load_list,
         placement,
         versions,
         closes,
@@ -353,6 +232,78 @@ pub fn run(args: &CompareArgs) -> io::Result<bool> {
         }
         Ok(false)
     }
+}
+
+/// Every workload in turn over the running targets, printing each workload's tables; then every
+/// target not already found dead is checked once more. The samples of all workloads.
+fn run_workloads(
+    args: &Args,
+    plan: &Plan,
+    targets: &mut [Target],
+    origin: &mut EdgeProcess,
+    failures: &mut Vec<String>,
+) -> io::Result<Vec<Sample>> {
+    let scripts =
+        std::env::temp_dir().join(format!("edge-bench-compare-{}-lua", std::process::id()));
+    std::fs::create_dir_all(&scripts)?;
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut dead = vec![false; targets.len()];
+    let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
+    for &w in &plan.workloads {
+        let script = scripts.join(format!("{}.lua", w.name()));
+        std::fs::write(&script, w.lua_script())?;
+        let before = samples.len();
+        let ctx = WorkloadRun {
+            args,
+            workload: w,
+            script: &script,
+            load_list: &plan.load_list,
+        };
+        ctx.run(targets, &mut dead, origin, &mut samples, failures)?;
+        print_workload(args, w, &samples[before..], &ran);
+    }
+    let _ = std::fs::remove_dir_all(&scripts);
+    for (i, t) in targets.iter_mut().enumerate() {
+        if !dead[i] {
+            if let Err(e) = t.check_alive() {
+                failures.push(e.to_string());
+            }
+        }
+    }
+    Ok(samples)
+}
+
+/// The tables of one workload: every run, the per-target medians, and edge against the others.
+fn print_workload(args: &Args, w: Workload, these: &[Sample], ran: &[TargetKind]) {
+    println!("\n### {} ({})\n", w.name(), w.describe(args.connections));
+    print!("{}", rounds_table(these).render_markdown());
+    println!(
+        "\nmedians over {} round(s) of {} s (load-bound rounds left out):\n",
+        args.rounds,
+        wrk_seconds(args.duration)
+    );
+    print!("{}", summary_table(these, ran).render_markdown());
+    if ran.iter().any(|k| k.is_edge()) {
+        println!();
+        print!("{}", ratio_table(these, ran).render_markdown());
+    }
+    let _ = io::stdout().flush();
+}
+
+/// The ratios to nginx over all workloads, and what the columns mean.
+fn print_summary(samples: &[Sample], ran: &[TargetKind], workloads: &[Workload]) {
+    println!("\n### ratios to nginx (medians; req/s above 1x: more; CPU/request and p99 below 1x: less)\n");
+    print!(
+        "{}",
+        nginx_summary_table(samples, ran, workloads).render_markdown()
+    );
+    println!(
+        "\nCPU s/100k req = proxy CPU time (utime+stime, all threads; nginx master+worker) per 100 000 requests. \
+         CPU util = that time / wall time of the run; under {:.0} % of one CPU a round is load-bound. \
+         runq wait = time the proxy was runnable but its CPU ran something else. peak RSS = VmHWM over the \
+         run (nginx: master+worker). * = every round load-bound (medians over all rounds).",
+        LOAD_BOUND_UTIL * 100.0
+    );
 }
 
 /// Writes `compare-DATE-COMMIT.json` and the SVG plots under `dir`, printing their paths.
@@ -373,19 +324,8 @@ fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<(
     Ok(())
 }
 
-/// Items of `v` without repeats, in first-seen order.
-fn distinct<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
-    let mut out: Vec<T> = Vec::new();
-    for x in v {
-        if !out.contains(x) {
-            out.push(*x);
-        }
-    }
-    out
-}
-
 /// (program, version line) for wrk, edge, nginx and HAProxy as far as they run.
-fn versions(args: &CompareArgs, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
+fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
     let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
     if kinds.iter().any(|k| k.is_edge()) {
         v.push((

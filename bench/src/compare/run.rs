@@ -10,14 +10,14 @@ use crate::compare::report::Sample;
 use crate::compare::target::Target;
 use crate::compare::workload::Workload;
 use crate::compare::wrk::{run_wrk, wrk_seconds, WrkSpec};
-use crate::compare::{CompareArgs, SETTLE};
+use crate::compare::{Args, SETTLE};
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::procfs::clock_ticks_per_sec;
 
 /// One workload over every target: warm-up, then interleaved rounds.
 pub(crate) struct WorkloadRun<'a> {
     /// The options of the run.
-    pub args: &'a CompareArgs,
+    pub args: &'a Args,
     /// Which workload.
     pub workload: Workload,
     /// Its wrk Lua script.
