@@ -29,33 +29,26 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::support::edge_proc::locate_edge_bin;
+use crate::support::edge_proc::{driver_args, locate_edge_bin};
 use crate::support::table::Table;
 use runner::Row;
 
-/// Options of `edge-bench matrix`.
-#[derive(Debug, Clone)]
-pub struct MatrixOptions {
-    /// Groups to run, among `a`, `b`, `c`, `d`.
+/// Command line of `edge-bench matrix`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Groups to run (comma-separated among a, b, c, d).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
     pub groups: Vec<String>,
-    /// `--io-driver` for edge (edge's default when unset).
+    /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+    #[arg(long)]
     pub io_driver: Option<String>,
-    /// The edge binary; found or built when `None`.
+    /// The edge binary (default: next to edge-bench, else built with cargo).
+    #[arg(long)]
     pub edge_bin: Option<PathBuf>,
-    /// The edge binary for the injected-fault rows of group d (default: `edge_bin`); they need a
-    /// debug build.
+    /// The edge binary for the injected-fault rows of group d (a debug build, e.g.
+    /// target/debug/edge); default: --edge-bin.
+    #[arg(long)]
     pub faults_edge_bin: Option<PathBuf>,
-}
-
-impl Default for MatrixOptions {
-    fn default() -> Self {
-        Self {
-            groups: ["a", "b", "c", "d"].map(String::from).to_vec(),
-            io_driver: None,
-            edge_bin: None,
-            faults_edge_bin: None,
-        }
-    }
 }
 
 /// What every group's edge shares: the short timeouts that keep cases short.
@@ -70,7 +63,7 @@ pub fn base_config(extra_server: &str) -> String {
 ///
 /// # Errors
 /// Setup failures (no edge binary, edge not starting).
-pub fn run(opts: &MatrixOptions) -> io::Result<bool> {
+pub fn run(opts: &Args) -> io::Result<bool> {
     let started = Instant::now();
     let (soft, _) = crate::support::procfs::raise_nofile_limit()?;
     let bin = locate_edge_bin(opts.edge_bin.as_deref())?;
@@ -78,11 +71,7 @@ pub fn run(opts: &MatrixOptions) -> io::Result<bool> {
         Some(p) => locate_edge_bin(Some(p))?,
         None => bin.clone(),
     };
-    let driver: Vec<String> = opts
-        .io_driver
-        .iter()
-        .flat_map(|d| ["--io-driver".to_string(), d.clone()])
-        .collect();
+    let driver = driver_args(opts.io_driver.as_deref());
     println!(
         "matrix: edge {}, groups {}, io driver {}, RLIMIT_NOFILE {soft}",
         bin.display(),

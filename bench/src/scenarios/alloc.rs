@@ -27,6 +27,24 @@ use crate::support::table::Table;
 /// Highest allocations per keep-alive request that still passes.
 pub const MAX_PER_REQUEST: f64 = 1e-4;
 
+/// Command line of `edge-bench alloc`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Measured load per case.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+}
+
+impl Args {
+    /// The scenario's options: these choices over the defaults.
+    pub fn options(&self) -> AllocOptions {
+        AllocOptions {
+            duration: self.duration,
+            ..AllocOptions::default()
+        }
+    }
+}
+
 /// Options of `edge-bench alloc`.
 #[derive(Debug, Clone)]
 pub struct AllocOptions {

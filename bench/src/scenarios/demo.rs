@@ -14,12 +14,46 @@ use std::time::Duration;
 use crate::peers::load::closed::{run_load, LoadOptions, LoadReport};
 use crate::peers::origin::OriginOptions;
 use crate::scenarios::hol::{probe_behind_slow, HolRound};
-use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::edge_proc::{driver_args, locate_edge_bin, STOP_GRACE};
 use crate::support::stack::Stack;
 use crate::support::table::{ms, Table};
 
 /// Path of the load requests; the origin never delays it.
 pub const LOAD_PATH: &str = "/fast";
+
+/// Command line of `edge-bench demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Load duration.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// The edge binary (default: next to edge-bench, else built with cargo).
+    #[arg(long)]
+    pub edge_bin: Option<PathBuf>,
+    /// Keep-alive load connections.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Load generator threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+    #[arg(long)]
+    pub io_driver: Option<String>,
+}
+
+impl Args {
+    /// The demo's options: these choices over the defaults.
+    pub fn options(&self) -> DemoOptions {
+        DemoOptions {
+            duration: self.duration,
+            edge_bin: self.edge_bin.clone(),
+            connections: self.connections,
+            threads: self.threads,
+            edge_args: driver_args(self.io_driver.as_deref()),
+            ..DemoOptions::default()
+        }
+    }
+}
 
 /// Options of `edge-bench demo`.
 #[derive(Debug, Clone)]

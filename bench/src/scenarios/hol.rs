@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::peers::origin::{OriginOptions, DEFAULT_SLOW};
-use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::edge_proc::{locate_edge_bin, EdgeArgs, STOP_GRACE};
 use crate::support::probe::{probe_series, HeldOutcome, HeldRequests, Probe};
 use crate::support::stack::{Stack, HEALTH_PATH};
 use crate::support::table::{ms, Quantiles, Table};
@@ -97,6 +97,24 @@ pub fn probe_behind_slow(
     let probes = probe_series(traffic, HEALTH_PATH, interval, window, PROBE_TIMEOUT);
     let held = held.finish(opened + DEFAULT_SLOW + Duration::from_secs(10));
     HolRound { k, probes, held }
+}
+
+/// Command line of `edge-bench hol`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+}
+
+impl Args {
+    /// The scenario's options: these choices over the defaults.
+    pub fn options(&self) -> HolOptions {
+        HolOptions {
+            edge_bin: self.edge.edge_bin.clone(),
+            edge_args: self.edge.driver_args(),
+            ..HolOptions::default()
+        }
+    }
 }
 
 /// Options of `edge-bench hol`.

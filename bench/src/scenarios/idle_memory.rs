@@ -33,6 +33,36 @@ pub const LIMIT_PER_CONN: u64 = 8 * 1024;
 /// Default connections: fits twice (client and edge) under a 20000 fd hard limit.
 pub const DEFAULT_CONNECTIONS: usize = 9000;
 
+/// Command line of `edge-bench idle-memory`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Idle keep-alive connections (client and edge each need this many fds).
+    #[arg(long, default_value_t = DEFAULT_CONNECTIONS)]
+    pub connections: usize,
+    /// Measure only this io driver (io_uring or epoll); both in turn when unset.
+    #[arg(long)]
+    pub io_driver: Option<String>,
+    /// The edge binary (default: next to edge-bench, else built with cargo).
+    #[arg(long)]
+    pub edge_bin: Option<PathBuf>,
+}
+
+impl Args {
+    /// The scenario's options: these choices over the defaults.
+    pub fn options(&self) -> IdleMemoryOptions {
+        let defaults = IdleMemoryOptions::default();
+        IdleMemoryOptions {
+            edge_bin: self.edge_bin.clone(),
+            connections: self.connections,
+            drivers: self
+                .io_driver
+                .clone()
+                .map_or(defaults.drivers.clone(), |d| vec![d]),
+            ..defaults
+        }
+    }
+}
+
 /// Options of `edge-bench idle-memory`.
 #[derive(Debug, Clone)]
 pub struct IdleMemoryOptions {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crate::peers::origin::OriginOptions;
 use crate::scenarios::hol::{HolRound, PROBE_LIMIT, PROBE_TIMEOUT};
 use crate::support::edge_config::TempConfig;
-use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::edge_proc::{locate_edge_bin, EdgeArgs, STOP_GRACE};
 use crate::support::metrics::{count_events, fetch_metrics, metric_sum};
 use crate::support::probe::{self, probe_series};
 use crate::support::procfs::raise_nofile_limit;
@@ -29,6 +29,36 @@ use crate::support::table::{ms, Table};
 
 /// The p99 probe latency goal (reported, not asserted).
 pub const P99_GOAL: Duration = Duration::from_millis(5);
+
+/// Command line of `edge-bench idle-wedge`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// How long to probe.
+    #[arg(long, default_value = "45s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Silent sockets held open (re-opened when edge closes them).
+    #[arg(long, default_value_t = 300)]
+    pub idle_sockets: usize,
+    /// edge's server.max_connections.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+}
+
+impl Args {
+    /// The scenario's options: these choices over the defaults.
+    pub fn options(&self) -> IdleWedgeOptions {
+        IdleWedgeOptions {
+            duration: self.duration,
+            idle_sockets: self.idle_sockets,
+            max_connections: self.max_connections,
+            edge_bin: self.edge.edge_bin.clone(),
+            edge_args: self.edge.driver_args(),
+            ..IdleWedgeOptions::default()
+        }
+    }
+}
 
 /// Options of `edge-bench idle-wedge`.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::peers::origin::OriginOptions;
 use crate::support::edge_config::{toml_duration, TempConfig};
-use crate::support::edge_proc::{locate_edge_bin, STOP_GRACE};
+use crate::support::edge_proc::{locate_edge_bin, EdgeArgs, STOP_GRACE};
 use crate::support::metrics::{count_events, fetch_metrics, metric_sum, wait_for_events};
 use crate::support::probe;
 use crate::support::stack::Stack;
@@ -36,6 +36,24 @@ pub const EARLY_SLACK: Duration = Duration::from_millis(50);
 
 /// The log event of an inbound deadline.
 pub const TIMEOUT_EVENT: &str = "request.timeout";
+
+/// Command line of `edge-bench partial` and of `edge-bench drip`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+}
+
+impl Args {
+    /// The scenario's options: these choices over the defaults.
+    pub fn options(&self) -> InboundOptions {
+        InboundOptions {
+            edge_bin: self.edge.edge_bin.clone(),
+            edge_args: self.edge.driver_args(),
+            ..InboundOptions::default()
+        }
+    }
+}
 
 /// Options of `edge-bench partial` and `edge-bench drip`.
 #[derive(Debug, Clone)]

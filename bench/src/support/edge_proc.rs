@@ -371,6 +371,32 @@ fn artifact_executable(line: &str) -> Option<PathBuf> {
     None
 }
 
+/// The options a scenario's command line shares for the edge under test: which binary, and which
+/// io driver it runs with.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EdgeArgs {
+    /// The edge binary (default: next to edge-bench, else built with cargo).
+    #[arg(long)]
+    pub edge_bin: Option<PathBuf>,
+    /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
+    #[arg(long)]
+    pub io_driver: Option<String>,
+}
+
+impl EdgeArgs {
+    /// edge arguments selecting the io driver, or none.
+    pub fn driver_args(&self) -> Vec<String> {
+        driver_args(self.io_driver.as_deref())
+    }
+}
+
+/// edge arguments selecting io driver `io_driver`, or none.
+pub fn driver_args(io_driver: Option<&str>) -> Vec<String> {
+    io_driver
+        .map(|d| vec!["--io-driver".to_string(), d.to_string()])
+        .unwrap_or_default()
+}
+
 /// Starts the proxy `name` as `taskset -c CPUS BIN ARGS…` (printing that command line) and waits
 /// until `GET /fast` on `listen` answers 200 within `timeout`. `dir` is the proxy's scratch
 /// directory: an `error.log` there goes into the error message with the proxy's output.

@@ -25,7 +25,7 @@
 pub mod child;
 
 use std::cell::Cell;
-use std::io;
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +64,49 @@ const STOP_DRAIN: Duration = Duration::from_secs(1);
 
 /// Pause of a worker's accept loop after EMFILE/ENFILE.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Command line of `edge-bench origin`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Address to listen on (port 0 picks a free port; the real one is printed).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Delay every response except /fast…; /slow… waits this or 3 s when unset.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub delay: Option<Duration>,
+    /// Response body size in bytes.
+    #[arg(long, default_value_t = DEFAULT_BODY.len())]
+    pub body_bytes: usize,
+    /// Frame responses with chunked transfer coding instead of Content-Length.
+    #[arg(long)]
+    pub chunked: bool,
+    /// Worker threads, each with its own runtime and SO_REUSEPORT listener.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Pin workers to these CPUs (comma-separated, worker i gets the i-th, wrapping).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+}
+
+/// Runs `edge-bench origin` until killed, printing `origin listening on ADDR` first (what
+/// [`child::start_origin`] waits for).
+///
+/// # Errors
+/// Bind failures and failures writing to stdout.
+pub fn run(args: &Args) -> io::Result<bool> {
+    let origin = spawn_origin(OriginOptions {
+        listen: args.listen,
+        delay: args.delay,
+        body_bytes: args.body_bytes,
+        chunked: args.chunked,
+        workers: args.workers,
+        cpus: args.cpus.clone(),
+    })?;
+    println!("origin listening on {}", origin.addr());
+    io::stdout().flush()?;
+    origin.wait();
+    Ok(true)
+}
 
 /// How the origin answers.
 #[derive(Debug, Clone)]
