@@ -250,6 +250,151 @@ impl EdgeCounts {
     }
 }
 
+/// What one run saw, for the table and the verdict.
+struct Outcome {
+    /// The io driver edge reports.
+    driver: String,
+    /// The health probes (no slow requests: `held` stays empty).
+    round: HolRound,
+    /// How long probing took.
+    probed_for: Duration,
+    /// What the keeper saw.
+    kept: KeeperStats,
+    /// edge's counters, read while the sockets were still held.
+    counts: io::Result<EdgeCounts>,
+    /// `connection.shed` log lines.
+    shed_logs: usize,
+}
+
+impl Outcome {
+    /// The result table.
+    fn table(&self, opts: &IdleWedgeOptions) -> Table {
+        let q = self.round.quantiles();
+        let cell = |f: fn(&crate::support::table::Quantiles) -> Duration| {
+            q.as_ref().map_or("-".to_string(), |q| ms(f(q)))
+        };
+        let mut t = Table::new(&["measure", "value"]);
+        t.row(["io driver", self.driver.as_str()]);
+        t.row([
+            "silent sockets / max_connections".to_string(),
+            format!("{} / {}", opts.idle_sockets, opts.max_connections),
+        ]);
+        t.row([
+            "health probes (failed, >1s)".to_string(),
+            format!(
+                "{} ({}, {})",
+                self.round.probes.len(),
+                self.round.failed(),
+                self.round.slower_than(PROBE_LIMIT)
+            ),
+        ]);
+        t.row(["probe p50".to_string(), cell(|q| q.p50)]);
+        t.row(["probe p99 (goal 5 ms)".to_string(), cell(|q| q.p99)]);
+        t.row(["probe max".to_string(), cell(|q| q.max)]);
+        let secs = self.probed_for.as_secs_f64().max(1e-3);
+        t.row([
+            "sockets closed by edge (re-opened)".to_string(),
+            format!(
+                "{} ({}, {:.0}/s)",
+                self.kept.closed_by_edge,
+                self.kept.reopened,
+                self.kept.reopened as f64 / secs
+            ),
+        ]);
+        t.row([
+            "silent sockets that got bytes".to_string(),
+            self.kept.got_bytes.to_string(),
+        ]);
+        t.row([
+            "connect failures".to_string(),
+            self.kept.connect_failures.to_string(),
+        ]);
+        match &self.counts {
+            Ok(c) => {
+                t.row(["edge_connections_max".to_string(), format!("{:.0}", c.max)]);
+                t.row([
+                    "edge_connections_active (end)".to_string(),
+                    format!("{:.0}", c.active),
+                ]);
+                t.row([
+                    "edge_connections_evicted_total".to_string(),
+                    format!("{:.0}", c.evicted),
+                ]);
+                t.row([
+                    "edge_connections_shed_total{limit}".to_string(),
+                    format!("{:.0}", c.shed_limit),
+                ]);
+                t.row([
+                    "edge_connections_shed_total{fd_limit}".to_string(),
+                    format!("{:.0}", c.shed_fd_limit),
+                ]);
+                t.row([
+                    "edge_inbound_timeouts_total{idle}".to_string(),
+                    format!("{:.0}", c.idle_timeouts),
+                ]);
+            }
+            Err(e) => {
+                t.row(["metrics".to_string(), format!("unavailable: {e}")]);
+            }
+        }
+        t.row([
+            "connection.shed log lines".to_string(),
+            self.shed_logs.to_string(),
+        ]);
+        t
+    }
+
+    /// Prints the failures and notes; whether the invariant held (no failed or slow probe, at
+    /// least one probe).
+    fn passed(&self) -> bool {
+        let q = self.round.quantiles();
+        let mut passed = true;
+        if let Some(f) = self.round.first_failure() {
+            println!(
+                "FAIL: {} of {} probes failed; first: {f}",
+                self.round.failed(),
+                self.round.probes.len()
+            );
+            passed = false;
+        }
+        if self.round.slower_than(PROBE_LIMIT) > 0 {
+            println!(
+                "FAIL: {} probe(s) slower than {}",
+                self.round.slower_than(PROBE_LIMIT),
+                ms(PROBE_LIMIT)
+            );
+            passed = false;
+        }
+        if self.round.probes.is_empty() {
+            println!("FAIL: no probe was taken");
+            passed = false;
+        }
+        if let Some(e) = &self.kept.first_connect_error {
+            println!(
+                "note: {} silent-socket connect(s) failed, first: {e}",
+                self.kept.connect_failures
+            );
+        }
+        if q.is_some_and(|q| q.p99 > P99_GOAL) {
+            println!(
+                "note: probe p99 above the {} goal (reported, not asserted)",
+                ms(P99_GOAL)
+            );
+        }
+        if let Ok(c) = &self.counts {
+            if c.evicted == 0.0 && c.shed_limit == 0.0 {
+                println!("note: edge neither evicted nor shed: the limit was never reached");
+            }
+            if c.shed_limit > 0.0 && self.shed_logs == 0 {
+                println!(
+                    "note: edge_connections_shed_total moved but no connection.shed line was logged"
+                );
+            }
+        }
+        passed
+    }
+}
+
 /// Runs the scenario and prints its table; returns whether the invariant held.
 ///
 /// # Errors
@@ -301,129 +446,21 @@ pub fn run(opts: &IdleWedgeOptions) -> io::Result<bool> {
         .unwrap_or_else(|e| format!("unknown ({e})"));
     let shed_logs = count_events(&stack.edge.output(), "connection.shed");
 
-    let round = HolRound {
-        k: opts.idle_sockets,
-        probes,
-        held: Default::default(),
+    let outcome = Outcome {
+        driver,
+        round: HolRound {
+            k: opts.idle_sockets,
+            probes,
+            held: Default::default(),
+        },
+        probed_for,
+        kept,
+        counts,
+        shed_logs,
     };
-    let q = round.quantiles();
-    let cell = |f: fn(&crate::support::table::Quantiles) -> Duration| {
-        q.as_ref().map_or("-".to_string(), |q| ms(f(q)))
-    };
-    let mut t = Table::new(&["measure", "value"]);
-    t.row(["io driver", driver.as_str()]);
-    t.row([
-        "silent sockets / max_connections".to_string(),
-        format!("{} / {}", opts.idle_sockets, opts.max_connections),
-    ]);
-    t.row([
-        "health probes (failed, >1s)".to_string(),
-        format!(
-            "{} ({}, {})",
-            round.probes.len(),
-            round.failed(),
-            round.slower_than(PROBE_LIMIT)
-        ),
-    ]);
-    t.row(["probe p50".to_string(), cell(|q| q.p50)]);
-    t.row(["probe p99 (goal 5 ms)".to_string(), cell(|q| q.p99)]);
-    t.row(["probe max".to_string(), cell(|q| q.max)]);
-    let secs = probed_for.as_secs_f64().max(1e-3);
-    t.row([
-        "sockets closed by edge (re-opened)".to_string(),
-        format!(
-            "{} ({}, {:.0}/s)",
-            kept.closed_by_edge,
-            kept.reopened,
-            kept.reopened as f64 / secs
-        ),
-    ]);
-    t.row([
-        "silent sockets that got bytes".to_string(),
-        kept.got_bytes.to_string(),
-    ]);
-    t.row([
-        "connect failures".to_string(),
-        kept.connect_failures.to_string(),
-    ]);
-    match &counts {
-        Ok(c) => {
-            t.row(["edge_connections_max".to_string(), format!("{:.0}", c.max)]);
-            t.row([
-                "edge_connections_active (end)".to_string(),
-                format!("{:.0}", c.active),
-            ]);
-            t.row([
-                "edge_connections_evicted_total".to_string(),
-                format!("{:.0}", c.evicted),
-            ]);
-            t.row([
-                "edge_connections_shed_total{limit}".to_string(),
-                format!("{:.0}", c.shed_limit),
-            ]);
-            t.row([
-                "edge_connections_shed_total{fd_limit}".to_string(),
-                format!("{:.0}", c.shed_fd_limit),
-            ]);
-            t.row([
-                "edge_inbound_timeouts_total{idle}".to_string(),
-                format!("{:.0}", c.idle_timeouts),
-            ]);
-        }
-        Err(e) => {
-            t.row(["metrics".to_string(), format!("unavailable: {e}")]);
-        }
-    }
-    t.row([
-        "connection.shed log lines".to_string(),
-        shed_logs.to_string(),
-    ]);
     println!();
-    print!("{}", t.render());
-
-    let mut passed = true;
-    if let Some(f) = round.first_failure() {
-        println!(
-            "FAIL: {} of {} probes failed; first: {f}",
-            round.failed(),
-            round.probes.len()
-        );
-        passed = false;
-    }
-    if round.slower_than(PROBE_LIMIT) > 0 {
-        println!(
-            "FAIL: {} probe(s) slower than {}",
-            round.slower_than(PROBE_LIMIT),
-            ms(PROBE_LIMIT)
-        );
-        passed = false;
-    }
-    if round.probes.is_empty() {
-        println!("FAIL: no probe was taken");
-        passed = false;
-    }
-    if let Some(e) = &kept.first_connect_error {
-        println!(
-            "note: {} silent-socket connect(s) failed, first: {e}",
-            kept.connect_failures
-        );
-    }
-    if q.is_some_and(|q| q.p99 > P99_GOAL) {
-        println!(
-            "note: probe p99 above the {} goal (reported, not asserted)",
-            ms(P99_GOAL)
-        );
-    }
-    if let Ok(c) = &counts {
-        if c.evicted == 0.0 && c.shed_limit == 0.0 {
-            println!("note: edge neither evicted nor shed: the limit was never reached");
-        }
-        if c.shed_limit > 0.0 && shed_logs == 0 {
-            println!(
-                "note: edge_connections_shed_total moved but no connection.shed line was logged"
-            );
-        }
-    }
+    print!("{}", outcome.table(opts).render());
+    let passed = outcome.passed();
     let stopped = stack.edge.stop(STOP_GRACE)?;
     println!("edge {stopped}");
     drop(config);

@@ -298,6 +298,83 @@ fn request_timeouts(stack: &Stack) -> Option<f64> {
         .map(|t| metric_sum(&t, "edge_inbound_timeouts_total", &[("phase", "request")]))
 }
 
+/// Runs one case on its own connection and reads edge's counter and log lines around it.
+fn run_case(stack: &mut Stack, case: &Case, deadline: Duration) -> io::Result<Outcome> {
+    println!(
+        "{}: writing {} bytes{}, request deadline {}",
+        case.name,
+        case.total_bytes(),
+        if case.gap.is_zero() {
+            String::new()
+        } else {
+            format!(
+                " one chunk every {} (over {})",
+                ms(case.gap),
+                ms(case.write_time())
+            )
+        },
+        ms(deadline)
+    );
+    let _ = io::stdout().flush();
+    let logs_before = count_events(&stack.edge.output(), TIMEOUT_EVENT);
+    let counter_before = request_timeouts(stack);
+    let mut out = exchange(
+        stack.traffic,
+        case,
+        deadline + LATE_SLACK + Duration::from_secs(3),
+    )?;
+    let logs_after = wait_for_events(
+        &stack.edge,
+        TIMEOUT_EVENT,
+        logs_before,
+        Duration::from_secs(2),
+    );
+    out.log_lines = logs_after - logs_before;
+    out.counter = counter_before
+        .zip(request_timeouts(stack))
+        .map(|(a, b)| b - a);
+    stack.check_alive()?;
+    Ok(out)
+}
+
+/// One row per case: what was sent, what edge answered and when, and what it counted and logged.
+fn results_table(cases: &[Case], results: &[Outcome], deadline: Duration) -> Table {
+    let mut t = Table::new(&[
+        "case",
+        "sent",
+        "status",
+        "time",
+        "expected",
+        "closed",
+        "log lines",
+        "counter",
+    ]);
+    for (case, r) in cases.iter().zip(results) {
+        t.row([
+            case.name.to_string(),
+            format!("{}/{} B", r.sent, r.total),
+            match &r.status {
+                Ok(s) => s.to_string(),
+                Err(_) => "none".into(),
+            },
+            ms(r.elapsed),
+            format!(
+                "408 in {:.1}-{:.1} s",
+                deadline.as_secs_f64(),
+                (deadline + LATE_SLACK).as_secs_f64()
+            ),
+            match &r.closed {
+                Ok(true) => "yes".into(),
+                Ok(false) => "no".into(),
+                Err(_) => "?".into(),
+            },
+            r.log_lines.to_string(),
+            r.counter.map_or("?".into(), |c| format!("+{c:.0}")),
+        ]);
+    }
+    t
+}
+
 /// Starts origin + edge with the `request` deadline and runs `cases` one after the other.
 fn run_cases(
     opts: &InboundOptions,
@@ -322,76 +399,9 @@ fn run_cases(
     let deadline = opts.request_timeout;
     let mut results = Vec::with_capacity(cases.len());
     for case in &cases {
-        println!(
-            "{}: writing {} bytes{}, request deadline {}",
-            case.name,
-            case.total_bytes(),
-            if case.gap.is_zero() {
-                String::new()
-            } else {
-                format!(
-                    " one chunk every {} (over {})",
-                    ms(case.gap),
-                    ms(case.write_time())
-                )
-            },
-            ms(deadline)
-        );
-        let _ = io::stdout().flush();
-        let logs_before = count_events(&stack.edge.output(), TIMEOUT_EVENT);
-        let counter_before = request_timeouts(&stack);
-        let mut out = exchange(
-            stack.traffic,
-            case,
-            deadline + LATE_SLACK + Duration::from_secs(3),
-        )?;
-        let logs_after = wait_for_events(
-            &stack.edge,
-            TIMEOUT_EVENT,
-            logs_before,
-            Duration::from_secs(2),
-        );
-        out.log_lines = logs_after - logs_before;
-        out.counter = counter_before
-            .zip(request_timeouts(&stack))
-            .map(|(a, b)| b - a);
-        stack.check_alive()?;
-        results.push(out);
+        results.push(run_case(&mut stack, case, deadline)?);
     }
-
-    let mut t = Table::new(&[
-        "case",
-        "sent",
-        "status",
-        "time",
-        "expected",
-        "closed",
-        "log lines",
-        "counter",
-    ]);
-    for (case, r) in cases.iter().zip(&results) {
-        t.row([
-            case.name.to_string(),
-            format!("{}/{} B", r.sent, r.total),
-            match &r.status {
-                Ok(s) => s.to_string(),
-                Err(_) => "none".into(),
-            },
-            ms(r.elapsed),
-            format!(
-                "408 in {:.1}-{:.1} s",
-                deadline.as_secs_f64(),
-                (deadline + LATE_SLACK).as_secs_f64()
-            ),
-            match &r.closed {
-                Ok(true) => "yes".into(),
-                Ok(false) => "no".into(),
-                Err(_) => "?".into(),
-            },
-            r.log_lines.to_string(),
-            r.counter.map_or("?".into(), |c| format!("+{c:.0}")),
-        ]);
-    }
+    let t = results_table(&cases, &results, deadline);
     println!();
     println!("io driver: {driver}");
     print!("{}", t.render());
