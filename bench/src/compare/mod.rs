@@ -27,7 +27,7 @@
 //! died, or a wrk run failed.
 //!
 //! Where things are: [`plan`] checks the arguments, [`target`] and [`proxies`] start and account
-//! the targets, [`run`] runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
+//! the targets, [`run`](mod@run) runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
 //! summarise, [`json`] and [`plot`] write the files.
 
 pub mod json;

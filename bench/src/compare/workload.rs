@@ -1,5 +1,5 @@
-//! The workloads of `edge-bench compare` (issue 6): what wrk sends, on how many connections, and
-//! the Lua script that shapes the request and reports the latency percentiles.
+//! The workloads of `edge-bench compare` (DESIGN.md, Benchmark method): what wrk sends, on how
+//! many connections, and the Lua script that shapes the request and reports the latency percentiles.
 //!
 //! Every run uses a script (written to the target's scratch directory): its `done()` hook prints
 //! one `edge-bench percentile P MICROS` line per entry of [`PERCENTILES`] and an

@@ -7,6 +7,10 @@
 //! print what edge said. The child gets its own process group (a terminal's Ctrl-C reaches only
 //! edge-bench) and `PR_SET_PDEATHSIG = SIGKILL`, so it dies with the thread that started it even
 //! when edge-bench itself is killed and no destructor runs.
+//!
+//! The same [`EdgeProcess`] runs the other proxies `compare` and `scale` measure, pinned with
+//! `taskset` ([`start_pinned_proxy`]). [`EdgeArgs`] is the scenarios' shared command-line choice
+//! of binary and io driver.
 
 use std::io::{self, Read};
 use std::net::SocketAddr;
