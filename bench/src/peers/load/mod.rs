@@ -103,13 +103,7 @@ fn closed_loop_table(r: &LoadReport) -> Table {
             t.row([format!("  {kind}"), n.to_string()]);
         }
     }
-    latency_rows(
-        &mut t,
-        r.latency(0.5),
-        r.latency(0.99),
-        r.latency(0.999),
-        r.latency_max(),
-    );
+    latency_rows(&mut t, |q| r.latency(q), r.latency_max());
     t
 }
 
@@ -126,13 +120,7 @@ fn open_loop_table(r: &OpenLoopReport, duration: Duration) -> Table {
     t.row(["non-2xx/3xx".to_string(), r.non_2xx.to_string()]);
     t.row(["errors".to_string(), r.errors.total().to_string()]);
     t.row(["unsent".to_string(), r.unsent.to_string()]);
-    latency_rows(
-        &mut t,
-        r.latency(0.5),
-        r.latency(0.99),
-        r.latency(0.999),
-        r.latency_max(),
-    );
+    latency_rows(&mut t, |q| r.latency(q), r.latency_max());
     let us = |h: &hdrhistogram::Histogram<u64>, q: f64| {
         ms(Duration::from_micros(h.value_at_quantile(q)))
     };
@@ -147,10 +135,10 @@ fn open_loop_table(r: &OpenLoopReport, duration: Duration) -> Table {
     t
 }
 
-/// The p50, p99, p99.9 and max rows.
-fn latency_rows(t: &mut Table, p50: Duration, p99: Duration, p999: Duration, max: Duration) {
-    for (name, d) in [("p50", p50), ("p99", p99), ("p99.9", p999)] {
-        t.row([name.to_string(), ms(d)]);
+/// The p50, p99, p99.9 and max rows, from latency at a quantile.
+fn latency_rows(t: &mut Table, at: impl Fn(f64) -> Duration, max: Duration) {
+    for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+        t.row([name.to_string(), ms(at(q))]);
     }
     t.row(["max".to_string(), ms(max)]);
 }
