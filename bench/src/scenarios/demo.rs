@@ -12,14 +12,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::peers::load::closed::{run_load, LoadOptions, LoadReport};
-use crate::peers::origin::OriginOptions;
+use crate::peers::origin::{OriginOptions, LOAD_PATH};
 use crate::scenarios::hol::{probe_behind_slow, HolRound};
 use crate::support::edge_proc::{driver_args, locate_edge_bin, STOP_GRACE};
 use crate::support::stack::Stack;
 use crate::support::table::{ms, Table};
-
-/// Path of the load requests; the origin never delays it.
-pub const LOAD_PATH: &str = "/fast";
 
 /// Command line of `edge-bench demo`.
 #[derive(Debug, Clone, clap::Args)]
