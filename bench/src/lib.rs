@@ -1,61 +1,24 @@
-//! edge-bench: the test origin, the load generator and the scenarios that drive the real `edge`
+//! edge-bench: the test origin, the load generators and the scenarios that drive the real `edge`
 //! binary as a black box (DESIGN.md, Layout, Benchmark method and Fault matrix).
 //!
-//! Modules by job:
-//! - [`origin`]: the thread-per-core monoio test origin ([`origin::spawn_origin`] runs it
-//!   in-process);
-//! - [`load`]: the bounded closed-loop keep-alive load generator; [`openloop`]: the open-loop
-//!   one (fixed rate, latency from the scheduled send time);
-//! - [`edge_proc`]: finding, building, starting, health-waiting and stopping the `edge` child;
-//! - [`stack`]: origin + edge on free loopback ports, as every scenario sets them up;
-//! - [`demo`], [`hol`]: the `demo` and `hol` subcommands;
-//! - [`alloc`]: allocations per request with a counting allocator (`alloc`);
-//! - [`idle_wedge`], [`inbound`] (`partial`, `drip`), [`idle_memory`]: the capacity, inbound
-//!   deadline and idle-memory scenarios, with shared helpers in [`scenario`];
-//! - [`compare`] ([`compare_run`], [`compare_target`], [`compare_workload`], [`compare_wrk`], [`compare_report`],
-//!   [`compare_tables`], [`compare_json`], [`compare_plot`]): the `compare` subcommand, edge
-//!   against nginx, HAProxy and direct under wrk, per workload, with JSON and SVG output;
-//! - [`scale`] ([`scale_target`], [`scale_report`], [`scale_plot`]): the `scale` subcommand,
-//!   latency at fixed rates, throughput against connections and memory against idle connections;
-//! - [`matrix`] ([`matrix_cases`], [`matrix_life`], [`matrix_origin`]): the `matrix`
-//!   subcommand, every case of DESIGN.md "Fault matrix" with its invariants;
-//! - [`host`]: CPU lists and pinning, tool versions, commit, date and machine facts for result records;
-//! - [`http`], [`chunked`], [`wire`], [`stop`], [`probe`], [`table`]: sans-IO framing, buffered
-//!   monoio reads, the per-runtime stop signal, the blocking probe client and result tables.
+//! One module per job, each owning its subcommands' `Args`:
+//! - [`compare`]: the `compare` subcommand, edge against nginx, HAProxy and direct under wrk, per
+//!   workload, with JSON and SVG output;
+//! - [`scale`]: the `scale` subcommand, latency at fixed rates, throughput against connections and
+//!   memory against idle connections;
+//! - [`matrix`]: the `matrix` subcommand, every case of DESIGN.md "Fault matrix" with its
+//!   invariants;
+//! - [`scenarios`]: the single-situation subcommands (`demo`, `hol`, `idle-wedge`, `partial`,
+//!   `drip`, `idle-memory`, `alloc`);
+//! - [`peers`]: the test origin (`origin`) and the closed- and open-loop load generators (`load`),
+//!   with their sans-IO HTTP/1.1 framing and buffered monoio reads;
+//! - [`support`]: what the jobs share: the `edge` child process and its temp config, origin + edge
+//!   on free loopback ports, the blocking probe client, edge's metrics and log events, `/proc`
+//!   readings, machine facts and result tables.
 
-pub mod alloc;
-pub mod chunked;
 pub mod compare;
-pub mod compare_json;
-pub mod compare_plot;
-pub mod compare_report;
-pub mod compare_run;
-pub mod compare_tables;
-pub mod compare_target;
-pub mod compare_workload;
-pub mod compare_wrk;
-pub mod demo;
-pub mod edge_proc;
-pub mod hol;
-pub mod host;
-pub mod http;
-pub mod idle_memory;
-pub mod idle_wedge;
-pub mod inbound;
-pub mod load;
 pub mod matrix;
-pub mod matrix_cases;
-pub mod matrix_life;
-pub mod matrix_origin;
-pub mod openloop;
-pub mod origin;
-pub mod probe;
+pub mod peers;
 pub mod scale;
-pub mod scale_plot;
-pub mod scale_report;
-pub mod scale_target;
-pub mod scenario;
-pub mod stack;
-pub mod stop;
-pub mod table;
-pub mod wire;
+pub mod scenarios;
+pub mod support;

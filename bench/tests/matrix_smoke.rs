@@ -1,5 +1,5 @@
-//! Smoke run of `edge-bench matrix --groups a,c` (issue 6, Tests): the sender cases and the
-//! capacity cases against the real `edge` binary, bounded to about 2 minutes.
+//! Smoke run of `edge-bench matrix --groups a,c` (DESIGN.md, Fault matrix): the sender cases and
+//! the capacity cases against the real `edge` binary, bounded to about 2 minutes.
 //!
 //! The edge binary is the one cargo built for this test run (`target/<profile>/edge`, next to
 //! `edge-bench`; `cargo test --workspace` builds it), else `cargo build -p edge-frontend --bin edge`.

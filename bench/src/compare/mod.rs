@@ -1,0 +1,415 @@
+//! `edge-bench compare`: side-by-side throughput of edge (io_uring and epoll), nginx, HAProxy and
+//! "direct to origin" under the same wrk load, per workload (DESIGN.md, Benchmark method; the
+//! workloads are in [`workload`]).
+//!
+//! Method:
+//! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
+//!   CPU, pinned to the load CPU set; see [`start_origin`] for why not in-process); edge-bench's
+//!   own threads are pinned to the load CPU set too;
+//! - every proxy is started once, pinned to the proxy CPU set with `taskset`, health-checked
+//!   through the proxy (`GET /fast` answers 200), warmed up with one unmeasured wrk run, and kept
+//!   running across all rounds (only the target under test gets load; idle proxies sleep);
+//! - workloads run one after the other; within one, rounds interleave the targets
+//!   (A B C … A B C …); each run is
+//!   `taskset -c LOAD wrk -t1 -cN -dD --latency -s SCRIPT [-H …] http://TARGET/PATH`;
+//! - before the `close` workload, each target is checked to close after a `Connection: close`
+//!   request;
+//! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
+//!   (process and direct children: the nginx worker), sampled right before wrk starts and right
+//!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
+//!   load-bound (see [`report`]);
+//! - at the end every proxy is stopped by its own pid (SIGTERM, SIGKILL after a grace), all in
+//!   parallel; the Markdown tables print per workload (every run, per-target medians with ratios
+//!   to nginx, edge against the others) and a summary of ratios to nginx; the JSON record and the
+//!   SVG plots go to `--out-dir` ([`json`], [`plot`]).
+//!
+//! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
+//! died, or a wrk run failed.
+//!
+//! Where things are: [`plan`] checks the arguments, [`target`] and [`proxies`] start and account
+//! the targets, [`run`](mod@run) runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
+//! summarise, [`json`] and [`plot`] write the files.
+
+pub mod json;
+pub mod plan;
+pub mod plot;
+pub mod proxies;
+pub mod report;
+pub mod run;
+pub mod tables;
+pub mod target;
+pub mod workload;
+pub mod wrk;
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::compare::plan::Plan;
+use crate::compare::proxies::{HAPROXY_BIN, NGINX_BIN};
+use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
+use crate::compare::run::WorkloadRun;
+use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
+use crate::compare::target::{closes_after_request, Binaries, Target, TargetKind};
+use crate::compare::workload::Workload;
+use crate::compare::wrk::wrk_seconds;
+use crate::peers::origin::child::start_origin;
+use crate::peers::origin::LOAD_PATH;
+use crate::support::edge_proc::{EdgeProcess, STOP_GRACE};
+use crate::support::host::{pin_current_thread, version_of};
+use crate::support::procfs::cpus_allowed;
+
+/// How long a proxy gets to answer its first request through to the origin.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause between two runs (lets sockets of the previous run close).
+pub(crate) const SETTLE: Duration = Duration::from_millis(300);
+
+/// Options of `edge-bench compare`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Rounds; every round runs every target once, in order.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Length of each measured run (wrk -d, whole seconds).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// wrk connections (-c) of the workloads without a fixed count (all but get-64, get-256).
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "get-64,get-256,get-16k,get-1m,post-1m,close"
+    )]
+    pub workloads: Vec<Workload>,
+    /// A functional check, not a measurement: 1 round of 3 s, 1 s warm-up (overrides those
+    /// options); files go to OUT_DIR/quick.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the JSON record and the SVG plots go.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
+    pub out_dir: PathBuf,
+    /// Print only: write no JSON and no plots.
+    #[arg(long)]
+    pub no_files: bool,
+    /// Targets, in the order each round runs them.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "edge-io_uring,edge-epoll,nginx,haproxy,direct"
+    )]
+    pub targets: Vec<TargetKind>,
+    /// CPUs of the proxy under test (list or ranges: 0 or 0,2 or 0-1).
+    #[arg(long, default_value = "0")]
+    pub proxy_cpus: String,
+    /// CPUs of wrk, the origin and edge-bench itself.
+    #[arg(long, default_value = "1")]
+    pub load_cpus: String,
+    /// Unmeasured wrk run per target after it starts; 0s skips it.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// The edge binary (default: next to edge-bench, else built with cargo).
+    #[arg(long)]
+    pub edge_bin: Option<PathBuf>,
+    /// nginx executable.
+    #[arg(long, default_value = NGINX_BIN)]
+    pub nginx_bin: PathBuf,
+    /// HAProxy executable.
+    #[arg(long, default_value = HAPROXY_BIN)]
+    pub haproxy_bin: PathBuf,
+    /// wrk executable.
+    #[arg(long, default_value = "/usr/bin/wrk")]
+    pub wrk_bin: PathBuf,
+}
+
+/// Everything about one run of `compare` that the JSON record and the plots need.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    /// Workloads run, in order.
+    pub workloads: Vec<Workload>,
+    /// Targets that ran, in round order.
+    pub kinds: Vec<TargetKind>,
+    /// Systems left out, with the reason.
+    pub skipped: Vec<(TargetKind, String)>,
+    /// Rounds per workload.
+    pub rounds: usize,
+    /// Run length in seconds (wrk -d).
+    pub duration_s: u64,
+    /// Connections of the workloads without a fixed count.
+    pub connections: usize,
+    /// Proxy and load CPU lists.
+    pub proxy_cpus: String,
+    /// CPUs of wrk, the origin and edge-bench.
+    pub load_cpus: String,
+    /// The placement text (pids and their actual CPU lists).
+    pub placement: String,
+    /// `name: version` lines.
+    pub versions: Vec<(String, String)>,
+    /// Whether each target closed the connection after a `Connection: close` request.
+    pub closes: Vec<(TargetKind, String)>,
+    /// Failures (start, death, wrk).
+    pub failures: Vec<String>,
+}
+
+/// Runs the comparison and prints its tables; `Ok(false)` when a target failed to start, died,
+/// or a wrk run failed (the remaining targets still run and print).
+///
+/// # Errors
+/// Bad options, missing wrk or edge, origin start failures, and failures writing the results.
+pub fn run(args: &Args) -> io::Result<bool> {
+    let args = &args.clone().quick_adjusted();
+    let plan = Plan::new(args)?;
+    // Everything edge-bench starts from here on (reader threads, children before their
+    // taskset) inherits the load CPU set.
+    pin_current_thread(&plan.load_cpus)?;
+    let (mut origin, origin_addr) =
+        start_origin(&plan.load_list, plan.load_cpus.len(), START_TIMEOUT)?;
+    println!(
+        "origin: edge-bench origin (pid {}, {} worker(s) on CPU {}) on {origin_addr}",
+        origin.pid(),
+        plan.load_cpus.len(),
+        plan.load_list,
+    );
+    let mut failures: Vec<String> = Vec::new();
+    let mut targets: Vec<Target> = Vec::new();
+    for &k in &plan.kinds {
+        match Target::start(k, &plan.bins, origin_addr, &plan.proxy_list, START_TIMEOUT) {
+            Ok(t) => targets.push(t),
+            Err(e) => {
+                eprintln!("{e}");
+                failures.push(format!("{} failed to start: {e}", k.name()));
+            }
+        }
+    }
+    let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
+    print!("{placement}");
+    let versions = versions(args, &plan.bins, &plan.kinds);
+    let line: Vec<String> = versions.iter().map(|(_, v)| v.clone()).collect();
+    println!("versions: {}", line.join("; "));
+    let closes = if plan.workloads.contains(&Workload::Close) {
+        check_closes(&targets)
+    } else {
+        Vec::new()
+    };
+    let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
+    let samples = run_workloads(args, &plan, &mut targets, &mut origin, &mut failures)?;
+    stop_all(targets);
+    if let Some(st) = origin.exited()? {
+        failures.push(format!("the origin exited during the runs ({st})"));
+    }
+    let _ = origin.stop(STOP_GRACE);
+
+    print_summary(&samples, &ran, &plan.workloads);
+    print!("{placement}");
+    for (k, c) in &closes {
+        println!("Connection: close on {}: {c}", k.name());
+    }
+    let info = RunInfo {
+        workloads: plan.workloads,
+        kinds: ran,
+        skipped: plan.skipped,
+        rounds: args.rounds,
+        duration_s: wrk_seconds(args.duration),
+        connections: args.connections,
+        proxy_cpus: plan.proxy_list,
+        load_cpus: plan.load_list,
+        placement,
+        versions,
+        closes,
+        failures: failures.clone(),
+    };
+    if !args.no_files {
+        write_results(&args.out_dir, &info, &samples)?;
+    }
+    if failures.is_empty() {
+        Ok(true)
+    } else {
+        eprintln!("\nfailures:");
+        for f in &failures {
+            eprintln!("  {}", f.lines().next().unwrap_or(""));
+        }
+        Ok(false)
+    }
+}
+
+/// Every workload in turn over the running targets, printing each workload's tables; then every
+/// target not already found dead is checked once more. The samples of all workloads.
+fn run_workloads(
+    args: &Args,
+    plan: &Plan,
+    targets: &mut [Target],
+    origin: &mut EdgeProcess,
+    failures: &mut Vec<String>,
+) -> io::Result<Vec<Sample>> {
+    let scripts =
+        std::env::temp_dir().join(format!("edge-bench-compare-{}-lua", std::process::id()));
+    std::fs::create_dir_all(&scripts)?;
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut dead = vec![false; targets.len()];
+    let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
+    for &w in &plan.workloads {
+        let script = scripts.join(format!("{}.lua", w.name()));
+        std::fs::write(&script, w.lua_script())?;
+        let before = samples.len();
+        let ctx = WorkloadRun {
+            args,
+            workload: w,
+            script: &script,
+            load_list: &plan.load_list,
+        };
+        ctx.run(targets, &mut dead, origin, &mut samples, failures)?;
+        print_workload(args, w, &samples[before..], &ran);
+    }
+    let _ = std::fs::remove_dir_all(&scripts);
+    for (i, t) in targets.iter_mut().enumerate() {
+        if !dead[i] {
+            if let Err(e) = t.check_alive() {
+                failures.push(e.to_string());
+            }
+        }
+    }
+    Ok(samples)
+}
+
+/// The tables of one workload: every run, the per-target medians, and edge against the others.
+fn print_workload(args: &Args, w: Workload, these: &[Sample], ran: &[TargetKind]) {
+    println!("\n### {} ({})\n", w.name(), w.describe(args.connections));
+    print!("{}", rounds_table(these).render_markdown());
+    println!(
+        "\nmedians over {} round(s) of {} s (load-bound rounds left out):\n",
+        args.rounds,
+        wrk_seconds(args.duration)
+    );
+    print!("{}", summary_table(these, ran).render_markdown());
+    if ran.iter().any(|k| k.is_edge()) {
+        println!();
+        print!("{}", ratio_table(these, ran).render_markdown());
+    }
+    let _ = io::stdout().flush();
+}
+
+/// The ratios to nginx over all workloads, and what the columns mean.
+fn print_summary(samples: &[Sample], ran: &[TargetKind], workloads: &[Workload]) {
+    println!("\n### ratios to nginx (medians; req/s above 1x: more; CPU/request and p99 below 1x: less)\n");
+    print!(
+        "{}",
+        nginx_summary_table(samples, ran, workloads).render_markdown()
+    );
+    println!(
+        "\nCPU s/100k req = proxy CPU time (utime+stime, all threads; nginx master+worker) per 100 000 requests. \
+         CPU util = that time / wall time of the run; under {:.0} % of one CPU a round is load-bound. \
+         runq wait = time the proxy was runnable but its CPU ran something else. peak RSS = VmHWM over the \
+         run (nginx: master+worker). * = every round load-bound (medians over all rounds).",
+        LOAD_BOUND_UTIL * 100.0
+    );
+}
+
+/// Writes `compare-DATE-COMMIT.json` and the SVG plots under `dir`, printing their paths.
+fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let commit = crate::support::host::git_commit();
+    let date = crate::support::host::utc_date();
+    let json = dir.join(format!("compare-{date}-{commit}.json"));
+    let doc = crate::compare::json::document(info, samples, &date, &commit);
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&doc).map_err(io::Error::other)? + "\n",
+    )?;
+    println!("\nresults: {}", json.display());
+    for path in crate::compare::plot::write_plots(dir, info, samples)? {
+        println!("plot: {}", path.display());
+    }
+    Ok(())
+}
+
+/// (program, version line) for wrk, edge, nginx and HAProxy as far as they run.
+fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
+    let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
+    if kinds.iter().any(|k| k.is_edge()) {
+        v.push((
+            "edge".to_string(),
+            format!(
+                "{} ({}, commit {})",
+                version_of(&bins.edge, "--version"),
+                bins.edge.display(),
+                crate::support::host::git_commit()
+            ),
+        ));
+    }
+    if kinds.contains(&TargetKind::Nginx) {
+        v.push(("nginx".to_string(), version_of(&bins.nginx, "-v")));
+    }
+    if kinds.contains(&TargetKind::Haproxy) {
+        v.push(("haproxy".to_string(), version_of(&bins.haproxy, "-v")));
+    }
+    v
+}
+
+/// Checks that every target closes a connection after answering a `Connection: close` request
+/// (otherwise the `close` workload would not open a connection per request); prints and returns
+/// what each did.
+fn check_closes(targets: &[Target]) -> Vec<(TargetKind, String)> {
+    targets
+        .iter()
+        .map(|t| {
+            let what = match closes_after_request(t.addr, LOAD_PATH) {
+                Ok(Some(true)) => "closes after the response".to_string(),
+                Ok(Some(false)) => "WARNING: keeps the connection open".to_string(),
+                Ok(None) => "WARNING: answered non-200".to_string(),
+                Err(e) => format!("WARNING: check failed: {e}"),
+            };
+            println!("Connection: close check, {}: {what}", t.kind.name());
+            (t.kind, what)
+        })
+        .collect()
+}
+
+/// The CPU placement, with each proxy's pids and their actual affinity from `/proc`.
+fn placement(targets: &[Target], proxy: &str, load: &str, origin: u32) -> String {
+    let origin_cpus = cpus_allowed(origin).unwrap_or_else(|| "?".into());
+    let mut s = format!(
+        "CPU placement: proxy under test on CPU {proxy} (edge --workers 1, nginx worker_processes 1, \
+         HAProxy nbthread 1); wrk -t1, the origin and edge-bench on CPU {load}\n  origin: pid {origin} on CPU {origin_cpus}\n"
+    );
+    for t in targets.iter().filter(|t| t.kind.is_proxy()) {
+        let pids: Vec<String> = t
+            .pids()
+            .into_iter()
+            .map(|p| {
+                format!(
+                    "{p} on CPU {}",
+                    cpus_allowed(p).unwrap_or_else(|| "?".into())
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            "  {} on {}: pid {}\n",
+            t.kind.name(),
+            t.addr,
+            pids.join(", pid ")
+        ));
+    }
+    s
+}
+
+/// Stops every proxy (SIGTERM to its own pid, SIGKILL after [`STOP_GRACE`]) in parallel and
+/// removes their scratch directories.
+fn stop_all(targets: Vec<Target>) {
+    std::thread::scope(|scope| {
+        for mut t in targets {
+            scope.spawn(move || {
+                let name = t.kind.name();
+                if let Some(p) = t.process.as_mut() {
+                    let pid = p.pid();
+                    match p.stop(STOP_GRACE) {
+                        Ok(how) => println!("stopped {name} (pid {pid}): {how}"),
+                        Err(e) => eprintln!("stopping {name} (pid {pid}): {e}"),
+                    }
+                }
+                drop(t);
+            });
+        }
+    });
+}

@@ -1,0 +1,188 @@
+//! How `edge-bench compare` runs each proxy: its default executable, its command line and its
+//! configuration file (DESIGN.md, Benchmark method):
+//! - edge: `edge --listen L --admin-listen "" --upstream O --workers 1 --io-driver X` (with a
+//!   one-CPU mask and one worker, edge's `pin_workers = "auto"` pins the worker to that CPU);
+//! - nginx: `nginx -p DIR -e DIR/error.log -c DIR/nginx.conf`, one worker, `daemon off`,
+//!   upstream `keepalive 64`, `proxy_http_version 1.1`, `Connection ""`, access log off, every
+//!   pid/temp path in DIR; bodies are streamed both ways like edge and HAProxy do
+//!   (`proxy_request_buffering off`, `proxy_max_temp_file_size 0`: no spooling of a 1 MiB body to
+//!   a temp file) and `client_max_body_size 0` (no limit; the default 1m is at the POST size);
+//! - HAProxy: `haproxy -db -f DIR/haproxy.cfg`, `nbthread 1`, `maxconn 4000`, `mode http`,
+//!   `option http-keep-alive`, `http-reuse always`.
+//!
+//! Other settings stay at each server's defaults (nginx and edge both end a client connection
+//! after 1000 requests; HAProxy has no such limit).
+
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::target::{Binaries, TargetKind};
+
+/// Default nginx executable (Debian package).
+pub const NGINX_BIN: &str = "/usr/sbin/nginx";
+/// Default HAProxy executable (Debian package).
+pub const HAPROXY_BIN: &str = "/usr/sbin/haproxy";
+
+/// The executable and arguments that run proxy `kind` on `listen` in front of `origin`; nginx and
+/// HAProxy get their configuration file written into `dir` first.
+///
+/// # Errors
+/// Config-writing failures.
+///
+/// # Panics
+/// For [`TargetKind::Direct`], which runs no proxy.
+pub fn proxy_command(
+    kind: TargetKind,
+    bins: &Binaries,
+    dir: &Path,
+    listen: SocketAddr,
+    origin: SocketAddr,
+) -> io::Result<(PathBuf, Vec<String>)> {
+    Ok(match kind {
+        TargetKind::EdgeUring | TargetKind::EdgeEpoll => {
+            let driver = if kind == TargetKind::EdgeUring {
+                "io_uring"
+            } else {
+                "epoll"
+            };
+            let args = [
+                "--listen",
+                &listen.to_string(),
+                "--admin-listen",
+                "",
+                "--upstream",
+                &origin.to_string(),
+                "--workers",
+                "1",
+                "--io-driver",
+                driver,
+            ]
+            .map(String::from)
+            .to_vec();
+            (bins.edge.clone(), args)
+        }
+        TargetKind::Nginx => {
+            let conf = dir.join("nginx.conf");
+            fs::write(&conf, nginx_config(dir, listen, origin))?;
+            let d = dir.display().to_string();
+            let args = vec![
+                "-p".to_string(),
+                format!("{d}/"),
+                "-e".to_string(),
+                format!("{d}/error.log"),
+                "-c".to_string(),
+                conf.display().to_string(),
+            ];
+            (bins.nginx.clone(), args)
+        }
+        TargetKind::Haproxy => {
+            let conf = dir.join("haproxy.cfg");
+            fs::write(&conf, haproxy_config(listen, origin))?;
+            let args = vec![
+                "-db".to_string(),
+                "-f".to_string(),
+                conf.display().to_string(),
+            ];
+            (bins.haproxy.clone(), args)
+        }
+        TargetKind::Direct => unreachable!("direct runs no proxy"),
+    })
+}
+
+/// The nginx configuration: one worker, upstream keepalive, everything under `dir`.
+pub fn nginx_config(dir: &Path, listen: SocketAddr, origin: SocketAddr) -> String {
+    let d = dir.display();
+    format!(
+        "# written by edge-bench compare
+worker_processes 1;
+daemon off;
+master_process on;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+    client_max_body_size 0;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    upstream origin {{
+        server {origin};
+        keepalive 64;
+    }}
+    server {{
+        listen {listen};
+        location / {{
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_request_buffering off;
+            proxy_max_temp_file_size 0;
+        }}
+    }}
+}}
+"
+    )
+}
+
+/// The HAProxy configuration: one thread, connection reuse always, keep-alive both sides.
+pub fn haproxy_config(listen: SocketAddr, origin: SocketAddr) -> String {
+    format!(
+        "# written by edge-bench compare
+global
+    nbthread 1
+    maxconn 4000
+
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+
+frontend bench
+    bind {listen}
+    default_backend origin
+
+backend origin
+    server origin {origin}
+"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_name_origin_and_listener() {
+        let l: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let o: SocketAddr = "127.0.0.1:2000".parse().unwrap();
+        let n = nginx_config(Path::new("/tmp/x"), l, o);
+        assert!(n.contains("listen 127.0.0.1:1000;") && n.contains("server 127.0.0.1:2000;"));
+        assert!(n.contains("keepalive 64;") && n.contains("pid /tmp/x/nginx.pid;"));
+        assert!(n.contains("worker_processes 1;") && n.contains("daemon off;"));
+        assert!(
+            n.contains("proxy_http_version 1.1;")
+                && n.contains("proxy_set_header Connection \"\";")
+        );
+        assert!(
+            n.contains("proxy_request_buffering off;") && n.contains("client_max_body_size 0;")
+        );
+        assert!(n.contains("proxy_temp_path /tmp/x/proxy;"));
+        // Balanced braces: every block the template opens, it closes.
+        assert_eq!(n.matches('{').count(), n.matches('}').count());
+        let h = haproxy_config(l, o);
+        assert!(h.contains("bind 127.0.0.1:1000") && h.contains("server origin 127.0.0.1:2000"));
+        assert!(h.contains("nbthread 1") && h.contains("http-reuse always"));
+        assert!(h.contains("mode http") && h.contains("option http-keep-alive"));
+        assert!(h.contains("default_backend origin") && h.contains("\nbackend origin\n"));
+    }
+}

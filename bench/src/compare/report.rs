@@ -1,0 +1,452 @@
+//! Results of `edge-bench compare`: one [`Sample`] per (workload, round, target), the per-target
+//! medians, the ratios (edge against the others; every target against nginx), the merged latency
+//! percentiles for the CDF plot, and the tables that print them. Functions that summarise take
+//! the samples of one workload.
+//!
+//! Rules (DESIGN.md, Benchmark method): a proxy round whose proxy used under
+//! [`LOAD_BOUND_UTIL`] of one CPU over the run is *load-bound*: shown, but left out of that
+//! target's medians and of the ratios. `direct` has no proxy, so all its rounds count. When every
+//! round of a target is load-bound its medians are taken over all rounds and marked `*`, so the
+//! table still shows what was measured. Ratios are `edge / other`: above 1 for req/s means edge
+//! served more, below 1 for CPU/request means edge spent less.
+
+use std::time::Duration;
+
+use crate::compare::target::TargetKind;
+use crate::compare::workload::Workload;
+use crate::compare::wrk::WrkResult;
+
+/// Under this share of one CPU, a proxy round is load-bound.
+pub const LOAD_BOUND_UTIL: f64 = 0.85;
+
+/// One measured run of one target.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Which workload.
+    pub workload: Workload,
+    /// Round number, from 1.
+    pub round: usize,
+    /// Which target.
+    pub kind: TargetKind,
+    /// What wrk reported.
+    pub wrk: WrkResult,
+    /// Wall time around the wrk process.
+    pub wall: Duration,
+    /// CPU time the proxy (all threads, plus nginx's worker) used over the run; `None` for direct.
+    pub cpu: Option<Duration>,
+    /// Time the proxy's threads were runnable but waiting for a CPU over the run.
+    pub wait: Option<Duration>,
+    /// Peak RSS over the run (VmHWM, reset before it; nginx: master + worker), KiB.
+    pub rss_kib: Option<u64>,
+}
+
+impl Sample {
+    /// Proxy CPU time over wall time (1.0 = one CPU busy all the run).
+    pub fn utilisation(&self) -> Option<f64> {
+        let wall = self.wall.as_secs_f64();
+        self.cpu
+            .filter(|_| wall > 0.0)
+            .map(|c| c.as_secs_f64() / wall)
+    }
+
+    /// Proxy run-queue wait over wall time: the share of the run its CPU was taken by others.
+    pub fn wait_share(&self) -> Option<f64> {
+        let wall = self.wall.as_secs_f64();
+        self.wait
+            .filter(|_| wall > 0.0)
+            .map(|w| w.as_secs_f64() / wall)
+    }
+
+    /// Proxy CPU microseconds per completed request.
+    pub fn cpu_us_per_req(&self) -> Option<f64> {
+        self.cpu
+            .filter(|_| self.wrk.requests > 0)
+            .map(|c| c.as_secs_f64() * 1e6 / self.wrk.requests as f64)
+    }
+
+    /// Proxy CPU seconds per 100 000 completed requests.
+    pub fn cpu_s_per_100k(&self) -> Option<f64> {
+        self.cpu_us_per_req().map(per_100k)
+    }
+
+    /// A proxy round where the proxy was not the bottleneck.
+    pub fn load_bound(&self) -> bool {
+        self.utilisation().is_some_and(|u| u < LOAD_BOUND_UTIL)
+    }
+
+    /// Counts as a result: requests completed and not load-bound.
+    pub fn counted(&self) -> bool {
+        self.wrk.requests > 0 && !self.load_bound()
+    }
+}
+
+/// Medians of one target over its counted rounds.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Which target.
+    pub kind: TargetKind,
+    /// Rounds run.
+    pub rounds: usize,
+    /// Load-bound rounds.
+    pub load_bound: usize,
+    /// Socket errors plus non-2xx answers over all rounds.
+    pub errors: u64,
+    /// No round counted; the medians are over all rounds.
+    pub all_load_bound: bool,
+    /// Median requests/s.
+    pub req_per_sec: f64,
+    /// Median of the rounds' p50.
+    pub p50: Duration,
+    /// Median of the rounds' p99.
+    pub p99: Duration,
+    /// Median of the rounds' p99.9 (wrk script report).
+    pub p999: Option<Duration>,
+    /// Median proxy CPU µs per request.
+    pub cpu_us_per_req: Option<f64>,
+    /// Median proxy CPU utilisation.
+    pub utilisation: Option<f64>,
+    /// Median run-queue wait share.
+    pub wait_share: Option<f64>,
+    /// Median peak RSS, KiB.
+    pub rss_kib: Option<f64>,
+}
+
+impl Summary {
+    /// Median proxy CPU seconds per 100 000 requests.
+    pub fn cpu_s_per_100k(&self) -> Option<f64> {
+        self.cpu_us_per_req.map(per_100k)
+    }
+}
+
+/// CPU µs per request as CPU seconds per 100 000 requests.
+pub fn per_100k(us_per_req: f64) -> f64 {
+    us_per_req * 100_000.0 / 1e6
+}
+
+/// The samples of one workload.
+pub fn of_workload(samples: &[Sample], w: Workload) -> Vec<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.workload == w)
+        .cloned()
+        .collect()
+}
+
+/// The median of `v` (mean of the middle two for an even count); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
+}
+
+/// The samples of `kind` that count (all of them when none does).
+fn used(samples: &[Sample], kind: TargetKind) -> (Vec<&Sample>, bool) {
+    let all: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
+    let counted: Vec<&Sample> = all.iter().copied().filter(|s| s.counted()).collect();
+    if counted.is_empty() {
+        (all, true)
+    } else {
+        (counted, false)
+    }
+}
+
+/// The summary of `kind`, or `None` when it has no samples.
+pub fn summarize(samples: &[Sample], kind: TargetKind) -> Option<Summary> {
+    let all: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let (used, all_load_bound) = used(samples, kind);
+    let med = |f: &dyn Fn(&Sample) -> Option<f64>| {
+        median(&used.iter().filter_map(|s| f(s)).collect::<Vec<_>>())
+    };
+    let secs = |v: Option<f64>| Duration::from_secs_f64(v.unwrap_or(0.0).max(0.0));
+    Some(Summary {
+        kind,
+        rounds: all.len(),
+        load_bound: all.iter().filter(|s| s.load_bound()).count(),
+        errors: all.iter().map(|s| s.wrk.errors()).sum(),
+        all_load_bound,
+        req_per_sec: med(&|s| Some(s.wrk.req_per_sec)).unwrap_or(0.0),
+        p50: secs(med(&|s| Some(s.wrk.p50.as_secs_f64()))),
+        p99: secs(med(&|s| Some(s.wrk.p99.as_secs_f64()))),
+        p999: med(&|s| s.wrk.p999().map(|d| d.as_secs_f64())).map(|v| secs(Some(v))),
+        cpu_us_per_req: med(&|s| s.cpu_us_per_req()),
+        utilisation: med(&|s| s.utilisation()),
+        wait_share: med(&|s| s.wait_share()),
+        rss_kib: med(&|s| s.rss_kib.map(|k| k as f64)),
+    })
+}
+
+/// `a / b`, when both are there and `b` is positive.
+fn quotient(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a.is_finite() => Some(a / b),
+        _ => None,
+    }
+}
+
+/// One target's medians over nginx's, in one workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VsNginx {
+    /// The target.
+    pub kind: TargetKind,
+    /// req/s over nginx's (above 1: more).
+    pub req_per_sec: Option<f64>,
+    /// p99 over nginx's (below 1: faster).
+    pub p99: Option<f64>,
+    /// CPU per request over nginx's (below 1: cheaper).
+    pub cpu: Option<f64>,
+    /// Peak RSS over nginx's.
+    pub rss: Option<f64>,
+}
+
+/// Every target's medians over nginx's (nginx itself is 1x); empty without nginx samples.
+pub fn vs_nginx(samples: &[Sample], kinds: &[TargetKind]) -> Vec<VsNginx> {
+    let Some(n) = summarize(samples, TargetKind::Nginx) else {
+        return Vec::new();
+    };
+    kinds
+        .iter()
+        .filter_map(|&k| summarize(samples, k))
+        .map(|s| VsNginx {
+            kind: s.kind,
+            req_per_sec: quotient(Some(s.req_per_sec), Some(n.req_per_sec)),
+            p99: quotient(Some(s.p99.as_secs_f64()), Some(n.p99.as_secs_f64())),
+            cpu: quotient(s.cpu_us_per_req, n.cpu_us_per_req),
+            rss: quotient(s.rss_kib, n.rss_kib),
+        })
+        .collect()
+}
+
+/// The latency percentiles of several runs merged into one curve: for every percentile that
+/// all runs report, the median of their latencies at it (ascending by percentile). Used for the
+/// CDF plot; the rounds of a target are merged this way, not their raw requests (wrk does not
+/// export its histogram).
+pub fn merge_percentiles(runs: &[&[(f64, Duration)]]) -> Vec<(f64, Duration)> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    let mut out: Vec<(f64, Duration)> = first
+        .iter()
+        .filter_map(|&(p, _)| {
+            let at: Vec<f64> = runs
+                .iter()
+                .map(|r| r.iter().find(|(q, _)| (q - p).abs() < 1e-9).map(|x| x.1))
+                .collect::<Option<Vec<Duration>>>()?
+                .iter()
+                .map(Duration::as_secs_f64)
+                .collect();
+            Some((p, Duration::from_secs_f64(median(&at)?)))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The CDF of `kind` in one workload: its counted rounds' percentiles, merged.
+pub fn cdf(samples: &[Sample], kind: TargetKind) -> Vec<(f64, Duration)> {
+    let (used, _) = used(samples, kind);
+    let runs: Vec<&[(f64, Duration)]> = used
+        .iter()
+        .map(|s| s.wrk.percentiles.as_slice())
+        .filter(|p| !p.is_empty())
+        .collect();
+    merge_percentiles(&runs)
+}
+
+/// edge against one other target.
+#[derive(Debug, Clone)]
+pub struct Ratio {
+    /// The edge target.
+    pub edge: TargetKind,
+    /// The target compared with.
+    pub other: TargetKind,
+    /// Median req/s of edge over median req/s of the other.
+    pub req_per_sec: f64,
+    /// Median over rounds (both counted) of the same-round req/s ratio.
+    pub per_round: Option<f64>,
+    /// Median CPU µs/request of edge over the other's (proxies only).
+    pub cpu_per_req: Option<f64>,
+    /// Either side's medians come from load-bound rounds only.
+    pub load_bound: bool,
+}
+
+/// Ratios of every edge target against every non-edge target present.
+pub fn ratios(samples: &[Sample], kinds: &[TargetKind]) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for &e in kinds.iter().filter(|k| k.is_edge()) {
+        let Some(es) = summarize(samples, e) else {
+            continue;
+        };
+        for &o in kinds.iter().filter(|k| !k.is_edge()) {
+            let Some(os) = summarize(samples, o) else {
+                continue;
+            };
+            let same_round: Vec<f64> = samples
+                .iter()
+                .filter(|s| s.kind == e && s.counted())
+                .filter_map(|s| {
+                    let other = samples
+                        .iter()
+                        .find(|x| x.kind == o && x.round == s.round && x.counted())?;
+                    Some(s.wrk.req_per_sec / other.wrk.req_per_sec)
+                })
+                .collect();
+            let cpu_per_req = match (es.cpu_us_per_req, os.cpu_us_per_req) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            };
+            out.push(Ratio {
+                edge: e,
+                other: o,
+                req_per_sec: if os.req_per_sec > 0.0 {
+                    es.req_per_sec / os.req_per_sec
+                } else {
+                    f64::NAN
+                },
+                per_round: median(&same_round),
+                cpu_per_req,
+                load_bound: es.all_load_bound || os.all_load_bound,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample(round: usize, kind: TargetKind, rps: f64, cpu_ms: Option<u64>) -> Sample {
+        Sample {
+            workload: Workload::Get64,
+            round,
+            kind,
+            wrk: WrkResult {
+                requests: (rps * 10.0) as u64,
+                window: Duration::from_secs(10),
+                req_per_sec: rps,
+                p50: Duration::from_micros(1000),
+                p99: Duration::from_micros(3000),
+                socket_errors: 0,
+                socket_detail: String::new(),
+                non_2xx: 0,
+                percentiles: vec![
+                    (50.0, Duration::from_micros(1000)),
+                    (99.9, Duration::from_micros(5000)),
+                ],
+                max: None,
+            },
+            wall: Duration::from_secs(10),
+            cpu: cpu_ms.map(Duration::from_millis),
+            wait: cpu_ms.map(|_| Duration::ZERO),
+            rss_kib: cpu_ms.map(|_| 4096),
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+
+    #[test]
+    fn load_bound_rounds_are_left_out() {
+        use TargetKind::*;
+        let s = vec![
+            sample(1, EdgeEpoll, 60_000.0, Some(9_900)),
+            sample(1, Nginx, 50_000.0, Some(9_800)),
+            sample(1, Direct, 120_000.0, None),
+            sample(2, EdgeEpoll, 30_000.0, Some(5_000)), // 50 %: load-bound
+            sample(2, Nginx, 40_000.0, Some(9_900)),
+            sample(2, Direct, 100_000.0, None),
+        ];
+        assert!(s[3].load_bound() && !s[3].counted() && s[2].counted());
+        assert!((s[0].utilisation().unwrap() - 0.99).abs() < 1e-9);
+        let e = summarize(&s, EdgeEpoll).unwrap();
+        assert_eq!((e.rounds, e.load_bound, e.all_load_bound), (2, 1, false));
+        assert_eq!(e.req_per_sec, 60_000.0);
+        assert!((e.cpu_us_per_req.unwrap() - 16.5).abs() < 1e-9);
+        let n = summarize(&s, Nginx).unwrap();
+        assert_eq!(n.req_per_sec, 45_000.0);
+        let r = ratios(&s, &[EdgeEpoll, Nginx, Direct]);
+        assert_eq!(r.len(), 2);
+        assert!((r[0].req_per_sec - 60.0 / 45.0).abs() < 1e-9);
+        assert!((r[0].per_round.unwrap() - 1.2).abs() < 1e-9);
+        assert!(r[0].cpu_per_req.is_some() && r[1].cpu_per_req.is_none());
+        assert!((r[1].req_per_sec - 60.0 / 110.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn all_load_bound_is_marked() {
+        let s = vec![sample(1, TargetKind::Haproxy, 10_000.0, Some(1_000))];
+        let h = summarize(&s, TargetKind::Haproxy).unwrap();
+        assert!(h.all_load_bound && h.req_per_sec == 10_000.0);
+    }
+
+    #[test]
+    fn per_100k_requests() {
+        assert!((per_100k(12.5) - 1.25).abs() < 1e-12);
+        let s = sample(1, TargetKind::Nginx, 50_000.0, Some(9_000));
+        // 9 s of CPU over 500 000 requests = 18 µs each = 1.8 s per 100k.
+        assert!((s.cpu_s_per_100k().unwrap() - 1.8).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ratios_to_nginx() {
+        use TargetKind::*;
+        let mut s = vec![
+            sample(1, EdgeUring, 60_000.0, Some(9_000)),
+            sample(1, Nginx, 50_000.0, Some(9_000)),
+            sample(1, Direct, 100_000.0, None),
+        ];
+        s[0].rss_kib = Some(2048);
+        s[0].wrk.p99 = Duration::from_micros(1500);
+        let r = vs_nginx(&s, &[EdgeUring, Nginx, Direct]);
+        assert_eq!(r.len(), 3);
+        assert!((r[0].req_per_sec.unwrap() - 1.2).abs() < 1e-9);
+        assert!((r[0].cpu.unwrap() - 50.0 / 60.0).abs() < 1e-9);
+        assert!((r[0].rss.unwrap() - 0.5).abs() < 1e-9);
+        assert!((r[0].p99.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(r[1].req_per_sec, Some(1.0));
+        assert_eq!((r[2].cpu, r[2].rss), (None, None));
+        assert!(vs_nginx(&s[..1], &[EdgeUring]).is_empty());
+        let e = summarize(&s, EdgeUring).unwrap();
+        assert_eq!(e.p999, Some(Duration::from_micros(5000)));
+        assert_eq!(e.rss_kib, Some(2048.0));
+    }
+
+    #[test]
+    fn percentile_merge() {
+        let us = Duration::from_micros;
+        let a = [(50.0, us(100)), (99.0, us(900)), (99.9, us(2000))];
+        let b = [(50.0, us(300)), (99.0, us(700))];
+        let c = [(50.0, us(200)), (99.0, us(800)), (99.9, us(1000))];
+        // Only percentiles every run reports; the median of the runs at each.
+        assert_eq!(
+            merge_percentiles(&[&a, &b, &c]),
+            vec![(50.0, us(200)), (99.0, us(800))]
+        );
+        assert_eq!(
+            merge_percentiles(&[&a, &c]),
+            vec![(50.0, us(150)), (99.0, us(850)), (99.9, us(1500))]
+        );
+        assert!(merge_percentiles(&[]).is_empty());
+        let mut s = vec![
+            sample(1, TargetKind::Nginx, 50_000.0, Some(9_900)),
+            sample(2, TargetKind::Nginx, 50_000.0, Some(1_000)), // load-bound: left out
+        ];
+        s[1].wrk.percentiles = vec![(50.0, us(9999))];
+        assert_eq!(cdf(&s, TargetKind::Nginx)[0], (50.0, us(1000)));
+    }
+}

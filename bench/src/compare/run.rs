@@ -1,0 +1,160 @@
+//! One workload of `edge-bench compare` over every target: one unmeasured wrk warm-up per
+//! target, then interleaved rounds (A B C … per round); each run resets the proxy's peak RSS and
+//! samples its CPU counters right before wrk starts, and reads both right after it exits.
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::compare::report::Sample;
+use crate::compare::target::Target;
+use crate::compare::workload::Workload;
+use crate::compare::wrk::{run_wrk, wrk_seconds, WrkSpec};
+use crate::compare::{Args, SETTLE};
+use crate::support::edge_proc::EdgeProcess;
+use crate::support::procfs::clock_ticks_per_sec;
+
+/// One workload over every target: warm-up, then interleaved rounds.
+pub(crate) struct WorkloadRun<'a> {
+    /// The options of the run.
+    pub args: &'a Args,
+    /// Which workload.
+    pub workload: Workload,
+    /// Its wrk Lua script.
+    pub script: &'a Path,
+    /// `taskset -c` list of the load CPUs.
+    pub load_list: &'a str,
+}
+
+impl WorkloadRun<'_> {
+    fn spec(&self, duration: Duration) -> WrkSpec<'_> {
+        WrkSpec {
+            wrk: &self.args.wrk_bin,
+            cpus: self.load_list,
+            connections: self.workload.connections(self.args.connections),
+            duration,
+            script: Some(self.script),
+            headers: self.workload.headers(),
+        }
+    }
+
+    /// Runs it: the warm-up of every target, then the rounds; samples and failures are appended.
+    ///
+    /// # Errors
+    /// Failure to check on the origin.
+    pub fn run(
+        &self,
+        targets: &mut [Target],
+        dead: &mut [bool],
+        origin: &mut EdgeProcess,
+        samples: &mut Vec<Sample>,
+        failures: &mut Vec<String>,
+    ) -> io::Result<()> {
+        let (args, w) = (self.args, self.workload);
+        let path = w.path();
+        println!(
+            "\n{}: taskset -c {} {} -t1 -c{} -d{}s --latency -s {}{} http://TARGET{path}; {} round(s), targets in order: {}",
+            w.name(),
+            self.load_list,
+            args.wrk_bin.display(),
+            w.connections(args.connections),
+            wrk_seconds(args.duration),
+            self.script.display(),
+            w.headers().iter().map(|h| format!(" -H \"{h}\"")).collect::<String>(),
+            args.rounds,
+            targets.iter().map(|t| t.kind.name()).collect::<Vec<_>>().join(" ")
+        );
+        if !args.warmup.is_zero() {
+            let warm = self.spec(args.warmup);
+            for t in targets.iter() {
+                let url = format!("http://{}{path}", t.addr);
+                if let Err(e) = run_wrk(&warm, &url, || {}) {
+                    failures.push(format!("{} {w} warm-up: {e}", t.kind.name()));
+                }
+            }
+        }
+        let measured = self.spec(args.duration);
+        let hz = clock_ticks_per_sec();
+        for round in 1..=args.rounds {
+            if let Some(st) = origin.exited()? {
+                failures.push(format!("the origin exited before {w} round {round} ({st})"));
+                return Ok(());
+            }
+            for (i, t) in targets.iter_mut().enumerate() {
+                if dead[i] {
+                    continue;
+                }
+                if let Err(e) = t.check_alive() {
+                    eprintln!("{e}");
+                    failures.push(format!("{w} round {round}: {e}"));
+                    dead[i] = true;
+                    continue;
+                }
+                let url = format!("http://{}{path}", t.addr);
+                let mut before = Ok(None);
+                let run = run_wrk(&measured, &url, || {
+                    t.reset_peak_rss();
+                    before = t.usage();
+                });
+                let after = t.usage();
+                let rss_kib = t.peak_rss_kib();
+                let sample = run.and_then(|run| {
+                    let (cpu, wait) = match (before?, after?) {
+                        (Some(b), Some(a)) => (
+                            Some(Duration::from_micros(
+                                a.cpu_ticks.saturating_sub(b.cpu_ticks) * 1_000_000 / hz,
+                            )),
+                            Some(Duration::from_nanos(a.wait_ns.saturating_sub(b.wait_ns))),
+                        ),
+                        _ => (None, None),
+                    };
+                    Ok(Sample {
+                        workload: w,
+                        round,
+                        kind: t.kind,
+                        wrk: run.result,
+                        wall: run.wall,
+                        cpu,
+                        wait,
+                        rss_kib,
+                    })
+                });
+                match sample {
+                    Ok(s) => {
+                        print_round(&s, args.rounds);
+                        samples.push(s);
+                    }
+                    Err(e) => {
+                        eprintln!("{w} round {round} {}: {e}", t.kind.name());
+                        failures.push(format!("{w} round {round} {}: {e}", t.kind.name()));
+                    }
+                }
+                let _ = io::stdout().flush();
+                std::thread::sleep(SETTLE);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One progress line per run.
+fn print_round(s: &Sample, rounds: usize) {
+    let pct = |v: Option<f64>| v.map_or("-".into(), |u| format!("{:.0} %", u * 100.0));
+    println!(
+        "{} round {}/{rounds} {:<14} {:>8.0} req/s  p99 {:>9}  p99.9 {:>9}  CPU {} (runq wait {}){}{}",
+        s.workload,
+        s.round,
+        s.kind.name(),
+        s.wrk.req_per_sec,
+        crate::support::table::ms(s.wrk.p99),
+        s.wrk.p999().map_or("-".into(), crate::support::table::ms),
+        pct(s.utilisation()),
+        pct(s.wait_share()),
+        if s.load_bound() { "  load-bound" } else { "" },
+        if s.wrk.errors() > 0 {
+            format!("  errors: {}", s.wrk.error_detail())
+        } else {
+            String::new()
+        }
+    );
+}

@@ -1,0 +1,306 @@
+//! The targets of `edge-bench compare`: edge (io_uring and epoll), nginx, HAProxy and "direct to
+//! origin", started as pinned child processes on free loopback ports, plus the CPU accounting
+//! from `/proc` (DESIGN.md, Benchmark method).
+//!
+//! Every proxy runs through `taskset -c PROXY_CPUS BIN …` (taskset execs the proxy, so the child
+//! pid is the proxy's) inside [`EdgeProcess`], which captures its output, gives it its own process
+//! group and `PR_SET_PDEATHSIG`, and stops it by its own pid (SIGTERM, then SIGKILL to its group):
+//! nothing here signals a process by name. The command lines and configuration files are in
+//! [`super::proxies`].
+//!
+//! CPU time is utime + stime from `/proc/PID/stat` of the proxy process (all its threads) plus
+//! its direct children (the nginx worker), in clock ticks. The run-queue wait of their threads
+//! (`/proc/PID/task/*/schedstat`) tells a proxy starved by other work on its CPU from one that
+//! was simply not given enough load.
+//!
+//! Peak RSS per run: `VmHWM` of `/proc/PID/status` of the proxy and its direct children (nginx:
+//! master + worker, summed), reset before each run by writing `5` to `/proc/PID/clear_refs`
+//! (Linux ≥ 4.0), so a run's peak is not an earlier workload's.
+
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::proxies::proxy_command;
+use crate::support::edge_proc::{start_pinned_proxy, EdgeProcess};
+use crate::support::procfs::{children_of, proc_stat, run_wait_ns, status_kib};
+
+/// What is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// edge with `--io-driver io_uring`.
+    EdgeUring,
+    /// edge with `--io-driver epoll`.
+    EdgeEpoll,
+    /// nginx, one worker.
+    Nginx,
+    /// HAProxy, one thread.
+    Haproxy,
+    /// wrk straight at the origin.
+    Direct,
+}
+
+impl TargetKind {
+    /// Every kind, in the default order.
+    pub const ALL: [TargetKind; 5] = [
+        TargetKind::EdgeUring,
+        TargetKind::EdgeEpoll,
+        TargetKind::Nginx,
+        TargetKind::Haproxy,
+        TargetKind::Direct,
+    ];
+
+    /// The name used on the command line and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::EdgeUring => "edge-io_uring",
+            TargetKind::EdgeEpoll => "edge-epoll",
+            TargetKind::Nginx => "nginx",
+            TargetKind::Haproxy => "haproxy",
+            TargetKind::Direct => "direct",
+        }
+    }
+
+    /// Whether this is an edge build.
+    pub fn is_edge(self) -> bool {
+        matches!(self, TargetKind::EdgeUring | TargetKind::EdgeEpoll)
+    }
+
+    /// Whether a proxy process is under test (everything but `direct`).
+    pub fn is_proxy(self) -> bool {
+        self != TargetKind::Direct
+    }
+}
+
+impl FromStr for TargetKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TargetKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = TargetKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown target {s:?} (expected one of {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Executables the targets need.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// The `edge` binary.
+    pub edge: PathBuf,
+    /// nginx.
+    pub nginx: PathBuf,
+    /// HAProxy.
+    pub haproxy: PathBuf,
+}
+
+/// A running target: where to send load and, for proxies, the process to account CPU to.
+#[derive(Debug)]
+pub struct Target {
+    /// Which target.
+    pub kind: TargetKind,
+    /// Where wrk connects.
+    pub addr: SocketAddr,
+    /// The proxy process (none for `direct`).
+    pub process: Option<EdgeProcess>,
+    /// Scratch directory with configs, pid and logs (removed on drop).
+    dir: Option<PathBuf>,
+}
+
+impl Target {
+    /// The `direct` target: load straight at the origin.
+    pub fn direct(origin: SocketAddr) -> Target {
+        Target {
+            kind: TargetKind::Direct,
+            addr: origin,
+            process: None,
+            dir: None,
+        }
+    }
+
+    /// Starts proxy `kind` on a free loopback port in front of `origin`, pinned to `cpus`, and
+    /// waits until `GET /fast` through it answers 200.
+    ///
+    /// # Errors
+    /// Config-writing and spawn failures; the proxy exiting or not answering within `timeout`
+    /// (its captured output is in the message).
+    pub fn start(
+        kind: TargetKind,
+        bins: &Binaries,
+        origin: SocketAddr,
+        cpus: &str,
+        timeout: Duration,
+    ) -> io::Result<Target> {
+        if !kind.is_proxy() {
+            return Ok(Target::direct(origin));
+        }
+        let listen = crate::support::stack::free_port()?;
+        let dir = std::env::temp_dir().join(format!(
+            "edge-bench-compare-{}-{}",
+            std::process::id(),
+            kind.name()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let mut target = Target {
+            kind,
+            addr: listen,
+            process: None,
+            dir: Some(dir.clone()),
+        };
+        let (bin, args) = proxy_command(kind, bins, &dir, listen, origin)?;
+        target.process = Some(start_pinned_proxy(
+            kind.name(),
+            &bin,
+            args,
+            cpus,
+            listen,
+            &dir,
+            timeout,
+        )?);
+        Ok(target)
+    }
+
+    /// The proxy's pid and its direct children's (nginx: master then worker), empty for `direct`.
+    pub fn pids(&self) -> Vec<u32> {
+        match &self.process {
+            None => Vec::new(),
+            Some(p) => {
+                let mut pids = vec![p.pid()];
+                pids.extend(children_of(p.pid()));
+                pids
+            }
+        }
+    }
+
+    /// CPU ticks (utime + stime) used so far by the proxy and its direct children, and the time
+    /// their threads spent runnable but waiting for a CPU; `None` for `direct`.
+    ///
+    /// # Errors
+    /// `/proc` read or parse failures for the proxy itself (a child that just exited is skipped).
+    pub fn usage(&self) -> io::Result<Option<Usage>> {
+        let Some(p) = &self.process else {
+            return Ok(None);
+        };
+        let mut usage = Usage {
+            cpu_ticks: proc_stat(p.pid())?.cpu_ticks,
+            wait_ns: run_wait_ns(p.pid()),
+        };
+        for child in children_of(p.pid()) {
+            if let Ok(s) = proc_stat(child) {
+                usage.cpu_ticks += s.cpu_ticks;
+                usage.wait_ns += run_wait_ns(child);
+            }
+        }
+        Ok(Some(usage))
+    }
+
+    /// Resets the peak RSS of the proxy and its children to their current RSS; `false` when a
+    /// reset failed (the next [`peak_rss_kib`](Self::peak_rss_kib) is then the lifetime peak).
+    pub fn reset_peak_rss(&self) -> bool {
+        self.pids()
+            .into_iter()
+            .all(|p| fs::write(format!("/proc/{p}/clear_refs"), "5").is_ok())
+    }
+
+    /// `VmHWM` of the proxy plus its direct children, KiB; `None` for `direct` or when unreadable.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        let pids = self.pids();
+        if pids.is_empty() {
+            return None;
+        }
+        pids.into_iter()
+            .map(|p| {
+                let text = fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+                status_kib(&text, "VmHWM")
+            })
+            .sum()
+    }
+
+    /// Fails when the proxy has exited.
+    ///
+    /// # Errors
+    /// `Other` with the exit status and the proxy's output.
+    pub fn check_alive(&mut self) -> io::Result<()> {
+        let name = self.kind.name();
+        let Some(p) = &mut self.process else {
+            return Ok(());
+        };
+        match p.exited()? {
+            None => Ok(()),
+            Some(st) => Err(io::Error::other(format!(
+                "{name} (pid {}) exited unexpectedly ({st}):\n{}",
+                p.pid(),
+                p.output()
+            ))),
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        // Stop the process (EdgeProcess's own drop) before removing its directory.
+        self.process = None;
+        if let Some(dir) = self.dir.take() {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Cumulative CPU use of a proxy (see [`Target::usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// utime + stime, clock ticks.
+    pub cpu_ticks: u64,
+    /// Time runnable but waiting on a run queue (`/proc/PID/task/*/schedstat`, live threads), ns.
+    pub wait_ns: u64,
+}
+
+/// Whether the server at `addr` closes the connection after answering `GET path` sent with
+/// `Connection: close`: `Ok(Some(true))` on EOF (or reset) within 2 s after a 200,
+/// `Ok(Some(false))` when the connection stays open, `Ok(None)` when the answer is not 200.
+///
+/// # Errors
+/// Connect, write and read errors before the answer.
+pub fn closes_after_request(addr: SocketAddr, path: &str) -> io::Result<Option<bool>> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let mut s = crate::support::probe::connect(addr, Duration::from_secs(2))?;
+    crate::support::probe::send_get(&mut s, &addr.to_string(), path, true)?;
+    let r = crate::support::probe::read_response(&mut s, deadline)?;
+    if r.status != 200 {
+        return Ok(None);
+    }
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut b = [0u8; 64];
+    Ok(Some(match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_names_round_trip() {
+        for k in TargetKind::ALL {
+            assert_eq!(k.name().parse::<TargetKind>(), Ok(k));
+        }
+        assert!("apache".parse::<TargetKind>().is_err());
+    }
+}

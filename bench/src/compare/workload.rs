@@ -1,0 +1,192 @@
+//! The workloads of `edge-bench compare` (DESIGN.md, Benchmark method): what wrk sends, on how
+//! many connections, and the Lua script that shapes the request and reports the latency percentiles.
+//!
+//! Every run uses a script (written to the target's scratch directory): its `done()` hook prints
+//! one `edge-bench percentile P MICROS` line per entry of [`PERCENTILES`] and an
+//! `edge-bench latency max MICROS` line, from wrk's own latency histogram. wrk's `--latency`
+//! table stops at 99 %; these lines give p99.9 and the points of the latency CDF. For the POST
+//! workload the script also sets the method and a 1 MiB body (wrk adds `Content-Length`).
+//!
+//! Origin paths: `/fast` (13 bytes), `/size/16k`, `/size/1m` (see [`crate::peers::origin::SIZED_PATHS`]);
+//! the origin reads and discards request bodies.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Percentiles the wrk script reports (in %), for p99.9 and the latency CDF.
+pub const PERCENTILES: [f64; 22] = [
+    1.0, 5.0, 10.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 70.0, 75.0, 80.0, 90.0, 95.0, 97.5, 99.0,
+    99.5, 99.9, 99.95, 99.99, 99.995, 99.999,
+];
+
+/// Size of the POST body of [`Workload::Post1m`].
+pub const POST_BODY_BYTES: usize = 1024 * 1024;
+
+/// One kind of load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// `GET /fast` (13-byte answer), keep-alive, 64 connections.
+    Get64,
+    /// The same with 256 connections.
+    Get256,
+    /// `GET /size/16k`, keep-alive.
+    Get16k,
+    /// `GET /size/1m`, keep-alive.
+    Get1m,
+    /// `POST /fast` with a 1 MiB body, keep-alive.
+    Post1m,
+    /// `GET /fast` with `Connection: close`: a new connection per request.
+    Close,
+}
+
+impl Workload {
+    /// Every workload, in the default order.
+    pub const ALL: [Workload; 6] = [
+        Workload::Get64,
+        Workload::Get256,
+        Workload::Get16k,
+        Workload::Get1m,
+        Workload::Post1m,
+        Workload::Close,
+    ];
+
+    /// The name used on the command line, in tables, file names and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Get64 => "get-64",
+            Workload::Get256 => "get-256",
+            Workload::Get16k => "get-16k",
+            Workload::Get1m => "get-1m",
+            Workload::Post1m => "post-1m",
+            Workload::Close => "close",
+        }
+    }
+
+    /// What it is, in words, for table titles.
+    pub fn describe(self, connections: usize) -> String {
+        let c = self.connections(connections);
+        match self {
+            Workload::Get64 | Workload::Get256 => {
+                format!("small keep-alive GETs (13-byte body), {c} connections")
+            }
+            Workload::Get16k => format!("16 KiB responses, keep-alive, {c} connections"),
+            Workload::Get1m => format!("1 MiB responses, keep-alive, {c} connections"),
+            Workload::Post1m => {
+                format!("1 MiB POST bodies (13-byte answer), keep-alive, {c} connections")
+            }
+            Workload::Close => {
+                format!("new connection per request (Connection: close), {c} connections")
+            }
+        }
+    }
+
+    /// wrk connections: fixed for the small-GET pair, else `default`.
+    pub fn connections(self, default: usize) -> usize {
+        match self {
+            Workload::Get64 => 64,
+            Workload::Get256 => 256,
+            _ => default,
+        }
+    }
+
+    /// The request path on the origin.
+    pub fn path(self) -> &'static str {
+        match self {
+            Workload::Get16k => "/size/16k",
+            Workload::Get1m => "/size/1m",
+            _ => "/fast",
+        }
+    }
+
+    /// Extra wrk `-H` headers.
+    pub fn headers(self) -> &'static [&'static str] {
+        match self {
+            Workload::Close => &["Connection: close"],
+            _ => &[],
+        }
+    }
+
+    /// The wrk Lua script for this workload.
+    pub fn lua_script(self) -> String {
+        let mut s = String::from("-- written by edge-bench compare\n");
+        if self == Workload::Post1m {
+            s.push_str(&format!(
+                "wrk.method = \"POST\"\nwrk.body = string.rep(\"x\", {POST_BODY_BYTES})\n\
+                 wrk.headers[\"Content-Type\"] = \"application/octet-stream\"\n"
+            ));
+        }
+        let list: Vec<String> = PERCENTILES.iter().map(|p| p.to_string()).collect();
+        s.push_str(&format!(
+            "local pcts = {{ {} }}\n\
+             function done(summary, latency, requests)\n\
+             \x20 for _, p in ipairs(pcts) do\n\
+             \x20   io.write(string.format(\"edge-bench percentile %s %d\\n\", tostring(p), latency:percentile(p)))\n\
+             \x20 end\n\
+             \x20 io.write(string.format(\"edge-bench latency max %d\\n\", latency.max))\n\
+             end\n",
+            list.join(", ")
+        ));
+        s
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Workload {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
+                format!(
+                    "unknown workload {s:?} (expected one of {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for w in Workload::ALL {
+            assert_eq!(w.name().parse::<Workload>(), Ok(w));
+        }
+        assert!("get-2m".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn paths_exist_on_the_origin() {
+        for w in Workload::ALL {
+            let p = w.path();
+            assert!(
+                p == "/fast" || crate::peers::origin::sized_index(p).is_some(),
+                "{p}"
+            );
+        }
+        assert_eq!(Workload::Get256.connections(64), 256);
+        assert_eq!(Workload::Get1m.connections(32), 32);
+        assert_eq!(Workload::Close.headers(), ["Connection: close"]);
+    }
+
+    #[test]
+    fn scripts() {
+        let post = Workload::Post1m.lua_script();
+        assert!(post.contains("wrk.method = \"POST\""));
+        assert!(post.contains("string.rep(\"x\", 1048576)"));
+        let get = Workload::Get64.lua_script();
+        assert!(!get.contains("POST"));
+        assert!(get.contains("latency:percentile(p)") && get.contains("99.9, 99.95"));
+        assert!(get.contains("function done(summary, latency, requests)"));
+    }
+}

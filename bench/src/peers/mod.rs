@@ -1,0 +1,9 @@
+//! The bench's own HTTP/1.1 peers on monoio: the test origin edge forwards to and the load
+//! generators that drive it, with the sans-IO framing and buffered reads they share.
+
+pub mod chunked;
+pub mod http;
+pub mod load;
+pub mod origin;
+pub mod stop;
+pub mod wire;

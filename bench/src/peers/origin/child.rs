@@ -1,0 +1,86 @@
+//! The test origin as a child process: `edge-bench origin` started by `compare` and `scale`,
+//! pinned to the load CPUs with `taskset`, its address read from its first line of output.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use super::LOAD_PATH;
+use crate::support::edge_proc::EdgeProcess;
+
+/// Starts `edge-bench origin` (this executable) as a child pinned to `cpus` with `workers`
+/// worker threads on a free loopback port, and waits until `GET /fast` answers 200.
+///
+/// A separate process rather than the in-process origin: the in-process origin's accepted
+/// sockets are not close-on-exec, so every wrk and proxy started later would inherit the
+/// origin's open connections (wrk then ran out of event-loop slots and counted connect errors,
+/// and a connection the origin closed stayed open in the child).
+///
+/// # Errors
+/// Spawn failures, the origin exiting, or not answering within `timeout`.
+pub fn start_origin(
+    cpus: &str,
+    workers: usize,
+    timeout: Duration,
+) -> io::Result<(EdgeProcess, SocketAddr)> {
+    let exe = std::env::current_exe()?;
+    let args = [
+        "-c",
+        cpus,
+        &exe.display().to_string(),
+        "origin",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        &workers.to_string(),
+        "--cpus",
+        cpus,
+    ]
+    .map(String::from);
+    let mut p = EdgeProcess::start(Path::new("taskset"), &args)?;
+    let deadline = std::time::Instant::now() + timeout;
+    let addr = loop {
+        if let Some(addr) = listening_addr(&p.output()) {
+            break addr;
+        }
+        if let Some(st) = p.exited()? {
+            return Err(io::Error::other(format!(
+                "origin exited during startup ({st}): {}",
+                p.output()
+            )));
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = p.stop(Duration::from_secs(1));
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("origin printed no address: {}", p.output()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    p.wait_healthy(addr, LOAD_PATH, timeout)?;
+    Ok((p, addr))
+}
+
+/// The address in the origin's `origin listening on ADDR` line.
+pub fn listening_addr(output: &str) -> Option<SocketAddr> {
+    output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("origin listening on "))
+        .and_then(|a| a.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_line_is_parsed() {
+        assert_eq!(
+            listening_addr("x\norigin listening on 127.0.0.1:4000\n"),
+            Some("127.0.0.1:4000".parse().unwrap())
+        );
+        assert_eq!(listening_addr("origin listening on\n"), None);
+    }
+}
