@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::compare::report::{cdf, of_workload, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL};
-use crate::compare::target::TargetKind;
+
 use crate::compare::RunInfo;
 use crate::support::host::{cpu_model, kernel_release, online_cpus};
 
@@ -107,11 +107,7 @@ pub fn document(info: &RunInfo, samples: &[Sample], date: &str, commit: &str) ->
     let drivers: serde_json::Map<String, Value> = info
         .kinds
         .iter()
-        .filter_map(|k| match k {
-            TargetKind::EdgeUring => Some((k.name().to_string(), json!("io_uring"))),
-            TargetKind::EdgeEpoll => Some((k.name().to_string(), json!("epoll"))),
-            _ => None,
-        })
+        .filter_map(|k| k.edge_driver().map(|d| (k.name().to_string(), json!(d))))
         .collect();
     let versions: serde_json::Map<String, Value> = info
         .versions
@@ -154,6 +150,7 @@ pub fn document(info: &RunInfo, samples: &[Sample], date: &str, commit: &str) ->
 mod tests {
     use super::*;
     use crate::compare::report::tests::sample;
+    use crate::compare::target::TargetKind;
     use crate::compare::workload::Workload;
 
     #[test]

@@ -113,6 +113,10 @@ pub struct Args {
     /// The edge binary (default: next to edge-bench, else built with cargo).
     #[arg(long)]
     pub edge_bin: Option<PathBuf>,
+    /// A second edge binary for the `baseline-io_uring` and `baseline-epoll` targets (old and new
+    /// build side by side in one run).
+    #[arg(long)]
+    pub baseline_edge_bin: Option<PathBuf>,
     /// nginx executable.
     #[arg(long, default_value = NGINX_BIN)]
     pub nginx_bin: PathBuf,

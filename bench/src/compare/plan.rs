@@ -90,8 +90,24 @@ impl Plan {
         } else {
             PathBuf::from("edge")
         };
+        let baseline = match (
+            kinds.iter().any(|k| k.is_baseline()),
+            &args.baseline_edge_bin,
+        ) {
+            (false, _) => None,
+            (true, Some(b)) => {
+                require_file(b, "the baseline edge binary (--baseline-edge-bin)")?;
+                Some(b.clone())
+            }
+            (true, None) => {
+                return Err(invalid(
+                    "baseline targets need --baseline-edge-bin PATH".into(),
+                ))
+            }
+        };
         let bins = Binaries {
             edge,
+            baseline,
             nginx: args.nginx_bin.clone(),
             haproxy: args.haproxy_bin.clone(),
         };

@@ -27,6 +27,8 @@ fn colour(k: TargetKind) -> RGBColor {
     match k {
         TargetKind::EdgeUring => RGBColor(214, 39, 40),
         TargetKind::EdgeEpoll => RGBColor(255, 127, 14),
+        TargetKind::BaselineUring => RGBColor(148, 103, 189),
+        TargetKind::BaselineEpoll => RGBColor(188, 189, 34),
         TargetKind::Nginx => RGBColor(44, 160, 44),
         TargetKind::Haproxy => RGBColor(31, 119, 180),
         TargetKind::Direct => RGBColor(127, 127, 127),
@@ -219,6 +221,8 @@ fn short(k: TargetKind) -> &'static str {
     match k {
         TargetKind::EdgeUring => "edge uring",
         TargetKind::EdgeEpoll => "edge epoll",
+        TargetKind::BaselineUring => "base uring",
+        TargetKind::BaselineEpoll => "base epoll",
         TargetKind::Nginx => "nginx",
         TargetKind::Haproxy => "haproxy",
         TargetKind::Direct => "direct",

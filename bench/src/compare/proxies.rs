@@ -41,12 +41,11 @@ pub fn proxy_command(
     origin: SocketAddr,
 ) -> io::Result<(PathBuf, Vec<String>)> {
     Ok(match kind {
-        TargetKind::EdgeUring | TargetKind::EdgeEpoll => {
-            let driver = if kind == TargetKind::EdgeUring {
-                "io_uring"
-            } else {
-                "epoll"
-            };
+        k @ (TargetKind::EdgeUring
+        | TargetKind::EdgeEpoll
+        | TargetKind::BaselineUring
+        | TargetKind::BaselineEpoll) => {
+            let driver = k.edge_driver().unwrap_or("epoll");
             let args = [
                 "--listen",
                 &listen.to_string(),
@@ -61,7 +60,11 @@ pub fn proxy_command(
             ]
             .map(String::from)
             .to_vec();
-            (bins.edge.clone(), args)
+            let bin = match (k.is_baseline(), &bins.baseline) {
+                (true, Some(b)) => b.clone(),
+                _ => bins.edge.clone(),
+            };
+            (bin, args)
         }
         TargetKind::Nginx => {
             let conf = dir.join("nginx.conf");

@@ -35,6 +35,11 @@ pub enum TargetKind {
     EdgeUring,
     /// edge with `--io-driver epoll`.
     EdgeEpoll,
+    /// A second edge build (`--baseline-edge-bin`, e.g. the previous commit's) with `--io-driver
+    /// io_uring`: old and new binary measured side by side in one run.
+    BaselineUring,
+    /// The baseline build with `--io-driver epoll`.
+    BaselineEpoll,
     /// nginx, one worker.
     Nginx,
     /// HAProxy, one thread.
@@ -45,9 +50,11 @@ pub enum TargetKind {
 
 impl TargetKind {
     /// Every kind, in the default order.
-    pub const ALL: [TargetKind; 5] = [
+    pub const ALL: [TargetKind; 7] = [
         TargetKind::EdgeUring,
         TargetKind::EdgeEpoll,
+        TargetKind::BaselineUring,
+        TargetKind::BaselineEpoll,
         TargetKind::Nginx,
         TargetKind::Haproxy,
         TargetKind::Direct,
@@ -58,15 +65,31 @@ impl TargetKind {
         match self {
             TargetKind::EdgeUring => "edge-io_uring",
             TargetKind::EdgeEpoll => "edge-epoll",
+            TargetKind::BaselineUring => "baseline-io_uring",
+            TargetKind::BaselineEpoll => "baseline-epoll",
             TargetKind::Nginx => "nginx",
             TargetKind::Haproxy => "haproxy",
             TargetKind::Direct => "direct",
         }
     }
 
-    /// Whether this is an edge build.
+    /// Whether this is an edge build (the one under test or the baseline).
     pub fn is_edge(self) -> bool {
-        matches!(self, TargetKind::EdgeUring | TargetKind::EdgeEpoll)
+        self.edge_driver().is_some()
+    }
+
+    /// Whether this is the baseline edge build.
+    pub fn is_baseline(self) -> bool {
+        matches!(self, TargetKind::BaselineUring | TargetKind::BaselineEpoll)
+    }
+
+    /// The io driver of an edge target.
+    pub fn edge_driver(self) -> Option<&'static str> {
+        match self {
+            TargetKind::EdgeUring | TargetKind::BaselineUring => Some("io_uring"),
+            TargetKind::EdgeEpoll | TargetKind::BaselineEpoll => Some("epoll"),
+            _ => None,
+        }
     }
 
     /// Whether a proxy process is under test (everything but `direct`).
@@ -97,6 +120,8 @@ impl FromStr for TargetKind {
 pub struct Binaries {
     /// The `edge` binary.
     pub edge: PathBuf,
+    /// The baseline `edge` binary, when baseline targets run.
+    pub baseline: Option<PathBuf>,
     /// nginx.
     pub nginx: PathBuf,
     /// HAProxy.
