@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(h.path, h.target);
     }
 
-    /// One row per head rule of issue 5 / DESIGN.md "HTTP/1.1 rules"; every row is `Invalid`.
+    /// One row per head rule of DESIGN.md "HTTP/1.1 rules"; every row is `Invalid`.
     #[test]
     fn rejects_malformed_heads() {
         for (rule, bad) in [
