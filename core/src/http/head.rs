@@ -12,7 +12,7 @@ pub struct Field {
     /// Start of the name.
     pub name_start: u32,
     /// Length of the name.
-    pub name_len: u16,
+    pub name_len: u32,
     /// Start of the value (leading/trailing whitespace already trimmed by httparse).
     pub value_start: u32,
     /// Length of the value.
@@ -137,7 +137,8 @@ pub struct ResponseHead {
 pub enum HeadError {
     /// Not valid HTTP/1.x syntax (RFC 9112 §2–§5); 400 `bad_head`.
     Invalid,
-    /// More fields than the limit; 431 `head_too_large`.
+    /// More fields than the limit, or a head of 4 GiB or more (its offsets are u32; `max_head_bytes`
+    /// stops a request long before); 431 `head_too_large`.
     TooManyFields,
 }
 
@@ -148,18 +149,31 @@ fn offset(buf: &[u8], part: &[u8]) -> usize {
     part.as_ptr() as usize - buf.as_ptr() as usize
 }
 
-fn collect(buf: &[u8], headers: &[httparse::Header<'_>], fields: &mut Fields) {
+/// Records the fields of a complete head of `len` bytes at the start of `buf`.
+///
+/// # Errors
+/// [`HeadError::TooManyFields`] when `len` does not fit the u32 offsets (every offset is below `len`,
+/// so none is truncated).
+fn collect(
+    buf: &[u8],
+    len: usize,
+    headers: &[httparse::Header<'_>],
+    fields: &mut Fields,
+) -> Result<(), HeadError> {
+    let at = |part: &[u8]| offset(buf, part) as u32;
+    u32::try_from(len).map_err(|_| HeadError::TooManyFields)?;
     fields.clear();
     for h in headers {
         let name = h.name.as_bytes();
         fields.push(Field {
-            name_start: offset(buf, name) as u32,
-            name_len: name.len() as u16,
-            value_start: offset(buf, h.value) as u32,
+            name_start: at(name),
+            name_len: name.len() as u32,
+            value_start: at(h.value),
             value_len: h.value.len() as u32,
             kind: classify(name),
         });
     }
+    Ok(())
 }
 
 /// Whether every LF in `head` ends a CRLF.
@@ -260,7 +274,7 @@ pub fn parse_request(
                 authority,
                 minor: req.version.unwrap_or(1),
             };
-            collect(buf, req.headers, fields);
+            collect(buf, len, req.headers, fields)?;
             Ok(Some(head))
         }
         Ok(httparse::Status::Partial) => Ok(None),
@@ -298,7 +312,7 @@ pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<Response
                 reason: start..start + reason.len(),
                 minor: res.version.unwrap_or(1),
             };
-            collect(buf, res.headers, fields);
+            collect(buf, len, res.headers, fields)?;
             Ok(Some(head))
         }
         Ok(httparse::Status::Partial) => Ok(None),
@@ -355,6 +369,16 @@ mod tests {
         assert_eq!(f[1].kind, FieldKind::ContentLength);
         assert_eq!(f[1].value(buf), b"5");
         assert_eq!(f[2].name(buf), b"X-Custom");
+    }
+
+    #[test]
+    fn long_field_names_keep_their_length() {
+        let name = format!("X-{}", "n".repeat(70_000));
+        let buf = format!("GET / HTTP/1.1\r\nHost: x\r\n{name}: v\r\n\r\n");
+        let mut f = Fields::new();
+        parse_request(buf.as_bytes(), 100, &mut f).unwrap().unwrap();
+        assert_eq!(f[1].name(buf.as_bytes()), name.as_bytes());
+        assert_eq!(f[1].value(buf.as_bytes()), b"v");
     }
 
     #[test]
