@@ -392,6 +392,11 @@ mod tests {
             parse_request(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", 1, &mut f).unwrap_err(),
             HeadError::TooManyFields
         );
+        // The field over the limit is refused as soon as its line ends, before the head does.
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n", 1, &mut f),
+            Err(HeadError::TooManyFields)
+        );
     }
 
     /// Feeds every proper prefix of `text` (all must be incomplete, never an error), then the whole.
