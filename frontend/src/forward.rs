@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 
 use edge_core::http::{
-    framing::{connection_has, is_h2c, Body},
+    framing::{bodyless_content_length, connection_has, is_h2c, Body},
     head::{list_elements, Field, FieldKind, ResponseHead},
     view::{RequestView, Version},
     write::{push_dec, push_hex, push_ip},
@@ -224,7 +224,7 @@ fn upgrade_fields(out: &mut Vec<u8>, buf: &[u8], fields: &[Field], strip_h2c: bo
 /// Writes an interim (1xx) response head for the client (RFC 9110 §15.2): end-to-end fields only
 /// (hop-by-hop fields and Content-Length removed), plus Via.
 pub fn interim_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
-    status_and_fields(out, buf, head, fields, true);
+    status_and_fields(out, buf, head, fields);
     field(out, b"Via", VIA);
     out.extend_from_slice(b"\r\n");
 }
@@ -232,21 +232,15 @@ pub fn interim_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: 
 /// Writes a `101 Switching Protocols` head for the client (RFC 9110 §15.2.2): end-to-end fields, Via,
 /// and the upstream's Upgrade with `Connection: upgrade` (hop-by-hop, but they are what a 101 means).
 pub fn switching_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
-    status_and_fields(out, buf, head, fields, true);
+    status_and_fields(out, buf, head, fields);
     field(out, b"Via", VIA);
     upgrade_fields(out, buf, fields, false);
     out.extend_from_slice(b"\r\n");
 }
 
-/// The status line (always HTTP/1.1) and the end-to-end fields of a response head;
-/// `drop_length` removes Content-Length.
-fn status_and_fields(
-    out: &mut Vec<u8>,
-    buf: &[u8],
-    head: &ResponseHead,
-    fields: &[Field],
-    drop_length: bool,
-) {
+/// The status line (always HTTP/1.1) and the end-to-end fields of a response head, without
+/// Content-Length: the caller writes the framing it decided.
+fn status_and_fields(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_dec(out, u64::from(head.status));
     out.push(b' ');
@@ -254,9 +248,7 @@ fn status_and_fields(
     out.extend_from_slice(b"\r\n");
     let named = connection_names_fields(buf, fields);
     for f in fields {
-        if is_hop_by_hop(buf, fields, f, named)
-            || (drop_length && f.kind == FieldKind::ContentLength)
-        {
+        if is_hop_by_hop(buf, fields, f, named) || f.kind == FieldKind::ContentLength {
             continue;
         }
         out.extend_from_slice(
@@ -269,7 +261,8 @@ fn status_and_fields(
 /// How edge frames the response body it sends to the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutFraming {
-    /// No body; Content-Length fields pass through unchanged (HEAD, 204, 304 describe another message).
+    /// No body (HEAD, 1xx, 204, 304, or a length of 0): never Transfer-Encoding; Content-Length only as
+    /// [`bodyless_content_length`] says (a HEAD's or 304's length, a 0; none on 1xx and 204).
     None,
     /// Content-Length: n.
     Length(u64),
@@ -279,7 +272,8 @@ pub enum OutFraming {
     Close,
 }
 
-/// Writes the client response head. `keep_alive_10` adds `Connection: keep-alive` for an HTTP/1.0 client
+/// Writes the client response head with the framing fields of `framing` and no others (RFC 9112 §6.1,
+/// DESIGN.md "HTTP/1.1 rules"). `keep_alive_10` adds `Connection: keep-alive` for an HTTP/1.0 client
 /// that asked for it; `close` adds `Connection: close`.
 pub fn response_head(
     out: &mut Vec<u8>,
@@ -290,16 +284,20 @@ pub fn response_head(
     close: bool,
     keep_alive_10: bool,
 ) {
-    status_and_fields(out, buf, head, fields, framing != OutFraming::None);
+    status_and_fields(out, buf, head, fields);
     field(out, b"Via", VIA);
-    match framing {
-        OutFraming::Length(n) => {
-            out.extend_from_slice(b"Content-Length: ");
-            push_dec(out, n);
-            out.extend_from_slice(b"\r\n");
-        }
-        OutFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        OutFraming::None | OutFraming::Close => {}
+    let length = match framing {
+        OutFraming::Length(n) => Some(n),
+        OutFraming::None => bodyless_content_length(buf, head, fields),
+        OutFraming::Chunked | OutFraming::Close => None,
+    };
+    if let Some(n) = length {
+        out.extend_from_slice(b"Content-Length: ");
+        push_dec(out, n);
+        out.extend_from_slice(b"\r\n");
+    }
+    if framing == OutFraming::Chunked {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -474,26 +472,52 @@ mod tests {
         assert!(!trusted.contains("X-Forwarded-Proto: http\r\n"));
     }
 
+    /// Framing fields are re-derived (RFC 9112 §6.1): bodyless responses carry no Transfer-Encoding, and
+    /// Content-Length only on a 304 or HEAD response (or a 0), written once (RFC 9110 §8.6).
     #[test]
     fn response_head_rewrites_framing() {
-        let text = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\nServer: o\r\n\r\n";
-        let mut f = Fields::new();
-        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
-        let mut out = Vec::new();
-        response_head(
-            &mut out,
-            text.as_bytes(),
-            &h,
-            &f,
-            OutFraming::Chunked,
-            false,
-            false,
-        );
-        let out = String::from_utf8(out).unwrap();
-        assert_eq!(
-            out,
-            "HTTP/1.1 200 OK\r\nServer: o\r\nVia: 1.1 edge\r\nTransfer-Encoding: chunked\r\n\r\n"
-        );
+        let via = "Via: 1.1 edge\r\n";
+        let chunked = "200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\nServer: o";
+        for (upstream, framing, want) in [
+            (
+                chunked,
+                OutFraming::Chunked,
+                format!("200 OK\r\nServer: o\r\n{via}Transfer-Encoding: chunked\r\n"),
+            ),
+            (
+                "204 No Content\r\nContent-Length: 5\r\nX: 1",
+                OutFraming::None,
+                format!("204 No Content\r\nX: 1\r\n{via}"),
+            ),
+            (
+                "204 No Content\r\nTransfer-Encoding: chunked",
+                OutFraming::None,
+                format!("204 No Content\r\n{via}"),
+            ),
+            (
+                "304 Not Modified\r\nContent-Length: 9, 9",
+                OutFraming::None,
+                format!("304 Not Modified\r\n{via}Content-Length: 9\r\n"),
+            ),
+            (
+                "304 Not Modified\r\nTransfer-Encoding: chunked",
+                OutFraming::None,
+                format!("304 Not Modified\r\n{via}"),
+            ),
+            (
+                "200 OK\r\nContent-Length: 0",
+                OutFraming::None,
+                format!("200 OK\r\n{via}Content-Length: 0\r\n"),
+            ),
+        ] {
+            let text = format!("HTTP/1.1 {upstream}\r\n\r\n");
+            let mut f = Fields::new();
+            let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
+            let mut out = Vec::new();
+            response_head(&mut out, text.as_bytes(), &h, &f, framing, false, false);
+            let out = String::from_utf8(out).unwrap();
+            assert_eq!(out, format!("HTTP/1.1 {want}\r\n"), "{upstream}");
+        }
     }
 
     #[test]

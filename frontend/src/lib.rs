@@ -16,7 +16,6 @@ pub mod evict;
 pub mod faults;
 pub mod forward;
 pub mod proxy;
-pub mod relay;
 pub mod reload;
 pub mod respond;
 pub mod route;

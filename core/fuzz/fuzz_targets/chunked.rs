@@ -1,27 +1,30 @@
-//! Arbitrary bytes through the chunked decoder, whole and split at a fuzzer-chosen point (the first byte):
-//! no panic, and both feedings agree on the body, the bytes consumed and the verdict.
+//! Arbitrary bytes through the chunked decoder, whole, split at a fuzzer-chosen point (the first byte)
+//! and, for short inputs, byte by byte: no panic, no wrap, all feedings agree on the body, the bytes
+//! consumed, the verdict and the declared size, and the payload never exceeds what the chunks declared.
 #![no_main]
 
-use edge_core::http::chunked::ChunkedDecoder;
+use edge_core_fuzz::http::chunked::{ChunkError, ChunkedDecoder};
 use libfuzzer_sys::fuzz_target;
 
-/// Decodes `parts` in order: (body bytes, total consumed, done) or `None` on a chunk error.
-fn decode(parts: &[&[u8]]) -> Option<(Vec<u8>, usize, bool)> {
+/// Decodes `parts` in order: (payload, bytes consumed, done, declared), or the error.
+fn decode<'a>(
+    parts: impl Iterator<Item = &'a [u8]>,
+) -> Result<(Vec<u8>, usize, bool, u64), ChunkError> {
     let mut d = ChunkedDecoder::new();
     let (mut body, mut consumed) = (Vec::new(), 0);
     for part in parts {
-        let p = d
-            .feed(part, |r| body.extend_from_slice(&part[r]))
-            .ok()?;
+        let p = d.feed(part, |r| body.extend_from_slice(&part[r]))?;
         assert!(p.consumed <= part.len());
         consumed += p.consumed;
+        assert!(body.len() as u64 <= d.declared());
         if p.done {
-            return Some((body, consumed, true));
+            assert_eq!(body.len() as u64, d.declared());
+            break;
         }
         // Before the end of the body the decoder takes everything it is given.
         assert_eq!(p.consumed, part.len());
     }
-    Some((body, consumed, d.is_done()))
+    Ok((body, consumed, d.is_done(), d.declared()))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -29,6 +32,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let at = usize::from(split).min(input.len());
-    // The same body split anywhere gives the same result (ChunkedDecoder::feed).
-    assert_eq!(decode(&[input]), decode(&[&input[..at], &input[at..]]));
+    let whole = decode(std::iter::once(input));
+    assert_eq!(whole, decode([&input[..at], &input[at..]].into_iter()));
+    if input.len() <= 512 {
+        assert_eq!(whole, decode(input.chunks(1)));
+    }
 });

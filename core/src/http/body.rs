@@ -1,6 +1,8 @@
 //! Finding where a message body ends as its bytes pass (RFC 9112 §6–§7), for bodies edge forwards
 //! without buffering: Content-Length counts down, chunked runs the [`ChunkedDecoder`], close-delimited
-//! ends only when the caller sees EOF. Sans-IO.
+//! ends only when the caller sees EOF. A limit (`max_body_bytes` for requests, DESIGN.md "Configuration")
+//! is judged on what the body declares, as soon as it declares it: a Content-Length at the start, each
+//! chunk's size as its digits arrive. Sans-IO.
 
 use std::ops::Range;
 
@@ -9,24 +11,58 @@ use super::{
     framing::Body,
 };
 
+/// Why a body is refused while it passes (DESIGN.md "Status codes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyError {
+    /// Malformed chunked framing: 400 `bad_chunk` on requests, 502 `bad_response` on responses.
+    BadChunk,
+    /// The body declares more than the limit (a Content-Length, or a chunk size on top of the chunks
+    /// before it, including one too large for a u64), or a close-delimited body passed it: 413
+    /// `body_too_large` on requests.
+    TooLarge,
+}
+
+impl From<ChunkError> for BodyError {
+    fn from(e: ChunkError) -> Self {
+        match e {
+            ChunkError::Malformed => BodyError::BadChunk,
+            ChunkError::TooLarge => BodyError::TooLarge,
+        }
+    }
+}
+
 /// Body progress for one message.
 #[derive(Clone, Debug)]
 pub struct BodyScanner {
     kind: Body,
     left: u64,
     decoder: ChunkedDecoder,
+    /// Most payload bytes the body may have.
+    limit: u64,
+    /// Payload bytes of a close-delimited body so far (the only kind that declares no size).
+    seen: u64,
     done: bool,
 }
 
 impl BodyScanner {
-    /// A scanner at the start of a body framed as `kind`; a body of no bytes is done at once.
+    /// A scanner at the start of a body framed as `kind`, with no limit; a body of no bytes is done at
+    /// once.
     pub fn new(kind: Body) -> Self {
+        Self::with_limit(kind, u64::MAX)
+    }
+
+    /// A scanner for a body of at most `limit` payload bytes (chunk framing not counted). A
+    /// Content-Length over it is refused at the first [`BodyScanner::scan`], before any byte; a chunk
+    /// whose declared size would take the body over it, as soon as its size digits show it.
+    pub fn with_limit(kind: Body, limit: u64) -> Self {
         let left = if let Body::Length(n) = kind { n } else { 0 };
         let done = matches!(kind, Body::None | Body::Length(0));
         BodyScanner {
             kind,
             left,
-            decoder: ChunkedDecoder::new(),
+            decoder: ChunkedDecoder::with_limit(limit),
+            limit,
+            seen: 0,
             done,
         }
     }
@@ -47,19 +83,23 @@ impl BodyScanner {
     }
 
     /// How many bytes at the start of `data` belong to the body (the rest is the next message);
-    /// `on_data` receives the ranges of `data` that are payload (all of it except chunk framing).
+    /// `on_data` receives the ranges of `data` that are payload (all of it except chunk framing). After an
+    /// error the caller forwards none of `data`: `on_data` may have seen earlier chunks' payload in it,
+    /// never a refused chunk's.
     ///
     /// # Errors
-    /// [`ChunkError`] for malformed chunked framing.
+    /// [`BodyError::BadChunk`] for malformed chunked framing; [`BodyError::TooLarge`] when the body
+    /// declares more than the limit. The scanner must not be used afterwards.
     pub fn scan(
         &mut self,
         data: &[u8],
         mut on_data: impl FnMut(Range<usize>),
-    ) -> Result<usize, ChunkError> {
+    ) -> Result<usize, BodyError> {
         if self.done {
             return Ok(0);
         }
         match self.kind {
+            Body::Length(n) if n > self.limit => Err(BodyError::TooLarge),
             Body::Length(_) => {
                 let n = self.left.min(data.len() as u64) as usize;
                 self.left -= n as u64;
@@ -73,6 +113,11 @@ impl BodyScanner {
                 Ok(p.consumed)
             }
             Body::CloseDelimited => {
+                self.seen = self
+                    .seen
+                    .checked_add(data.len() as u64)
+                    .filter(|&n| n <= self.limit)
+                    .ok_or(BodyError::TooLarge)?;
                 on_data(0..data.len());
                 Ok(data.len())
             }
@@ -145,5 +190,67 @@ mod tests {
                 assert_eq!(used, want_len, "{kind:?} split {split}");
             }
         }
+    }
+
+    /// Feeds `msg` whole, split at every byte and byte by byte to a scanner limited to `limit`; all must
+    /// agree. Returns the payload and bytes used, or the error.
+    fn limited(kind: Body, limit: u64, msg: &[u8]) -> Result<(Vec<u8>, usize), BodyError> {
+        let run = |parts: &mut dyn Iterator<Item = &[u8]>| {
+            let mut s = BodyScanner::with_limit(kind, limit);
+            let (mut payload, mut used) = (Vec::new(), 0);
+            for part in parts {
+                used += s.scan(part, |r| payload.extend_from_slice(&part[r]))?;
+                if s.is_done() {
+                    break;
+                }
+            }
+            Ok((payload, used))
+        };
+        let whole = run(&mut std::iter::once(msg));
+        for split in 0..=msg.len() {
+            let (a, b) = msg.split_at(split);
+            assert_eq!(run(&mut [a, b].into_iter()), whole, "split {split}");
+        }
+        assert_eq!(run(&mut msg.chunks(1)), whole, "byte by byte");
+        whole
+    }
+
+    #[test]
+    fn declared_sizes_over_the_limit_are_refused_before_their_data() {
+        use BodyError::TooLarge;
+        let ok = b"5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n";
+        assert_eq!(
+            limited(Body::Chunked, 10, ok),
+            Ok((b"helloworld".to_vec(), ok.len()))
+        );
+        for (limit, msg) in [
+            (9, &ok[..]),
+            // The size line alone decides: no data follows it.
+            (9, b"5\r\nhello\r\n5\r\n"),
+            (1 << 20, b"100001\r\n"),
+            (1 << 20, b"0000000000000000000000000000000000000100001"),
+            (1 << 20, b"1ffffffffffffffff\r\n"),
+            (u64::MAX, b"10000000000000000\r\n"),
+        ] {
+            assert_eq!(limited(Body::Chunked, limit, msg), Err(TooLarge), "{limit}");
+        }
+        // A Content-Length over the limit is refused before any byte; at the limit it passes.
+        assert_eq!(limited(Body::Length(11), 10, b"01234567890"), Err(TooLarge));
+        assert_eq!(
+            limited(Body::Length(10), 10, b"0123456789NEXT"),
+            Ok((b"0123456789".to_vec(), 10))
+        );
+        // A close-delimited body declares nothing: the bytes themselves count.
+        assert_eq!(limited(Body::CloseDelimited, 3, b"abcd"), Err(TooLarge));
+        let mut s = BodyScanner::with_limit(Body::CloseDelimited, u64::MAX);
+        assert_eq!(s.scan(b"abcd", |_| {}), Ok(4));
+    }
+
+    #[test]
+    fn malformed_chunks_are_bad_chunk() {
+        assert_eq!(
+            limited(Body::Chunked, 100, b"5\r\nhello\n"),
+            Err(BodyError::BadChunk)
+        );
     }
 }

@@ -5,8 +5,13 @@
 //!
 //! Strict, because a proxy that reads a chunked body differently from the origin behind it can be made
 //! to forward a smuggled request (RFC 9112 §11.2):
-//! - a chunk size is one or more hex digits and nothing else (no sign, no `0x`), at most 16 significant
-//!   digits after leading zeros, so it always fits in a u64; the whole size line is at most 4 KiB;
+//! - a chunk size is one or more hex digits and nothing else (no sign, no `0x`); the whole size line is
+//!   at most 4 KiB;
+//! - a body may declare at most its limit ([`ChunkedDecoder::with_limit`], `max_body_bytes` for requests,
+//!   DESIGN.md "Configuration"): each chunk's size is checked, digit by digit, against what the earlier
+//!   chunks left of it, so a size that passes the limit, or that does not fit a u64 (more than 16
+//!   significant digits), is [`ChunkError::TooLarge`] at the first digit that shows it, before any of its
+//!   data, whatever digits follow; nothing wraps;
 //! - extensions follow `*( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )` exactly, with
 //!   no CR or LF inside, and take at most 4 KiB in the whole body;
 //! - every line, and every chunk's data, ends in exactly CRLF;
@@ -21,19 +26,24 @@ const MAX_SIZE_LINE: usize = 4096;
 const MAX_EXTENSIONS: usize = 4096;
 /// Total trailer section bytes edge accepts.
 const MAX_TRAILERS: usize = 16 * 1024;
-/// Significant hex digits in a chunk size: 16 fill a u64.
-const MAX_SIZE_DIGITS: u8 = 16;
 
-/// Why a chunked body is rejected: 400 `bad_chunk` on requests, 502 `bad_response` on responses.
+/// Why a chunked body is rejected (DESIGN.md "Status codes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkError;
+pub enum ChunkError {
+    /// Malformed framing, or a size line, extensions or trailers over their bounds: 400 `bad_chunk` on
+    /// requests, 502 `bad_response` on responses.
+    Malformed,
+    /// A chunk's declared size takes the body past the decoder's limit, or past `u64::MAX`: 413
+    /// `body_too_large` on requests, 502 `bad_response` on responses.
+    TooLarge,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// At the start of a chunk-size line: a hex digit must come.
     SizeStart,
-    /// Reading hex digits of a chunk size; `significant` digits read after leading zeros.
-    Size { significant: u8 },
+    /// Reading the hex digits of a chunk size.
+    Size,
     /// BWS after the size or an extension value: only more whitespace or `;` may follow.
     ExtBws,
     /// After `;`: BWS, then an extension name.
@@ -87,7 +97,12 @@ pub struct Progress {
 #[derive(Clone, Debug)]
 pub struct ChunkedDecoder {
     state: State,
+    /// The size of the chunk whose size line is being read (0 elsewhere).
     size: u64,
+    /// Payload bytes declared by the chunks whose size lines are complete; never above `limit`.
+    declared: u64,
+    /// Most payload bytes the body may declare.
+    limit: u64,
     /// Bytes of the current size line.
     line: usize,
     /// Extension bytes in the whole body.
@@ -118,11 +133,19 @@ fn is_field_byte(b: u8) -> bool {
 }
 
 impl ChunkedDecoder {
-    /// A decoder at the start of a body.
+    /// A decoder at the start of a body whose chunks may declare up to `u64::MAX` bytes in all.
     pub fn new() -> Self {
+        Self::with_limit(u64::MAX)
+    }
+
+    /// A decoder at the start of a body whose chunks may declare at most `limit` payload bytes in all;
+    /// one more is [`ChunkError::TooLarge`] (see the module doc).
+    pub fn with_limit(limit: u64) -> Self {
         ChunkedDecoder {
             state: State::SizeStart,
             size: 0,
+            declared: 0,
+            limit,
             line: 0,
             extensions: 0,
             trailers: 0,
@@ -134,11 +157,20 @@ impl ChunkedDecoder {
         self.state == State::Done
     }
 
+    /// Payload bytes the body has declared so far: the sizes of every chunk whose size digits have been
+    /// read, the one being read included. Known as each size line arrives, before the chunk's data, and
+    /// never above the limit.
+    pub fn declared(&self) -> u64 {
+        // `size` is within `limit - declared`: see `push_digit`.
+        self.declared.saturating_add(self.size)
+    }
+
     /// Feeds bytes; `on_data` receives ranges of `input` that are chunk data, in order. Bytes after the
     /// end of the body are not consumed. The same body split anywhere gives the same result.
     ///
     /// # Errors
-    /// [`ChunkError`] on any syntax violation or exceeded bound; the decoder must not be used afterwards.
+    /// [`ChunkError::Malformed`] on any syntax violation or exceeded bound, [`ChunkError::TooLarge`] as
+    /// soon as a chunk size passes the limit; the decoder must not be used afterwards.
     pub fn feed(
         &mut self,
         input: &[u8],
@@ -162,7 +194,7 @@ impl ChunkedDecoder {
                 }
                 State::EndLf => {
                     if input[i] != b'\n' {
-                        return Err(ChunkError);
+                        return Err(ChunkError::Malformed);
                     }
                     self.state = State::Done;
                     i += 1;
@@ -184,13 +216,13 @@ impl ChunkedDecoder {
         if self.in_size_line() {
             self.line += 1;
             if self.line > MAX_SIZE_LINE {
-                return Err(ChunkError);
+                return Err(ChunkError::Malformed);
             }
         }
         if self.in_extension() {
             self.extensions += 1;
             if self.extensions > MAX_EXTENSIONS {
-                return Err(ChunkError);
+                return Err(ChunkError::Malformed);
             }
         }
         if matches!(
@@ -199,32 +231,18 @@ impl ChunkedDecoder {
         ) {
             self.trailers += 1;
             if self.trailers > MAX_TRAILERS {
-                return Err(ChunkError);
+                return Err(ChunkError::Malformed);
             }
         }
+        if let (SizeStart | Size, Some(d)) = (self.state, hex(b)) {
+            self.push_digit(d)?;
+            self.state = Size;
+            return Ok(());
+        }
         self.state = match (self.state, b) {
-            (SizeStart, _) => {
-                let d = hex(b).ok_or(ChunkError)?;
-                self.size = u64::from(d);
-                Size {
-                    significant: u8::from(d != 0),
-                }
-            }
-            (Size { significant }, _) if hex(b).is_some() => {
-                let significant = significant + u8::from(significant > 0 || b != b'0');
-                if significant > MAX_SIZE_DIGITS {
-                    return Err(ChunkError);
-                }
-                self.size = self
-                    .size
-                    .checked_mul(16)
-                    .and_then(|n| n.checked_add(u64::from(hex(b).unwrap_or(0))))
-                    .ok_or(ChunkError)?;
-                Size { significant }
-            }
-            (Size { .. } | ExtName | ExtToken | ExtAfterQuoted, b'\r') => SizeLf,
-            (Size { .. } | ExtToken | ExtAfterQuoted | ExtBws, b' ' | b'\t') => ExtBws,
-            (Size { .. } | ExtBws | ExtName | ExtAfterName | ExtToken | ExtAfterQuoted, b';') => {
+            (Size | ExtName | ExtToken | ExtAfterQuoted, b'\r') => SizeLf,
+            (Size | ExtToken | ExtAfterQuoted | ExtBws, b' ' | b'\t') => ExtBws,
+            (Size | ExtBws | ExtName | ExtAfterName | ExtToken | ExtAfterQuoted, b';') => {
                 ExtNameStart
             }
             (ExtNameStart, b' ' | b'\t') => ExtNameStart,
@@ -240,10 +258,15 @@ impl ChunkedDecoder {
             (ExtQuotedPair, _) if is_field_byte(b) => ExtQuoted,
             (SizeLf, b'\n') => {
                 self.line = 0;
-                if self.size == 0 {
+                let size = std::mem::take(&mut self.size);
+                self.declared = self
+                    .declared
+                    .checked_add(size)
+                    .ok_or(ChunkError::TooLarge)?;
+                if size == 0 {
                     TrailerStart
                 } else {
-                    Data(self.size)
+                    Data(size)
                 }
             }
             (DataCr, b'\r') => DataLf,
@@ -256,13 +279,33 @@ impl ChunkedDecoder {
             (TrailerLf, b'\n') => TrailerStart,
             // Everything else: a bare CR or LF, a control character, whitespace before a colon, obs-fold
             // (a trailer line starting with whitespace), a sign or `0x` prefix, an empty size.
-            _ => return Err(ChunkError),
+            _ => return Err(ChunkError::Malformed),
         };
         Ok(())
     }
 
+    /// Appends hex digit `d` to the size being read. A size only grows as digits come, so it is refused
+    /// at the first digit that takes it past what the earlier chunks left of the limit, or past
+    /// `u64::MAX` (the 17th significant digit), whatever follows.
+    ///
+    /// # Errors
+    /// [`ChunkError::TooLarge`].
+    fn push_digit(&mut self, d: u8) -> Result<(), ChunkError> {
+        let size = self
+            .size
+            .checked_mul(16)
+            .and_then(|n| n.checked_add(u64::from(d)))
+            .ok_or(ChunkError::TooLarge)?;
+        // `declared` never passes `limit`: every size is checked here before it counts.
+        if size > self.limit.saturating_sub(self.declared) {
+            return Err(ChunkError::TooLarge);
+        }
+        self.size = size;
+        Ok(())
+    }
+
     fn in_size_line(&self) -> bool {
-        matches!(self.state, State::SizeStart | State::Size { .. }) || self.in_extension()
+        matches!(self.state, State::SizeStart | State::Size) || self.in_extension()
     }
 
     fn in_extension(&self) -> bool {
@@ -318,221 +361,4 @@ fn hex(b: u8) -> Option<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// Decodes `body` fed whole, then split at every byte boundary into two parts, and (for short
-    /// bodies) one byte at a time; all must agree. Returns (data, consumed).
-    fn decode_split(body: &[u8]) -> Result<(Vec<u8>, usize), ChunkError> {
-        let feed =
-            |parts: &mut dyn Iterator<Item = &[u8]>| -> Result<(Vec<u8>, usize), ChunkError> {
-                let mut d = ChunkedDecoder::new();
-                let mut out = Vec::new();
-                let mut consumed = 0;
-                for part in parts {
-                    if d.is_done() {
-                        break;
-                    }
-                    let p = d.feed(part, |r| out.extend_from_slice(&part[r]))?;
-                    consumed += p.consumed;
-                }
-                assert!(d.is_done(), "not done: {:?}", String::from_utf8_lossy(body));
-                Ok((out, consumed))
-            };
-        let whole = feed(&mut std::iter::once(body))?;
-        for split in 0..=body.len() {
-            let (a, b) = body.split_at(split);
-            assert_eq!(feed(&mut [a, b].into_iter())?, whole, "split {split}");
-        }
-        assert_eq!(feed(&mut body.chunks(1))?, whole, "byte by byte");
-        Ok(whole)
-    }
-
-    #[test]
-    fn decodes_at_every_split() {
-        let msg = b"5\r\nhello\r\n1;ext=1\r\n \r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\nNEXT";
-        let (data, consumed) = decode_split(msg).unwrap();
-        assert_eq!(data, b"hello 0123456789");
-        assert_eq!(consumed, msg.len() - 4);
-    }
-
-    #[test]
-    fn accepts_valid_shapes_at_every_split() {
-        for (ok, data) in [
-            (&b"0\r\n\r\n"[..], &b""[..]),
-            (b"000\r\n\r\n", b""),
-            (b"00000000000000000000003\r\nabc\r\n0\r\n\r\n", b"abc"),
-            (b"3;a\r\nabc\r\n0\r\n\r\n", b"abc"),
-            (b"3 ; a = b ;c\r\nabc\r\n0;last\r\n\r\n", b"abc"),
-            (b"3;a=\"q \\\" ;\\\\\"\r\nabc\r\n0\r\n\r\n", b"abc"),
-            (b"3;a=\"\"\r\nabc\r\n0\r\n\r\n", b"abc"),
-            (
-                b"3\r\nabc\r\n0\r\nA: b\r\nC:\r\nD: \t e\xff\r\n\r\n",
-                b"abc",
-            ),
-            (b"1\r\n\r\r\n1\r\n\n\r\n0\r\n\r\n", b"\r\n"),
-        ] {
-            assert_eq!(
-                decode_split(ok).map(|(d, _)| d),
-                Ok(data.to_vec()),
-                "{:?}",
-                String::from_utf8_lossy(ok)
-            );
-        }
-    }
-
-    /// One row per rule of issue 5 / DESIGN.md "HTTP/1.1 rules"; every row is `ChunkError`.
-    #[test]
-    fn rejects_malformed() {
-        let long_ext = format!("1;{}\r\n", "a".repeat(MAX_EXTENSIONS + 1));
-        let many_ext = {
-            let mut s = String::new();
-            for _ in 0..1000 {
-                s.push_str("1;abcdefgh\r\nx\r\n");
-            }
-            s
-        };
-        let long_trailers = format!("0\r\n{}", "T: v\r\n".repeat(MAX_TRAILERS / 6 + 1));
-        let zeros = format!("{}1\r\n", "0".repeat(MAX_SIZE_LINE));
-        for (rule, bad) in [
-            ("empty size", &b"\r\n"[..]),
-            ("empty size before ext", b";a\r\n"),
-            ("non-hex size", b"x\r\n"),
-            ("sign", b"+5\r\nhello\r\n"),
-            ("minus", b"-5\r\n"),
-            ("0x prefix", b"0x5\r\nhello\r\n"),
-            ("17 significant digits", b"11111111111111111\r\n"),
-            ("size line over 4 KiB", zeros.as_bytes()),
-            ("bare LF after size", b"5\nhello\r\n0\r\n\r\n"),
-            ("bare CR after size", b"5\rhello\r\n"),
-            ("whitespace before CRLF", b"5 \r\nhello\r\n"),
-            ("whitespace inside size", b"5 5\r\n"),
-            ("ext without name", b"5;\r\n"),
-            ("ext name not a token", b"5;a@b\r\n"),
-            ("ext control char", b"5;\x01\r\n"),
-            ("ext bare LF", b"5;a\nb\r\n"),
-            ("ext bare CR", b"5;a\rb\r\n"),
-            ("ext value empty", b"5;a=\r\n"),
-            ("ext value not a token", b"5;a=b@c\r\n"),
-            ("ext quoted CR", b"5;a=\"b\rc\"\r\n"),
-            ("ext quoted LF", b"5;a=\"b\nc\"\r\n"),
-            ("ext unterminated quote", b"5;a=\"bc\r\n"),
-            ("ext trailing garbage", b"5;a=\"b\"c\r\n"),
-            ("ext whitespace before CRLF", b"5;a \r\n"),
-            ("extensions over 4 KiB in one line", long_ext.as_bytes()),
-            ("extensions over 4 KiB in all", many_ext.as_bytes()),
-            ("data longer than size", b"5\r\nhelloX\r\n"),
-            ("data then bare LF", b"5\r\nhello\n0\r\n\r\n"),
-            ("data then bare CR", b"5\r\nhello\r0\r\n\r\n"),
-            ("data then nothing", b"5\r\nhello0\r\n\r\n"),
-            ("trailer control char", b"0\r\n\x01\r\n\r\n"),
-            ("trailer obs-fold", b"0\r\nA: b\r\n folded\r\n\r\n"),
-            ("trailer leading space", b"0\r\n folded\r\n\r\n"),
-            ("trailer without colon", b"0\r\nA\r\n\r\n"),
-            ("trailer empty name", b"0\r\n: v\r\n\r\n"),
-            ("trailer space before colon", b"0\r\nA : v\r\n\r\n"),
-            ("trailer NUL in value", b"0\r\nA: \x00\r\n\r\n"),
-            ("trailer bare LF", b"0\r\nA: b\n\r\n"),
-            ("trailers over 16 KiB", long_trailers.as_bytes()),
-            ("final bare LF", b"0\r\n\n"),
-            ("final CR then junk", b"0\r\n\rX"),
-        ] {
-            let mut d = ChunkedDecoder::new();
-            let r = d.feed(bad, |_| {});
-            assert_eq!(
-                r,
-                Err(ChunkError),
-                "{rule}: {:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-    }
-
-    #[test]
-    fn large_size_is_checked() {
-        let mut d = ChunkedDecoder::new();
-        let p = d.feed(b"ffffffffffffffff\r\nabc", |_| {}).unwrap();
-        assert!(!p.done);
-        assert_eq!(p.consumed, 21);
-        let mut d = ChunkedDecoder::new();
-        let p = d.feed(b"0000ffffffffffffffff\r\n", |_| {}).unwrap();
-        assert_eq!(p.consumed, 22);
-    }
-
-    #[test]
-    fn encode_chunk_sizes() {
-        let mut out = Vec::new();
-        encode_chunk(&mut out, b"");
-        assert!(out.is_empty());
-        encode_chunk(&mut out, &[b'x'; 26]);
-        assert!(out.starts_with(b"1a\r\nxxx"));
-        assert!(out.ends_with(b"x\r\n"));
-    }
-
-    /// Feeds `input` in pieces cut at `cuts`; returns the decoded data, the bytes consumed and whether
-    /// the body is done, or the error.
-    fn feed_cut(input: &[u8], cuts: &[usize]) -> Result<(Vec<u8>, usize, bool), ChunkError> {
-        let mut d = ChunkedDecoder::new();
-        let mut out = Vec::new();
-        let mut at = 0;
-        let mut consumed = 0;
-        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (input.len() + 1)).collect();
-        cuts.sort_unstable();
-        cuts.push(input.len());
-        for c in cuts {
-            if c < at || d.is_done() {
-                continue;
-            }
-            let part = &input[at..c];
-            let p = d.feed(part, |r| out.extend_from_slice(&part[r]))?;
-            consumed += p.consumed;
-            at = c;
-        }
-        Ok((out, consumed, d.is_done()))
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
-
-        /// Arbitrary bytes never panic the decoder, and how they are cut never changes the verdict.
-        #[test]
-        fn arbitrary_bytes_never_panic(input in proptest::collection::vec(any::<u8>(), 0..256),
-                                       cuts in proptest::collection::vec(any::<usize>(), 0..4)) {
-            let whole = feed_cut(&input, &[]);
-            let cut = feed_cut(&input, &cuts);
-            match (&whole, &cut) {
-                (Ok(w), Ok(c)) => prop_assert_eq!(w, c),
-                (Err(_), Err(_)) => {}
-                // A cut can leave an error unseen only if it comes after the end of the body.
-                _ => prop_assert!(false, "{whole:?} vs {cut:?}"),
-            }
-        }
-
-        /// Bytes that look like chunked framing (digits, CR, LF, `;`) never panic either.
-        #[test]
-        fn framing_like_bytes_never_panic(input in proptest::collection::vec(
-            prop::sample::select(&b"0123456789aAfF\r\n;= \t\"\\x:"[..]), 0..128)) {
-            let _ = feed_cut(&input, &[]);
-        }
-
-        /// decode(encode(x)) == x for any payload cut into any chunks, fed cut anywhere.
-        #[test]
-        fn decode_of_encode_is_identity(
-            pieces in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8),
-            cuts in proptest::collection::vec(any::<usize>(), 0..4),
-        ) {
-            let mut wire = Vec::new();
-            for p in &pieces {
-                encode_chunk(&mut wire, p);
-            }
-            wire.extend_from_slice(LAST_CHUNK);
-            let len = wire.len();
-            wire.extend_from_slice(b"GET / HTTP/1.1\r\n");
-            let (data, consumed, done) = feed_cut(&wire, &cuts).unwrap();
-            prop_assert!(done);
-            prop_assert_eq!(consumed, len);
-            prop_assert_eq!(data, pieces.concat());
-        }
-    }
-}
+mod tests;

@@ -28,6 +28,10 @@ pub enum FramingError {
     BadHost,
     /// 501 `transfer_coding`: chunked last after codings edge does not implement.
     TransferCoding,
+    /// 413 `body_too_large`: a well-formed Content-Length too large for a u64, more than any
+    /// `max_body_bytes` allows ("none" means up to `u64::MAX` bytes). A Content-Length that fits is
+    /// compared with `max_body_bytes` by the caller, before any body byte is read.
+    BodyTooLarge,
 }
 
 /// What the request head says about the connection and the exchange, gathered in one pass.
@@ -71,14 +75,35 @@ pub fn parse_content_length(v: &[u8]) -> Option<u64> {
     })
 }
 
+/// A well-formed Content-Length value (RFC 9110 §8.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Length<'a> {
+    /// A length that fits a u64.
+    Bytes(u64),
+    /// Digits of a length over `u64::MAX`, leading zeros removed (so equal lengths compare equal).
+    Huge(&'a [u8]),
+}
+
+/// Parses one Content-Length list element: ASCII digits only (see [`parse_content_length`]), whatever
+/// their number.
+fn length_value(v: &[u8]) -> Option<Length<'_>> {
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(match parse_content_length(v) {
+        Some(n) => Length::Bytes(n),
+        None => Length::Huge(&v[v.iter().take_while(|&&d| d == b'0').count()..]),
+    })
+}
+
 /// Combined Content-Length of all CL fields (RFC 9110 §8.6, RFC 9112 §6.3 rule 5): a field may be a list
 /// of identical values ("5, 5") and identical fields fold into one; differing values, a malformed value
 /// or an empty list element are an error.
-fn content_length(buf: &[u8], fields: &[Field]) -> Result<Option<u64>, ()> {
+fn content_length<'a>(buf: &'a [u8], fields: &[Field]) -> Result<Option<Length<'a>>, ()> {
     let mut found = None;
     for f in fields.iter().filter(|f| f.kind == FieldKind::ContentLength) {
         for e in f.value(buf).split(|&b| b == b',') {
-            let n = parse_content_length(super::head::trim(e)).ok_or(())?;
+            let n = length_value(super::head::trim(e)).ok_or(())?;
             if found.is_some_and(|m| m != n) {
                 return Err(());
             }
@@ -199,8 +224,9 @@ pub fn request_info(
     let cl = content_length(buf, fields).map_err(|()| FramingError::BadFraming)?;
     let body = match (te, cl) {
         // RFC 9112 §6.1: a sender MUST NOT send both; edge rejects instead of picking one (CL.TE / TE.CL).
-        (Codings::Absent, Some(0) | None) => Body::None,
-        (Codings::Absent, Some(n)) => Body::Length(n),
+        (Codings::Absent, Some(Length::Bytes(0)) | None) => Body::None,
+        (Codings::Absent, Some(Length::Bytes(n))) => Body::Length(n),
+        (Codings::Absent, Some(Length::Huge(_))) => return Err(FramingError::BodyTooLarge),
         (_, Some(_)) | (Codings::NotChunkedLast | Codings::ChunkedTwice, None) => {
             return Err(FramingError::BadFraming)
         }
@@ -238,42 +264,85 @@ fn valid_host(v: &[u8]) -> bool {
 pub struct BadResponse;
 
 /// The response framing decision (RFC 9112 §6.3 rules 1–8). `head_request` marks a response to HEAD;
-/// HEAD, 1xx, 204 and 304 responses have no body whatever their fields say (rules 1–2).
+/// HEAD, 1xx, 204 and 304 responses have no body whatever their fields say (rules 1–2). The
+/// Content-Length of a HEAD or 304 response reaches the client (see [`bodyless_content_length`]), so it
+/// must be as well-formed as on any response; a 1xx's or 204's is never sent on, so it is not judged.
 ///
 /// # Errors
 /// [`BadResponse`] for malformed or differing Content-Length values, CL together with TE, Transfer-Encoding
-/// in an HTTP/1.0 response (RFC 9112 §6.1, §6.3), or any coding list but exactly `chunked` (edge
-/// implements no other transfer coding, and Transfer-Encoding is hop-by-hop).
+/// in an HTTP/1.0 response with a body (RFC 9112 §6.1, §6.3), or any coding list but exactly `chunked`
+/// on a body (edge implements no other transfer coding, and Transfer-Encoding is hop-by-hop).
 pub fn response_body(
     buf: &[u8],
     head: &ResponseHead,
     fields: &[Field],
     head_request: bool,
 ) -> Result<Body, BadResponse> {
-    if head_request || head.status < 200 || head.status == 204 || head.status == 304 {
+    if never_framed(head.status) {
         return Ok(Body::None);
     }
     let te = transfer_encoding(buf, fields);
+    let cl = content_length(buf, fields).map_err(|()| BadResponse)?;
+    if head_request || head.status == 304 {
+        // RFC 9112 §6.1 lets a HEAD or 304 response carry Transfer-Encoding (the coding a GET would get);
+        // it is hop-by-hop and dropped. Content-Length beside it is the same ambiguity as on a body.
+        return match (te, cl) {
+            (_, Some(Length::Huge(_))) => Err(BadResponse),
+            (Codings::Absent, _) | (_, None) => Ok(Body::None),
+            _ => Err(BadResponse),
+        };
+    }
     if te != Codings::Absent && head.minor == 0 {
         // RFC 9112 §6.1: faulty framing; edge does not guess.
         return Err(BadResponse);
     }
-    let cl = content_length(buf, fields).map_err(|()| BadResponse)?;
     match (te, cl) {
-        (Codings::Absent, Some(0)) => Ok(Body::None),
-        (Codings::Absent, Some(n)) => Ok(Body::Length(n)),
+        (Codings::Absent, Some(Length::Bytes(0))) => Ok(Body::None),
+        (Codings::Absent, Some(Length::Bytes(n))) => Ok(Body::Length(n)),
         (Codings::Absent, None) => Ok(Body::CloseDelimited),
         (Codings::Chunked, None) => Ok(Body::Chunked),
         // Any other coding: edge implements only chunked and removes Transfer-Encoding (hop-by-hop), so
-        // it could not tell the client how the body is coded. Refused, as nginx does.
+        // it could not tell the client how the body is coded. Refused, as nginx does. A length over
+        // u64::MAX cannot be relayed either.
         _ => Err(BadResponse),
     }
 }
 
-/// Whether the upstream lets edge reuse the connection after this response: HTTP/1.1 without
-/// `Connection: close`, or HTTP/1.0 with `Connection: keep-alive`.
+/// Statuses whose responses never carry Content-Length or Transfer-Encoding to the client: 1xx and 204
+/// (RFC 9110 §8.6, RFC 9112 §6.1: a server MUST NOT send them there).
+fn never_framed(status: u16) -> bool {
+    status < 200 || status == 204
+}
+
+/// The Content-Length edge writes on a response that has no body ([`response_body`] said
+/// [`Body::None`]): none on 1xx and 204, whatever the upstream sent (RFC 9110 §8.6); on a 304 the
+/// representation's length and on a HEAD response the length a GET would have, as the upstream gave it
+/// (RFC 9110 §8.6, §9.3.2); on any other status the upstream's `0`. One value, written once.
+pub fn bodyless_content_length(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Option<u64> {
+    if never_framed(head.status) {
+        return None;
+    }
+    match content_length(buf, fields) {
+        Ok(Some(Length::Bytes(n))) => Some(n),
+        _ => None,
+    }
+}
+
+/// Whether edge may reuse the upstream connection after this response: HTTP/1.1 without
+/// `Connection: close`, or HTTP/1.0 with `Connection: keep-alive`; and not after a 1xx or 204 that
+/// declares a body (a Content-Length other than 0, or Transfer-Encoding), because its sender may still be
+/// writing that body, which edge would read as the next response (DESIGN.md "HTTP/1.1 rules"). Bytes that
+/// arrive with any bodyless head are the caller's to check: they too forbid reuse.
 pub fn response_keeps_alive(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> bool {
-    if head.minor == 0 {
+    let declares_body = never_framed(head.status)
+        && (transfer_encoding(buf, fields) != Codings::Absent
+            || !matches!(
+                content_length(buf, fields),
+                Ok(None | Some(Length::Bytes(0)))
+            ));
+    if declares_body {
+        false
+    } else if head.minor == 0 {
         connection_has(buf, fields, b"keep-alive")
     } else {
         !connection_has(buf, fields, b"close")
@@ -295,441 +364,4 @@ pub fn keep_alive_timeout(buf: &[u8], fields: &[Field]) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::head::{parse_request, parse_response, Fields};
-
-    fn req(text: &str) -> Result<RequestInfo, FramingError> {
-        let mut f = Fields::new();
-        let h = parse_request(text.as_bytes(), 100, &mut f)
-            .unwrap()
-            .unwrap();
-        request_info(text.as_bytes(), &h, &f)
-    }
-
-    #[test]
-    fn upgrade_needs_http11_connection_upgrade_and_a_protocol_other_than_h2c() {
-        let up = |t: &str| req(t).unwrap().upgrade;
-        assert!(up(
-            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
-        ));
-        assert!(up(
-            "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, upgrade\r\nUpgrade: h2c, websocket\r\n\r\n"
-        ));
-        assert!(!up(
-            "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"
-        ));
-        assert!(!up(
-            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: H2C/1\r\n\r\n"
-        ));
-        assert!(!up(
-            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n"
-        ));
-        assert!(!up(
-            "GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"
-        ));
-    }
-
-    #[test]
-    fn max_forwards_only_for_options_and_trace() {
-        let mf = |t: &str| req(t).unwrap().max_forwards;
-        assert_eq!(
-            mf("OPTIONS * HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0\r\n\r\n"),
-            Some(0)
-        );
-        assert_eq!(
-            mf("TRACE / HTTP/1.1\r\nHost: a\r\nMax-Forwards: 07\r\nMax-Forwards: 0\r\n\r\n"),
-            Some(7)
-        );
-        assert_eq!(
-            mf("OPTIONS / HTTP/1.1\r\nHost: a\r\nMax-Forwards: -1\r\n\r\n"),
-            None
-        );
-        assert_eq!(
-            mf("GET / HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0\r\n\r\n"),
-            None
-        );
-        assert_eq!(mf("OPTIONS / HTTP/1.1\r\nHost: a\r\n\r\n"), None);
-    }
-
-    #[test]
-    fn request_framing_table() {
-        use FramingError::*;
-        assert_eq!(
-            req("GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().body,
-            Body::None
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
-                .unwrap()
-                .body,
-            Body::Length(5)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
-                .unwrap()
-                .body,
-            Body::Length(5)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n")
-                .unwrap()
-                .body,
-            Body::Length(5)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
-            Err(BadFraming)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"),
-            Err(BadFraming)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n"),
-            Err(BadFraming)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
-                .unwrap()
-                .body,
-            Body::Chunked
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,Chunked,\r\n\r\n")
-                .unwrap()
-                .body,
-            Body::Chunked
-        );
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), Err(BadFraming));
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"),
-            Err(BadFraming)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"),
-            Err(BadFraming)
-        );
-        assert_eq!(
-            req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
-            Err(TransferCoding)
-        );
-        assert_eq!(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"), Err(TransferCoding));
-        assert_eq!(
-            req("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Err(BadFraming)
-        );
-        assert_eq!(req("GET / HTTP/1.1\r\n\r\n"), Err(BadHost));
-        assert_eq!(
-            req("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
-            Err(BadHost)
-        );
-        assert_eq!(req("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n"), Err(BadHost));
-        assert!(req("GET / HTTP/1.0\r\n\r\n").unwrap().close);
-        assert!(
-            !req("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
-                .unwrap()
-                .close
-        );
-        assert!(
-            req("GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, Close\r\n\r\n")
-                .unwrap()
-                .close
-        );
-    }
-
-    /// One row per request-framing rule of issue 5 / DESIGN.md "HTTP/1.1 rules", with the exact error.
-    #[test]
-    fn request_rejection_table() {
-        use FramingError::*;
-        let p = "POST / HTTP/1.1\r\nHost: a\r\n";
-        for (rule, fields, want) in [
-            (
-                "CL and TE (CL.TE)",
-                "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n",
-                BadFraming,
-            ),
-            (
-                "TE and CL (TE.CL)",
-                "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
-                BadFraming,
-            ),
-            (
-                "CL and non-chunked TE",
-                "Content-Length: 3\r\nTransfer-Encoding: gzip\r\n",
-                BadFraming,
-            ),
-            (
-                "differing CL fields",
-                "Content-Length: 5\r\nContent-Length: 6\r\n",
-                BadFraming,
-            ),
-            ("differing CL list", "Content-Length: 5, 6\r\n", BadFraming),
-            (
-                "CL list with an empty element",
-                "Content-Length: 5,\r\n",
-                BadFraming,
-            ),
-            ("CL of commas", "Content-Length: ,\r\n", BadFraming),
-            ("CL empty", "Content-Length: \r\n", BadFraming),
-            ("CL plus sign", "Content-Length: +5\r\n", BadFraming),
-            ("CL minus sign", "Content-Length: -5\r\n", BadFraming),
-            ("CL hex", "Content-Length: 0x5\r\n", BadFraming),
-            ("CL underscore", "Content-Length: 1_0\r\n", BadFraming),
-            ("CL space inside", "Content-Length: 1 0\r\n", BadFraming),
-            ("CL decimal point", "Content-Length: 5.0\r\n", BadFraming),
-            (
-                "CL overflows u64",
-                "Content-Length: 18446744073709551616\r\n",
-                BadFraming,
-            ),
-            (
-                "CL non-ASCII digit",
-                "Content-Length: \u{661}\r\n",
-                BadFraming,
-            ),
-            (
-                "final coding not chunked",
-                "Transfer-Encoding: gzip\r\n",
-                BadFraming,
-            ),
-            (
-                "obfuscated chunked (xchunked)",
-                "Transfer-Encoding: xchunked\r\n",
-                BadFraming,
-            ),
-            (
-                "chunked with a parameter",
-                "Transfer-Encoding: chunked;q=1\r\n",
-                BadFraming,
-            ),
-            (
-                "quoted chunked",
-                "Transfer-Encoding: \"chunked\"\r\n",
-                BadFraming,
-            ),
-            ("identity", "Transfer-Encoding: identity\r\n", BadFraming),
-            ("empty TE", "Transfer-Encoding: \r\n", BadFraming),
-            (
-                "chunked then gzip",
-                "Transfer-Encoding: chunked, gzip\r\n",
-                BadFraming,
-            ),
-            (
-                "chunked twice",
-                "Transfer-Encoding: chunked, chunked\r\n",
-                BadFraming,
-            ),
-            (
-                "chunked twice on two lines",
-                "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
-                BadFraming,
-            ),
-            (
-                "chunked after gzip",
-                "Transfer-Encoding: gzip, chunked\r\n",
-                TransferCoding,
-            ),
-            (
-                "chunked after gzip on two lines",
-                "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
-                TransferCoding,
-            ),
-            ("second Host", "Host: b\r\n", BadHost),
-            ("identical second Host", "Host: a\r\n", BadHost),
-        ] {
-            assert_eq!(req(&format!("{p}{fields}\r\n")), Err(want), "{rule}");
-        }
-        for (rule, text, want) in [
-            (
-                "TE in HTTP/1.0",
-                "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-                BadFraming,
-            ),
-            (
-                "TE gzip, chunked in HTTP/1.0",
-                "POST / HTTP/1.0\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-                BadFraming,
-            ),
-            ("no Host in HTTP/1.1", "GET / HTTP/1.1\r\n\r\n", BadHost),
-            ("empty Host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", BadHost),
-            (
-                "Host with a path",
-                "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
-                BadHost,
-            ),
-            (
-                "Host with userinfo",
-                "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n",
-                BadHost,
-            ),
-            (
-                "Host with a space",
-                "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
-                BadHost,
-            ),
-            (
-                "two Hosts in HTTP/1.0",
-                "GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
-                BadHost,
-            ),
-            (
-                "absolute-form without Host",
-                "GET http://a/ HTTP/1.1\r\n\r\n",
-                BadHost,
-            ),
-            (
-                "absolute-form empty authority",
-                "GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n",
-                BadHost,
-            ),
-            (
-                "absolute-form userinfo",
-                "GET http://u@a/x HTTP/1.1\r\nHost: a\r\n\r\n",
-                BadHost,
-            ),
-        ] {
-            assert_eq!(req(text), Err(want), "{rule}");
-        }
-    }
-
-    #[test]
-    fn request_framing_accepts() {
-        for (text, body) in [
-            (
-                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 007\r\n\r\n",
-                Body::Length(7),
-            ),
-            (
-                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n",
-                Body::Length(u64::MAX),
-            ),
-            (
-                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
-                Body::None,
-            ),
-            (
-                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n",
-                Body::Chunked,
-            ),
-            (
-                "POST / HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
-                Body::Length(2),
-            ),
-            ("GET http://a:1/x HTTP/1.1\r\nHost: b\r\n\r\n", Body::None),
-        ] {
-            assert_eq!(req(text).map(|i| i.body), Ok(body), "{text}");
-        }
-    }
-
-    fn res(text: &str, head_req: bool) -> Result<Body, BadResponse> {
-        let mut f = Fields::new();
-        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
-        response_body(text.as_bytes(), &h, &f, head_req)
-    }
-
-    #[test]
-    fn response_framing_table() {
-        for (text, head_req, want) in [
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
-                false,
-                Ok(Body::Length(3)),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
-                false,
-                Ok(Body::Length(3)),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
-                true,
-                Ok(Body::None),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                true,
-                Ok(Body::None),
-            ),
-            ("HTTP/1.1 204 No Content\r\n\r\n", false, Ok(Body::None)),
-            (
-                "HTTP/1.1 204 No Content\r\nContent-Length: 4\r\n\r\n",
-                false,
-                Ok(Body::None),
-            ),
-            (
-                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
-                false,
-                Ok(Body::None),
-            ),
-            (
-                "HTTP/1.1 103 Early Hints\r\nContent-Length: 9\r\n\r\n",
-                false,
-                Ok(Body::None),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                false,
-                Ok(Body::Chunked),
-            ),
-            ("HTTP/1.1 200 OK\r\n\r\n", false, Ok(Body::CloseDelimited)),
-            ("HTTP/1.0 200 OK\r\n\r\n", false, Ok(Body::CloseDelimited)),
-            // Rejections: each is 502 bad_response and the upstream connection is not reused.
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-            (
-                "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                false,
-                Err(BadResponse),
-            ),
-        ] {
-            assert_eq!(res(text, head_req), want, "{text}");
-        }
-    }
-
-    #[test]
-    fn keep_alive_timeout_param() {
-        let text = "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=100\r\n\r\n";
-        let mut f = Fields::new();
-        parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
-        assert_eq!(keep_alive_timeout(text.as_bytes(), &f), Some(5));
-    }
-}
+mod tests;

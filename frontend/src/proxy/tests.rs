@@ -31,8 +31,8 @@ use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 use super::{run, Outcome, Request};
 use crate::{
     forward::OutFraming,
-    relay::{RequestBody, ResponseBody},
     respond::{Failure, RequestLog, SendFailure},
+    server::h1::body::{RequestBody, ResponseBody},
     server::{BodyFailure, RelayError, Session, Started},
     worker::Worker,
 };

@@ -36,5 +36,6 @@ mod limits;
 mod proxy;
 mod reload;
 mod smuggling;
+mod strictness;
 mod upgrade;
 mod upstream;

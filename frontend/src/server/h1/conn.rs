@@ -281,6 +281,7 @@ fn framing_failure(e: FramingError) -> Failure {
         FramingError::BadFraming => InvalidReason::BadFraming,
         FramingError::BadHost => InvalidReason::BadHost,
         FramingError::TransferCoding => InvalidReason::TransferCoding,
+        FramingError::BodyTooLarge => InvalidReason::BodyTooLarge,
     })
 }
 

@@ -26,8 +26,8 @@ use monoio::{
 
 use crate::{
     forward::{self, OutFraming},
-    relay::{RequestBody, ResponseBody},
     respond::{within_send, Failure, SendFailure},
+    server::h1::body::{RequestBody, ResponseBody},
     server::{BodyFailure, RelayError, Session, Started},
 };
 

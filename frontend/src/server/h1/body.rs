@@ -6,7 +6,7 @@
 use edge_core::{
     buf::{RecvBuf, BUF_SIZE},
     http::{
-        body::BodyScanner,
+        body::{BodyError, BodyScanner},
         chunked::{encode_chunk, LAST_CHUNK},
         framing::Body,
     },
@@ -18,18 +18,15 @@ use crate::{forward::OutFraming, respond::Failure};
 /// The client's request body on its way upstream.
 pub struct RequestBody {
     scan: BodyScanner,
-    seen: u64,
-    max: u64,
 }
 
 impl RequestBody {
-    /// `max` is `max_body_bytes` (checked here for chunked bodies; a too-large Content-Length is refused
-    /// before the exchange starts).
+    /// `max` is `max_body_bytes` (`u64::MAX` for "none"), judged on what the body declares (DESIGN.md
+    /// "Configuration"): a Content-Length over it is refused before the exchange starts (and here
+    /// again), a chunk whose size would take the body over it as soon as its size line shows it.
     pub fn new(kind: Body, max: u64) -> Self {
         RequestBody {
-            scan: BodyScanner::new(kind),
-            seen: 0,
-            max,
+            scan: BodyScanner::with_limit(kind, max),
         }
     }
 
@@ -38,36 +35,41 @@ impl RequestBody {
         self.scan.is_done()
     }
 
-    /// How many bytes at the start of `data` belong to the body.
+    /// How many bytes at the start of `data` belong to the body. On an error none of `data` may go
+    /// upstream.
     ///
     /// # Errors
-    /// 400 `bad_chunk` for malformed chunked framing; 413 once the payload exceeds `max`.
+    /// 400 `bad_chunk` for malformed chunked framing; 413 `body_too_large` once the body declares more
+    /// than `max` (a chunk size too large for a u64 included).
     pub fn scan(&mut self, data: &[u8]) -> Result<usize, Failure> {
-        let mut seen = 0;
-        let n = self
-            .scan
-            .scan(data, |r| seen += r.len() as u64)
-            .map_err(|_| Failure::Invalid(InvalidReason::BadChunk))?;
-        self.seen += seen;
-        if self.seen > self.max {
-            return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
-        }
-        Ok(n)
+        self.scan.scan(data, |_| {}).map_err(failure)
     }
 
     /// Moves the body bytes already in `rb`, at most [`BUF_SIZE`] of them, to `out` (they go upstream with
     /// the head; the rest, if any, is streamed from `rb`). The cap keeps `out` within a pooled buffer's
-    /// size class when `rb` is a large buffer.
+    /// size class when `rb` is a large buffer. Every body byte in `rb` is judged first, so a refusal
+    /// that those bytes already decide comes before anything of the request goes upstream.
     ///
     /// # Errors
     /// As [`RequestBody::scan`].
     pub fn take_available(&mut self, rb: &mut RecvBuf, out: &mut Vec<u8>) -> Result<(), Failure> {
         let data = rb.data();
+        if data.len() > BUF_SIZE {
+            self.scan.clone().scan(data, |_| {}).map_err(failure)?;
+        }
         let n = self.scan(&data[..data.len().min(BUF_SIZE)])?;
         out.extend_from_slice(&rb.data()[..n]);
         rb.consume(n);
         Ok(())
     }
+}
+
+/// The answer to a request body refused on its way (DESIGN.md "Status codes").
+fn failure(e: BodyError) -> Failure {
+    Failure::Invalid(match e {
+        BodyError::BadChunk => InvalidReason::BadChunk,
+        BodyError::TooLarge => InvalidReason::BodyTooLarge,
+    })
 }
 
 /// Malformed framing in the upstream's response body (502 before the head is sent, truncation after).
