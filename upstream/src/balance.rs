@@ -19,6 +19,8 @@ use crate::{
 pub struct Endpoint {
     /// Its address (resolved at config load).
     pub addr: SocketAddr,
+    /// Its weight (at least 1; DESIGN.md "Upstream health, discovery and balancing").
+    pub weight: u32,
     /// Its idle connections (shared with the previous generation's endpoint of the same upstream and
     /// address after a config reload, so warm connections survive it).
     pub pool: Rc<Pool>,
@@ -72,15 +74,18 @@ impl Upstream {
             endpoints: r
                 .endpoints
                 .iter()
-                .map(|&addr| match kept(addr) {
+                .map(|r| (r.addr, r.weight))
+                .map(|(addr, weight)| match kept(addr) {
                     Some(e) => Endpoint {
                         addr,
+                        weight,
                         pool: e.pool.clone(),
                         slots: e.slots.clone(),
                         health: e.health.clone(),
                     },
                     None => Endpoint {
                         addr,
+                        weight,
                         pool: Default::default(),
                         slots: Default::default(),
                         health: Default::default(),

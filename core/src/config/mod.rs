@@ -6,6 +6,7 @@
 //! Errors name the file, the key path and the reason ([`ConfigError`]).
 
 mod cidr;
+mod discovery;
 mod overrides;
 mod resolve;
 mod values;
@@ -13,8 +14,11 @@ mod values;
 use std::{fmt, time::Duration};
 
 pub use cidr::Cidr;
+pub use discovery::{
+    Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
+};
 pub use overrides::Overrides;
-pub use resolve::{Resolved, ResolvedRoute, ResolvedUpstream};
+pub use resolve::{Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
 use serde::{Deserialize, Serialize};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 
@@ -66,6 +70,11 @@ pub struct Server {
     pub trusted_proxies: Vec<String>,
     /// Unix socket path for `edge --upgrade`; "" disables.
     pub upgrade_socket: String,
+    /// PROXY protocol header expected on every traffic connection (DESIGN.md "Upstream health,
+    /// discovery and balancing").
+    pub proxy_protocol: ProxyProtocol,
+    /// CIDRs allowed to send a PROXY header; required when `proxy_protocol` is on.
+    pub proxy_protocol_from: Vec<String>,
     /// `[server.timeouts]`
     pub timeouts: Timeouts,
     /// `[server.limits]`
@@ -85,6 +94,8 @@ impl Default for Server {
             health_path: "/_health".into(),
             trusted_proxies: Vec::new(),
             upgrade_socket: String::new(),
+            proxy_protocol: ProxyProtocol::Off,
+            proxy_protocol_from: Vec::new(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
         }
@@ -188,8 +199,18 @@ impl Default for Log {
 pub struct Upstream {
     /// Name that routes refer to.
     pub name: String,
-    /// `host:port` entries, resolved at load; round-robin per worker.
-    pub endpoints: Vec<String>,
+    /// `host:port` / `name:port` entries, or `{ address, weight }`; names are resolved on the supervisor at
+    /// load, reload and every `resolve` interval, never on a worker.
+    pub endpoints: Vec<EndpointSpec>,
+    /// How a worker picks an endpoint.
+    #[serde(default)]
+    pub balance: Balance,
+    /// Re-resolution interval of endpoint names; `none`: at load and reload only.
+    #[serde(default = "discovery::resolve_default")]
+    pub resolve: Limit,
+    /// Active health checks; absent: passive ejection only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
     /// Connect deadline (504 on expiry, 502 on refusal).
     #[serde(default = "d2s")]
     pub connect_timeout: Dur,
@@ -255,7 +276,10 @@ impl Upstream {
     pub fn with_endpoints(name: &str, endpoints: Vec<String>) -> Self {
         Upstream {
             name: name.into(),
-            endpoints,
+            endpoints: endpoints.into_iter().map(EndpointSpec::Address).collect(),
+            balance: Balance::RoundRobin,
+            resolve: discovery::resolve_default(),
+            health_check: None,
             connect_timeout: d2s(),
             request_timeout: l30s(),
             write_timeout: d30s(),

@@ -9,7 +9,10 @@ use std::{
     time::Duration,
 };
 
-use super::{Cidr, Config, ConfigError, Limit, Limits, Log, Route, Timeouts, Upstream};
+use super::{
+    Cidr, Config, ConfigError, HealthCheck, Limit, Limits, Log, ProxyProtocol, Route, Server,
+    Timeouts, Upstream,
+};
 
 impl Config {
     /// Checks every value and resolves names to addresses.
@@ -39,7 +42,8 @@ impl Config {
         }
         check_limits(&server.limits, &mut p);
         check_timeouts(&server.timeouts, &mut p);
-        let trusted_proxies = trusted_proxies(&server.trusted_proxies, &mut p);
+        let trusted_proxies = cidrs("server.trusted_proxies", &server.trusted_proxies, &mut p);
+        let proxy_protocol_from = check_proxy_protocol(server, &mut p);
         check_upgrade_socket(&server.upgrade_socket, &mut p);
         check_log(&self.log, &mut p);
         let upstreams = self
@@ -57,6 +61,7 @@ impl Config {
             listen: listen.expect("checked above"),
             admin_listen,
             trusted_proxies,
+            proxy_protocol_from,
             upstreams,
             routes,
         })
@@ -112,12 +117,25 @@ fn check_timeouts(timeouts: &Timeouts, p: &mut Problems<'_>) {
 }
 
 /// `server.trusted_proxies`, parsed; the entries that do not parse are recorded and left out.
-fn trusted_proxies(cidrs: &[String], p: &mut Problems<'_>) -> Vec<Cidr> {
+fn cidrs(key: &str, cidrs: &[String], p: &mut Problems<'_>) -> Vec<Cidr> {
     cidrs
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| p.take(format!("server.trusted_proxies[{i}]"), Cidr::parse(c)))
+        .filter_map(|(i, c)| p.take(format!("{key}[{i}]"), Cidr::parse(c)))
         .collect()
+}
+
+/// `server.proxy_protocol` and `server.proxy_protocol_from`: the peers allowed to send a PROXY header
+/// must be listed when the header is expected (an empty list would refuse every connection).
+fn check_proxy_protocol(server: &Server, p: &mut Problems<'_>) -> Vec<Cidr> {
+    let from = cidrs("server.proxy_protocol_from", &server.proxy_protocol_from, p);
+    if server.proxy_protocol != ProxyProtocol::Off && server.proxy_protocol_from.is_empty() {
+        p.add(
+            "server.proxy_protocol_from",
+            "must list the CIDRs allowed to send a PROXY header when server.proxy_protocol is on",
+        );
+    }
+    from
 }
 
 /// `server.upgrade_socket`: "" (upgrades disabled) or an absolute path.
@@ -160,12 +178,29 @@ fn resolve_upstream(
             "needs at least one host:port",
         );
     }
-    let endpoints = u
-        .endpoints
-        .iter()
-        .enumerate()
-        .filter_map(|(j, e)| p.take(format!("upstreams[{i}].endpoints[{j}]"), resolve_one(e)))
-        .collect();
+    let mut endpoints = Vec::new();
+    for (j, e) in u.endpoints.iter().enumerate() {
+        let key = format!("upstreams[{i}].endpoints[{j}]");
+        if e.weight() == 0 {
+            p.add(format!("{key}.weight"), "must be at least 1");
+        }
+        if let Some(addr) = p.take(key, resolve_one(e.address())) {
+            endpoints.push(ResolvedEndpoint {
+                addr,
+                weight: e.weight().max(1),
+                spec: j,
+            });
+        }
+    }
+    if u.resolve.0.is_some_and(|d| d.is_zero()) {
+        p.add(
+            format!("upstreams[{i}].resolve"),
+            "must be greater than zero, or \"none\"",
+        );
+    }
+    if let Some(h) = &u.health_check {
+        check_health_check(&format!("upstreams[{i}].health_check"), h, p);
+    }
     if u.connect_timeout.0.is_zero() {
         p.add(
             format!("upstreams[{i}].connect_timeout"),
@@ -175,6 +210,26 @@ fn resolve_upstream(
     ResolvedUpstream {
         config: u.clone(),
         endpoints,
+    }
+}
+
+/// `[upstreams.health_check]`: a path, non-zero timing, thresholds of at least one probe.
+fn check_health_check(key: &str, h: &HealthCheck, p: &mut Problems<'_>) {
+    if !h.path.starts_with('/') {
+        p.add(format!("{key}.path"), "must start with '/'");
+    }
+    for (name, d) in [("interval", h.interval), ("timeout", h.timeout)] {
+        if d.0.is_zero() {
+            p.add(format!("{key}.{name}"), "must be greater than zero");
+        }
+    }
+    for (name, n) in [
+        ("healthy_threshold", h.healthy_threshold),
+        ("unhealthy_threshold", h.unhealthy_threshold),
+    ] {
+        if n == 0 {
+            p.add(format!("{key}.{name}"), "must be at least 1");
+        }
     }
 }
 
@@ -233,6 +288,8 @@ pub struct Resolved {
     pub admin_listen: Option<SocketAddr>,
     /// Parsed `server.trusted_proxies`.
     pub trusted_proxies: Vec<Cidr>,
+    /// Parsed `server.proxy_protocol_from`.
+    pub proxy_protocol_from: Vec<Cidr>,
     /// Upstreams in file order.
     pub upstreams: Vec<ResolvedUpstream>,
     /// Routes in file order (matching order is decided by the router).
@@ -244,8 +301,29 @@ pub struct Resolved {
 pub struct ResolvedUpstream {
     /// The upstream's settings.
     pub config: Upstream,
-    /// Endpoint addresses, in file order.
-    pub endpoints: Vec<SocketAddr>,
+    /// Endpoints, in file order.
+    pub endpoints: Vec<ResolvedEndpoint>,
+}
+
+/// One endpoint address of an upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolvedEndpoint {
+    /// The address it resolved to.
+    pub addr: SocketAddr,
+    /// Its weight (at least 1).
+    pub weight: u32,
+    /// Index of the `endpoints` entry it came from.
+    pub spec: usize,
+}
+
+impl std::fmt::Display for ResolvedEndpoint {
+    /// `addr`, with ` (weight N)` when the weight is not 1 (startup and reload log lines).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.weight {
+            1 => write!(f, "{}", self.addr),
+            w => write!(f, "{} (weight {w})", self.addr),
+        }
+    }
 }
 
 /// One route, pointing at an upstream by index.
