@@ -12,6 +12,7 @@ pub mod admin;
 #[cfg(feature = "count-alloc")]
 pub mod alloc_count;
 pub mod cli;
+pub mod discovery;
 pub mod evict;
 pub mod faults;
 pub mod forward;

@@ -103,6 +103,13 @@ pub fn supervise(
     handover: &Handover,
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
+    let mut discovery = match crate::discovery::Discovery::start() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::error!(event = "upstream.resolve_failed", error = %e, "cannot start the resolver thread: endpoint names are resolved at load and reload only");
+            None
+        }
+    };
     let stop = loop {
         match wait_signal(Duration::from_millis(100), true) {
             Some(libc::SIGHUP) => {
@@ -119,6 +126,9 @@ pub fn supervise(
             }
         }
         sup.check();
+        if let Some(d) = &mut discovery {
+            d.tick(shared);
+        }
         if Instant::now() >= next_trim {
             next_trim = Instant::now() + TRIM_EVERY;
             // Give freed heap pages back to the kernel: after a burst, buffers freed between long-lived small

@@ -18,7 +18,7 @@ pub use discovery::{
     Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
 };
 pub use overrides::Overrides;
-pub use resolve::{Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
+pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
 use serde::{Deserialize, Serialize};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 

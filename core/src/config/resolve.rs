@@ -184,12 +184,12 @@ fn resolve_upstream(
         if e.weight() == 0 {
             p.add(format!("{key}.weight"), "must be at least 1");
         }
-        if let Some(addr) = p.take(key, resolve_one(e.address())) {
-            endpoints.push(ResolvedEndpoint {
+        if let Some(addrs) = p.take(key, resolve_all(e.address())) {
+            endpoints.extend(addrs.into_iter().map(|addr| ResolvedEndpoint {
                 addr,
                 weight: e.weight().max(1),
                 spec: j,
-            });
+            }));
         }
     }
     if u.resolve.0.is_some_and(|d| d.is_zero()) {
@@ -275,6 +275,63 @@ fn resolve_one(text: &str) -> Result<SocketAddr, String> {
             .ok_or_else(|| format!("{text:?} resolves to no address")),
         Err(e) => Err(format!("{text:?} is not a host:port that resolves ({e})")),
     }
+}
+
+/// Resolves an endpoint's `host:port` to every address the resolver returns, duplicates removed, in
+/// resolver order (DESIGN.md "Upstream health, discovery and balancing": a name with several addresses
+/// gives one endpoint per address). An IP literal is itself. Blocking: call it on the supervisor or a
+/// resolver thread, never on a worker.
+///
+/// Debug builds only: when `EDGE_TEST_HOSTS` names a file of `name addr [addr...]` lines, names listed
+/// there resolve to those addresses (the tests' resolver, so discovery is tested without editing
+/// /etc/hosts); release builds always use the system resolver.
+///
+/// # Errors
+/// Not `host:port`, or the name resolves to no address (the reason names the text).
+pub fn resolve_all(text: &str) -> Result<Vec<SocketAddr>, String> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    #[cfg(debug_assertions)]
+    if let Some(found) = test_hosts(text) {
+        return found;
+    }
+    let mut out: Vec<SocketAddr> = Vec::new();
+    let addrs = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?} is not a host:port that resolves ({e})"))?;
+    for a in addrs {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    match out.is_empty() {
+        true => Err(format!("{text:?} resolves to no address")),
+        false => Ok(out),
+    }
+}
+
+/// The `EDGE_TEST_HOSTS` lookup of [`resolve_all`] (debug builds): `None` when the variable is unset or
+/// the name is not in the file.
+#[cfg(debug_assertions)]
+fn test_hosts(text: &str) -> Option<Result<Vec<SocketAddr>, String>> {
+    let path = std::env::var_os("EDGE_TEST_HOSTS")?;
+    let (host, port) = text.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let file = std::fs::read_to_string(path).unwrap_or_default();
+    let line = file
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&host))?;
+    let addrs: Vec<SocketAddr> = line[1..]
+        .iter()
+        .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect();
+    Some(match addrs.is_empty() {
+        true => Err(format!("{text:?} resolves to no address")),
+        false => Ok(addrs),
+    })
 }
 
 /// A validated configuration with resolved addresses; what workers run on.

@@ -29,6 +29,7 @@ mod cli;
 mod conformance;
 mod deadlines;
 mod deploy;
+mod discovery;
 mod drops;
 mod faults;
 mod lifecycle;
