@@ -14,7 +14,7 @@ use std::{
     collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::mpsc,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use edge_core::{
