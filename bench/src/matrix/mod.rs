@@ -1,4 +1,4 @@
-//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a, b, c, d) against the
+//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a, b, c, d, f) against the
 //! real `edge` binary and scripted origins, each with its expected client-visible outcome, and the
 //! invariants checked around every case:
 //!
@@ -14,10 +14,12 @@
 //!
 //! This module owns the command line, the group order and the report; the case runner is in
 //! [`runner`], the invariants in [`invariants`], the cases in [`sender`] (group a), [`upstream`]
-//! (group b), [`capacity`] (group c) and [`lifecycle`] (group d), the scripted origin and raw
+//! (group b), [`capacity`] (group c), [`lifecycle`] (group d) and [`discovery`] (group f), the scripted
+//! origin and raw
 //! client in [`origin`].
 
 pub mod capacity;
+pub mod discovery;
 pub mod invariants;
 pub mod lifecycle;
 pub mod origin;
@@ -36,8 +38,8 @@ use runner::Row;
 /// Command line of `edge-bench matrix`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Groups to run (comma-separated among a, b, c, d).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+    /// Groups to run (comma-separated among a, b, c, d, f).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,f")]
     pub groups: Vec<String>,
     /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
     #[arg(long)]
@@ -88,9 +90,10 @@ pub fn run(opts: &Args) -> io::Result<bool> {
             "b" => upstream::group_b(&bin, &driver, "b"),
             "c" => capacity::group_c(&bin, &driver),
             "d" => lifecycle::group_d(&bin, &faults_bin, &driver),
+            "f" => discovery::group_f(&faults_bin, &driver),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("unknown group {other:?} (a, b, c, d)"),
+                format!("unknown group {other:?} (a, b, c, d, f)"),
             )),
         }?;
         println!("group {g}: {:.1} s", t.elapsed().as_secs_f64());
