@@ -429,11 +429,29 @@ pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started
     w.metrics.duration.record(elapsed);
     let live = w.current();
     let log = &live.cfg.config.log;
-    if elapsed >= log.slow_request.0 {
-        tracing::warn!(event = "request.slow", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, request = %String::from_utf8_lossy(&c.log_line));
+    let slow = elapsed >= log.slow_request.0;
+    if !slow && !log.access {
+        return;
+    }
+    let request = RequestLog {
+        line: &c.log_line,
+        id: &c.log_id,
+    };
+    let (method, path, request_id) = request.parts();
+    let duration_ms = elapsed.as_millis() as u64;
+    if slow {
+        tracing::warn!(
+            event = "request.slow",
+            worker = w.id,
+            method,
+            path,
+            request_id,
+            status,
+            duration_ms
+        );
     }
     if log.access {
-        tracing::info!(event = "access", worker = w.id, status, duration_ms = elapsed.as_millis() as u64, peer = %c.peer, request = %String::from_utf8_lossy(&c.log_line));
+        tracing::info!(event = "access", worker = w.id, method, path, request_id, status, duration_ms, peer = %c.peer);
     }
 }
 
