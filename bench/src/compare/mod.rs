@@ -51,7 +51,7 @@ use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
 use crate::compare::run::WorkloadRun;
 use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
 use crate::compare::target::{closes_after_request, Binaries, Target, TargetKind};
-use crate::compare::workload::Workload;
+use crate::compare::workload::{OriginKind, Workload};
 use crate::compare::wrk::wrk_seconds;
 use crate::peers::origin::child::start_origin;
 use crate::peers::origin::LOAD_PATH;
@@ -77,11 +77,13 @@ pub struct Args {
     /// wrk connections (-c) of the workloads without a fixed count (all but get-64, get-256).
     #[arg(long, default_value_t = 64)]
     pub connections: usize,
-    /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close.
+    /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close, heads, and
+    /// the small-request ones against the nginx origin (get-64@nginx, get-256@nginx, heads@nginx,
+    /// close@nginx).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "get-64,get-256,get-16k,get-1m,post-1m,close"
+        default_value = "get-64,get-256,get-16k,get-1m,post-1m,close,heads,get-64@nginx,get-256@nginx,heads@nginx,close@nginx"
     )]
     pub workloads: Vec<Workload>,
     /// A functional check, not a measurement: 1 round of 3 s, 1 s warm-up (overrides those
@@ -168,45 +170,52 @@ pub fn run(args: &Args) -> io::Result<bool> {
     // Everything edge-bench starts from here on (reader threads, children before their
     // taskset) inherits the load CPU set.
     pin_current_thread(&plan.load_cpus)?;
-    let (mut origin, origin_addr) =
-        start_origin(&plan.load_list, plan.load_cpus.len(), START_TIMEOUT)?;
-    println!(
-        "origin: edge-bench origin (pid {}, {} worker(s) on CPU {}) on {origin_addr}",
-        origin.pid(),
-        plan.load_cpus.len(),
-        plan.load_list,
-    );
     let mut failures: Vec<String> = Vec::new();
-    let mut targets: Vec<Target> = Vec::new();
-    for &k in &plan.kinds {
-        match Target::start(k, &plan.bins, origin_addr, &plan.proxy_list, START_TIMEOUT) {
-            Ok(t) => targets.push(t),
-            Err(e) => {
-                eprintln!("{e}");
-                failures.push(format!("{} failed to start: {e}", k.name()));
-            }
-        }
-    }
-    let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
-    print!("{placement}");
+    let mut samples = Vec::new();
+    let mut placements = String::new();
+    let mut closes = Vec::new();
+    let mut ran: Vec<TargetKind> = Vec::new();
     let versions = versions(args, &plan.bins, &plan.kinds);
-    let line: Vec<String> = versions.iter().map(|(_, v)| v.clone()).collect();
-    println!("versions: {}", line.join("; "));
-    let closes = if plan.workloads.contains(&Workload::Close) {
-        check_closes(&targets)
-    } else {
-        Vec::new()
-    };
-    let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
-    let samples = run_workloads(args, &plan, &mut targets, &mut origin, &mut failures)?;
-    stop_all(targets);
-    if let Some(st) = origin.exited()? {
-        failures.push(format!("the origin exited during the runs ({st})"));
+    for origin_kind in [OriginKind::Own, OriginKind::Nginx] {
+        let workloads: Vec<Workload> = plan
+            .workloads
+            .iter()
+            .copied()
+            .filter(|w| w.origin() == origin_kind)
+            .collect();
+        if workloads.is_empty() {
+            continue;
+        }
+        let (mut origin, origin_addr) = start_origin_of(origin_kind, &plan)?;
+        let mut targets = start_targets(&plan, origin_addr, origin_kind, &mut failures);
+        let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
+        print!("{placement}");
+        placements.push_str(&placement);
+        if origin_kind == OriginKind::Own {
+            let line: Vec<String> = versions.iter().map(|(_, v)| v.clone()).collect();
+            println!("versions: {}", line.join("; "));
+        }
+        if workloads.iter().any(|w| w.load() == Workload::Close) && closes.is_empty() {
+            closes = check_closes(&targets);
+        }
+        ran = targets.iter().map(|t| t.kind).collect();
+        let mut got = run_workloads(
+            args,
+            &workloads,
+            &plan,
+            &mut targets,
+            &mut origin,
+            &mut failures,
+        )?;
+        samples.append(&mut got);
+        stop_all(targets);
+        if let Some(st) = origin.exited()? {
+            failures.push(format!("the origin exited during the runs ({st})"));
+        }
+        let _ = origin.stop(STOP_GRACE);
     }
-    let _ = origin.stop(STOP_GRACE);
-
     print_summary(&samples, &ran, &plan.workloads);
-    print!("{placement}");
+    print!("{placements}");
     for (k, c) in &closes {
         println!("Connection: close on {}: {c}", k.name());
     }
@@ -219,7 +228,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         connections: args.connections,
         proxy_cpus: plan.proxy_list,
         load_cpus: plan.load_list,
-        placement,
+        placement: placements,
         versions,
         closes,
         failures: failures.clone(),
@@ -228,20 +237,78 @@ pub fn run(args: &Args) -> io::Result<bool> {
         write_results(&args.out_dir, &info, &samples)?;
     }
     if failures.is_empty() {
-        Ok(true)
-    } else {
-        eprintln!("\nfailures:");
-        for f in &failures {
-            eprintln!("  {}", f.lines().next().unwrap_or(""));
-        }
-        Ok(false)
+        return Ok(true);
     }
+    eprintln!("\nfailures:");
+    for f in &failures {
+        eprintln!("  {}", f.lines().next().unwrap_or(""));
+    }
+    Ok(false)
+}
+
+/// Starts the origin the workloads of `kind` proxy to, on the load CPUs: `edge-bench origin`, or
+/// nginx (`return 200` with an application's fields; [`proxies::nginx_origin_config`]).
+///
+/// # Errors
+/// The origin does not start.
+fn start_origin_of(
+    kind: OriginKind,
+    plan: &Plan,
+) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
+    match kind {
+        OriginKind::Own => {
+            let (origin, addr) =
+                start_origin(&plan.load_list, plan.load_cpus.len(), START_TIMEOUT)?;
+            println!(
+                "origin: edge-bench origin (pid {}, {} worker(s) on CPU {}) on {addr}",
+                origin.pid(),
+                plan.load_cpus.len(),
+                plan.load_list,
+            );
+            Ok((origin, addr))
+        }
+        OriginKind::Nginx => {
+            let (origin, addr) =
+                proxies::start_nginx_origin(&plan.bins.nginx, &plan.load_list, START_TIMEOUT)?;
+            println!(
+                "origin: nginx (pid {}, 1 worker on CPU {}) on {addr}",
+                origin.pid(),
+                plan.load_list
+            );
+            Ok((origin, addr))
+        }
+    }
+}
+
+/// Starts every target of the plan in front of `origin` (those that fail are recorded and left out).
+fn start_targets(
+    plan: &Plan,
+    origin: std::net::SocketAddr,
+    kind: OriginKind,
+    failures: &mut Vec<String>,
+) -> Vec<Target> {
+    let tag = match kind {
+        OriginKind::Own => "",
+        OriginKind::Nginx => "-nginx-origin",
+    };
+    let mut targets = Vec::new();
+    for &k in &plan.kinds {
+        match Target::start(k, &plan.bins, origin, &plan.proxy_list, tag, START_TIMEOUT) {
+            Ok(t) => targets.push(t),
+            Err(e) => {
+                eprintln!("{e}");
+                failures.push(format!("{} failed to start: {e}", k.name()));
+            }
+        }
+    }
+    targets
 }
 
 /// Every workload in turn over the running targets, printing each workload's tables; then every
 /// target not already found dead is checked once more. The samples of all workloads.
 fn run_workloads(
     args: &Args,
+    workloads: &[Workload],
     plan: &Plan,
     targets: &mut [Target],
     origin: &mut EdgeProcess,
@@ -253,8 +320,8 @@ fn run_workloads(
     let mut samples: Vec<Sample> = Vec::new();
     let mut dead = vec![false; targets.len()];
     let ran: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
-    for &w in &plan.workloads {
-        let script = scripts.join(format!("{}.lua", w.name()));
+    for &w in workloads {
+        let script = scripts.join(format!("{}.lua", w.name().replace('@', "-")));
         std::fs::write(&script, w.lua_script())?;
         let before = samples.len();
         let ctx = WorkloadRun {

@@ -10,6 +10,12 @@
 //! - HAProxy: `haproxy -db -f DIR/haproxy.cfg`, `nbthread 1`, `maxconn 4000`, `mode http`,
 //!   `option http-keep-alive`, `http-reuse always`.
 //!
+//! The nginx origin (workloads `NAME@nginx`, DESIGN.md "Benchmark method", Origins and heads): nginx
+//! itself as the server behind every target, one worker pinned with the load, `return 200` on `/fast`
+//! (13 bytes, with nginx's own Server, Date, Content-Type, Content-Length and Connection fields) and on
+//! `/app` the application-like fields of [`crate::peers::origin::APP_FIELDS`]; keep-alive without a
+//! request cap, so no proxy's upstream connections are closed under it.
+//!
 //! Other settings stay at each server's defaults (nginx and edge both end a client connection
 //! after 1000 requests; HAProxy has no such limit).
 
@@ -92,6 +98,91 @@ pub fn proxy_command(
         }
         TargetKind::Direct => unreachable!("direct runs no proxy"),
     })
+}
+
+/// Starts the nginx origin on a free loopback port, pinned to `cpus`, its files in a scratch directory.
+///
+/// # Errors
+/// Config-writing failures; nginx not answering `/fast` within `timeout`.
+pub fn start_nginx_origin(
+    nginx: &Path,
+    cpus: &str,
+    timeout: std::time::Duration,
+) -> io::Result<(crate::support::edge_proc::EdgeProcess, SocketAddr)> {
+    let listen = crate::support::stack::free_port()?;
+    let dir = std::env::temp_dir().join(format!(
+        "edge-bench-compare-{}-nginx-origin",
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    let conf = dir.join("nginx.conf");
+    fs::write(&conf, nginx_origin_config(&dir, listen))?;
+    let d = dir.display().to_string();
+    let args = vec![
+        "-p".to_string(),
+        format!("{d}/"),
+        "-e".to_string(),
+        format!("{d}/error.log"),
+        "-c".to_string(),
+        conf.display().to_string(),
+    ];
+    let p = crate::support::edge_proc::start_pinned_proxy(
+        "nginx origin",
+        nginx,
+        args,
+        cpus,
+        listen,
+        &dir,
+        timeout,
+    )?;
+    Ok((p, listen))
+}
+
+/// The nginx origin's configuration (see the module docs).
+pub fn nginx_origin_config(dir: &Path, listen: SocketAddr) -> String {
+    let d = dir.display();
+    let body = String::from_utf8_lossy(crate::peers::origin::APP_BODY)
+        .trim_end()
+        .to_string();
+    let fields: String = crate::peers::origin::APP_FIELDS
+        .iter()
+        .filter(|(n, _)| !matches!(*n, "Content-Type" | "Date"))
+        .map(|(n, v)| format!("            add_header {n} '{v}' always;\n"))
+        .collect();
+    format!(
+        "# written by edge-bench compare: the nginx origin
+worker_processes 1;
+daemon off;
+master_process on;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    default_type text/plain;
+    server {{
+        listen {listen} backlog=4096;
+        location /fast {{
+            return 200 \"hello, world\\n\";
+        }}
+        location = /app {{
+            default_type 'application/json; charset=utf-8';
+{fields}            return 200 '{body}\\n';
+        }}
+    }}
+}}
+"
+    )
 }
 
 /// The nginx configuration: one worker, upstream keepalive, everything under `dir`.

@@ -153,7 +153,8 @@ impl Target {
     }
 
     /// Starts proxy `kind` on a free loopback port in front of `origin`, pinned to `cpus`, and
-    /// waits until `GET /fast` through it answers 200.
+    /// waits until `GET /fast` through it answers 200. `tag` tells apart the scratch directories of the
+    /// target sets of different origins.
     ///
     /// # Errors
     /// Config-writing and spawn failures; the proxy exiting or not answering within `timeout`
@@ -163,6 +164,7 @@ impl Target {
         bins: &Binaries,
         origin: SocketAddr,
         cpus: &str,
+        tag: &str,
         timeout: Duration,
     ) -> io::Result<Target> {
         if !kind.is_proxy() {
@@ -170,7 +172,7 @@ impl Target {
         }
         let listen = crate::support::stack::free_port()?;
         let dir = std::env::temp_dir().join(format!(
-            "edge-bench-compare-{}-{}",
+            "edge-bench-compare-{}-{}{tag}",
             std::process::id(),
             kind.name()
         ));

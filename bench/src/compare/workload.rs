@@ -7,8 +7,13 @@
 //! table stops at 99 %; these lines give p99.9 and the points of the latency CDF. For the POST
 //! workload the script also sets the method and a 1 MiB body (wrk adds `Content-Length`).
 //!
-//! Origin paths: `/fast` (13 bytes), `/size/16k`, `/size/1m` (see [`crate::peers::origin::SIZED_PATHS`]);
-//! the origin reads and discards request bodies.
+//! Origin paths: `/fast` (13 bytes), `/size/16k`, `/size/1m` (see [`crate::peers::origin::SIZED_PATHS`]),
+//! `/app` (the application-like answer of the realistic-heads workload); the origin reads and discards
+//! request bodies.
+//!
+//! Origins (DESIGN.md "Benchmark method", Origins and heads): every small-request workload runs against
+//! edge-bench's own origin and against nginx (`return 200` with the fields a real application adds), as
+//! a workload of its own named `NAME@nginx`, because the ratios move with the origin.
 
 use std::fmt;
 use std::str::FromStr;
@@ -37,18 +42,83 @@ pub enum Workload {
     Post1m,
     /// `GET /fast` with `Connection: close`: a new connection per request.
     Close,
+    /// Realistic heads: a browser-like request head (a dozen fields and a cookie, ~900 bytes) to
+    /// `/app`, which answers with an application-like head (a dozen fields, ~450 bytes).
+    Heads,
+    /// [`Workload::Get64`] against the nginx origin.
+    Get64Nginx,
+    /// [`Workload::Get256`] against the nginx origin.
+    Get256Nginx,
+    /// [`Workload::Heads`] against the nginx origin.
+    HeadsNginx,
+    /// [`Workload::Close`] against the nginx origin.
+    CloseNginx,
 }
+
+/// Which origin a workload's targets proxy to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OriginKind {
+    /// `edge-bench origin`.
+    Own,
+    /// nginx, one worker, pinned with the load.
+    Nginx,
+}
+
+/// A browser-like request head's fields besides Host (DESIGN.md "Benchmark method": about a dozen
+/// fields with a cookie, 800–1000 bytes in all).
+pub const BROWSER_FIELDS: [(&str, &str); 13] = [
+    ("User-Agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"),
+    ("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"),
+    ("Accept-Language", "en-GB,en;q=0.9,de;q=0.8"),
+    ("Accept-Encoding", "gzip, deflate, br, zstd"),
+    ("Referer", "https://shop.example.com/catalog/shoes?page=2&sort=price"),
+    ("Cookie", "sid=2f9c81d4a7e64b03b5c1e0d9; cart=7b1e4f0a9c; consent=analytics%3D0%26ads%3D0; _ga=GA1.2.1234567890.1733040000; theme=dark; _gid=GA1.2.987654321.1733040000; ab_test=checkout_v2; recent=sku-1001%2Csku-2002%2Csku-3003; locale=en-GB; tz=Europe%2FLondon"),
+    ("Sec-Fetch-Dest", "document"),
+    ("Sec-Fetch-Mode", "navigate"),
+    ("Sec-Fetch-Site", "same-origin"),
+    ("Sec-Ch-Ua", "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\""),
+    ("Upgrade-Insecure-Requests", "1"),
+    ("Cache-Control", "max-age=0"),
+    ("Priority", "u=0, i"),
+];
 
 impl Workload {
     /// Every workload, in the default order.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 11] = [
         Workload::Get64,
         Workload::Get256,
         Workload::Get16k,
         Workload::Get1m,
         Workload::Post1m,
         Workload::Close,
+        Workload::Heads,
+        Workload::Get64Nginx,
+        Workload::Get256Nginx,
+        Workload::HeadsNginx,
+        Workload::CloseNginx,
     ];
+
+    /// The origin its targets proxy to.
+    pub fn origin(self) -> OriginKind {
+        match self {
+            Workload::Get64Nginx
+            | Workload::Get256Nginx
+            | Workload::HeadsNginx
+            | Workload::CloseNginx => OriginKind::Nginx,
+            _ => OriginKind::Own,
+        }
+    }
+
+    /// The same load against edge-bench's own origin (itself for those).
+    pub fn load(self) -> Workload {
+        match self {
+            Workload::Get64Nginx => Workload::Get64,
+            Workload::Get256Nginx => Workload::Get256,
+            Workload::HeadsNginx => Workload::Heads,
+            Workload::CloseNginx => Workload::Close,
+            w => w,
+        }
+    }
 
     /// The name used on the command line, in tables, file names and JSON.
     pub fn name(self) -> &'static str {
@@ -59,12 +129,20 @@ impl Workload {
             Workload::Get1m => "get-1m",
             Workload::Post1m => "post-1m",
             Workload::Close => "close",
+            Workload::Heads => "heads",
+            Workload::Get64Nginx => "get-64@nginx",
+            Workload::Get256Nginx => "get-256@nginx",
+            Workload::HeadsNginx => "heads@nginx",
+            Workload::CloseNginx => "close@nginx",
         }
     }
 
     /// What it is, in words, for table titles.
     pub fn describe(self, connections: usize) -> String {
         let c = self.connections(connections);
+        if self.origin() == OriginKind::Nginx {
+            return format!("{}, nginx origin", self.load().describe(connections));
+        }
         match self {
             Workload::Get64 | Workload::Get256 => {
                 format!("small keep-alive GETs (13-byte body), {c} connections")
@@ -77,12 +155,15 @@ impl Workload {
             Workload::Close => {
                 format!("new connection per request (Connection: close), {c} connections")
             }
+            _ => format!(
+                "realistic heads (browser-like request, application-like response), keep-alive, {c} connections"
+            ),
         }
     }
 
     /// wrk connections: fixed for the small-GET pair, else `default`.
     pub fn connections(self, default: usize) -> usize {
-        match self {
+        match self.load() {
             Workload::Get64 => 64,
             Workload::Get256 => 256,
             _ => default,
@@ -91,7 +172,8 @@ impl Workload {
 
     /// The request path on the origin.
     pub fn path(self) -> &'static str {
-        match self {
+        match self.load() {
+            Workload::Heads => crate::peers::origin::APP_PATH,
             Workload::Get16k => "/size/16k",
             Workload::Get1m => "/size/1m",
             _ => "/fast",
@@ -100,7 +182,7 @@ impl Workload {
 
     /// Extra wrk `-H` headers.
     pub fn headers(self) -> &'static [&'static str] {
-        match self {
+        match self.load() {
             Workload::Close => &["Connection: close"],
             _ => &[],
         }
@@ -109,6 +191,12 @@ impl Workload {
     /// The wrk Lua script for this workload.
     pub fn lua_script(self) -> String {
         let mut s = String::from("-- written by edge-bench compare\n");
+        if self.load() == Workload::Heads {
+            for (name, value) in BROWSER_FIELDS {
+                let value = value.replace('\\', "\\\\").replace('"', "\\\"");
+                s.push_str(&format!("wrk.headers[\"{name}\"] = \"{value}\"\n"));
+            }
+        }
         if self == Workload::Post1m {
             s.push_str(&format!(
                 "wrk.method = \"POST\"\nwrk.body = string.rep(\"x\", {POST_BODY_BYTES})\n\
@@ -173,6 +261,7 @@ mod tests {
                 p == "/fast" || crate::peers::origin::sized_index(p).is_some(),
                 "{p}"
             );
+            assert!(w.origin() == OriginKind::Own || w.load() != w);
         }
         assert_eq!(Workload::Get256.connections(64), 256);
         assert_eq!(Workload::Get1m.connections(32), 32);
@@ -188,5 +277,24 @@ mod tests {
         assert!(!get.contains("POST"));
         assert!(get.contains("latency:percentile(p)") && get.contains("99.9, 99.95"));
         assert!(get.contains("function done(summary, latency, requests)"));
+        let heads = Workload::HeadsNginx.lua_script();
+        assert!(
+            heads.contains("wrk.headers[\"Cookie\"] = \"sid="),
+            "{heads}"
+        );
+        assert!(heads.contains("\\\"Chromium\\\""), "{heads}");
+    }
+
+    #[test]
+    fn the_browser_head_is_800_to_1000_bytes() {
+        let fields: usize = BROWSER_FIELDS
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 4)
+            .sum();
+        let head = "GET /app HTTP/1.1\r\nHost: 127.0.0.1:40000\r\n".len() + fields + 2;
+        assert!((800..=1000).contains(&head), "{head} bytes");
+        assert_eq!(Workload::HeadsNginx.origin(), OriginKind::Nginx);
+        assert_eq!(Workload::HeadsNginx.path(), "/app");
+        assert_eq!(Workload::Get64Nginx.connections(8), 64);
     }
 }

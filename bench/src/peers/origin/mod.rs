@@ -53,6 +53,35 @@ pub const SIZED_PATHS: [(&str, usize); 2] = [("/size/16k", 16 * 1024), ("/size/1
 /// The default response body.
 pub const DEFAULT_BODY: &[u8] = b"hello, world\n";
 
+/// Path of the application-like answer (DESIGN.md "Benchmark method", realistic heads): a dozen
+/// response fields of about 450 bytes, as a web application's JSON endpoint sends them, and a small
+/// JSON body. Never delayed.
+pub const APP_PATH: &str = "/app";
+
+/// The body of [`APP_PATH`].
+pub const APP_BODY: &[u8] = b"{\"ok\":true,\"items\":[]}\n";
+
+/// The fields of [`APP_PATH`]'s answer besides Content-Length and Connection, one `name: value` each;
+/// the nginx origin of `edge-bench compare` sends the same ones.
+pub const APP_FIELDS: [(&str, &str); 10] = [
+    ("Content-Type", "application/json; charset=utf-8"),
+    ("Date", "Tue, 01 Dec 2026 10:00:00 GMT"),
+    (
+        "Cache-Control",
+        "private, no-cache, no-store, must-revalidate",
+    ),
+    ("ETag", "W/\"5e1f-0a3b4c5d6e7f8a9b\""),
+    ("Vary", "Accept-Encoding, Origin"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Strict-Transport-Security", "max-age=31536000"),
+    ("X-Request-Id", "0f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0"),
+    (
+        "Set-Cookie",
+        "sid=2f9c81d4a7e64b03b5c1e0d9; Path=/; HttpOnly; Secure; SameSite=Lax",
+    ),
+];
+
 /// Read buffer per connection; a request head must fit.
 const READ_BUF: usize = 16 * 1024;
 
@@ -270,6 +299,8 @@ struct Worker {
     close_http10: SharedBytes,
     /// Per [`SIZED_PATHS`] entry: keep-alive and close responses.
     sized: Vec<(SharedBytes, SharedBytes)>,
+    /// [`APP_PATH`]: keep-alive and close responses.
+    app: (SharedBytes, SharedBytes),
 }
 
 /// One worker thread: build the runtime, register the listener, accept until stopped.
@@ -308,6 +339,7 @@ fn worker_main(
                 )
             })
             .collect(),
+        app: (Rc::new(app_response(false)), Rc::new(app_response(true))),
     });
     rt.block_on(async move {
         // from_std registers the fd with this thread's driver, so it must run inside the runtime.
@@ -403,6 +435,8 @@ async fn serve_conn(stream: &mut TcpStream, rb: &mut ReadBuf, worker: &Worker) -
             monoio::time::sleep(d).await;
         }
         let response = match (keep_alive, http10, sized) {
+            (true, false, Some(i)) if i == APP_INDEX => worker.app.0.clone(),
+            (_, _, Some(i)) if i == APP_INDEX => worker.app.1.clone(),
             (true, false, Some(i)) => worker.sized[i].0.clone(),
             (_, _, Some(i)) => worker.sized[i].1.clone(),
             (_, true, None) => worker.close_http10.clone(),
@@ -433,10 +467,30 @@ pub fn delay_for(path: &str, delay: Option<Duration>) -> Option<Duration> {
     }
 }
 
-/// Which [`SIZED_PATHS`] entry `path` names, if any.
+/// What [`sized_index`] returns for [`APP_PATH`] (a fixed answer like the sized ones: never delayed).
+const APP_INDEX: usize = usize::MAX;
+
+/// Which [`SIZED_PATHS`] entry `path` names, if any ([`APP_INDEX`] for [`APP_PATH`]).
 pub fn sized_index(path: &str) -> Option<usize> {
     let path = path.split_once('?').map_or(path, |(p, _)| p);
+    if path == APP_PATH {
+        return Some(APP_INDEX);
+    }
     SIZED_PATHS.iter().position(|&(p, _)| p == path)
+}
+
+/// The complete [`APP_PATH`] response.
+pub fn app_response(close: bool) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for (name, value) in APP_FIELDS {
+        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", APP_BODY.len()).as_bytes());
+    out.extend_from_slice(APP_BODY);
+    out
 }
 
 /// The complete response, head and body, as written on the wire.
@@ -488,6 +542,13 @@ mod tests {
         assert_eq!(sized_index("/size/1m?x=1"), Some(1));
         assert_eq!(sized_index("/size/1m/x"), None);
         assert_eq!(sized_index("/fast"), None);
+        assert_eq!(sized_index("/app"), Some(APP_INDEX));
+        let app = app_response(false);
+        let head = app.len() - APP_BODY.len();
+        assert!(
+            (400..=500).contains(&head),
+            "application-like head of {head} bytes"
+        );
         let r = build_response(SIZED_PATHS[1].1, false, false);
         let info = parse_response(&r, false).unwrap().unwrap();
         assert_eq!(info.body, BodyLen::Length(1024 * 1024));
