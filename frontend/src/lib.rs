@@ -6,7 +6,7 @@
 //!
 //! Per request: [`server`] (the downstream session: HTTP/1.1 keep-alive loop, inbound deadlines) →
 //! [`route`] → [`proxy`] (the orchestrator, over the upstream HTTP/1.1 client of `edge_upstream::h1`)
-//! with heads rewritten by [`forward`]; every failure is answered and recorded through [`respond`].
+//! (heads encoded by `edge_upstream::h1::encode` and [`server::h1::encode`]); every failure is answered and recorded through [`respond`].
 
 pub mod admin;
 #[cfg(feature = "count-alloc")]
@@ -15,7 +15,6 @@ pub mod cli;
 pub mod discovery;
 pub mod evict;
 pub mod faults;
-pub mod forward;
 pub mod proxy;
 pub mod reload;
 pub mod respond;

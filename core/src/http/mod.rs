@@ -1,10 +1,13 @@
 //! HTTP/1.1 message framing shared by the downstream and upstream sides: head parsing on httparse
-//! ([`head`]), the framing decisions of RFC 9112 §6.3 ([`framing`]), and the chunked decoder
-//! ([`chunked`]), and the protocol-neutral message views both kinds of session use ([`view`]). All sans-IO.
+//! ([`head`]), the framing decisions of RFC 9112 §6.3 ([`framing`]), the chunked decoder ([`chunked`],
+//! [`body`]), the hop-by-hop rules ([`hop`]), the request id ([`request_id`]), and the
+//! protocol-neutral message views both kinds of session use ([`view`]). All sans-IO.
 
 pub mod body;
 pub mod chunked;
 pub mod framing;
 pub mod head;
+pub mod hop;
+pub mod request_id;
 pub mod view;
 pub mod write;

@@ -29,6 +29,7 @@ use edge_core::{
 };
 use edge_upstream::{
     h1::{
+        encode::{request_head, RequestRewrite},
         is_interim,
         request::{send_body_watching_response, send_head, BodyEnd, SendBodyError},
         response::read_head,
@@ -42,7 +43,6 @@ use monoio::time::Instant;
 pub use expect::CONTINUE_WAIT;
 
 use crate::{
-    forward::{self, RequestRewrite},
     respond::{Failure, RequestLog},
     server::{BodyFailure, Session},
     worker::Worker,
@@ -130,7 +130,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
             upgrade: req.info.upgrade,
             max_forwards: req.info.max_forwards,
         };
-        forward::request_head(&mut out.0, &view, &rw);
+        request_head(&mut out.0, &view, &rw);
     }
     // Body bytes that arrived with the head go out in the same write.
     let head_len = out.0.len();

@@ -30,9 +30,9 @@ use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
 use super::{run, Outcome, Request};
 use crate::{
-    forward::OutFraming,
     respond::{Failure, RequestLog, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
+    server::h1::encode::OutFraming,
     server::{BodyFailure, RelayError, Session, Started},
     worker::Worker,
 };

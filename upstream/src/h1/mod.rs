@@ -1,5 +1,6 @@
 //! The upstream HTTP/1.1 client session (DESIGN.md "Layout", "Upstream pools and retries", "Zombie
-//! detection"): it sends the request head with the body bytes that came with it
+//! detection"): it encodes the request head ([`encode::request_head`]), sends it with the body bytes that
+//! came with it
 //! ([`request::send_head`]), streams the rest while watching for an early answer
 //! ([`request::send_body_watching_response`]), reads response heads, interim ones included, under
 //! `request_timeout` and the zombie clock ([`response::read_head`]), and reads the response body under
@@ -8,6 +9,7 @@
 //! head (a view over its buffer), body bytes in the connection's receive buffer, the end, or an
 //! [`UpstreamError`](crate::UpstreamError) with its kind and retry-safety.
 
+pub mod encode;
 pub mod request;
 pub mod response;
 

@@ -13,7 +13,8 @@ use edge_core::{
     metrics::InvalidReason,
 };
 
-use crate::{forward::OutFraming, respond::Failure};
+use super::encode::OutFraming;
+use crate::respond::Failure;
 
 /// The client's request body on its way upstream.
 pub struct RequestBody {

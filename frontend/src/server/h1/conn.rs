@@ -25,7 +25,6 @@ use monoio::time::{timeout_at, Instant};
 
 use super::{local, session::H1Session};
 use crate::{
-    forward::RequestId,
     proxy::{self, Outcome, Request},
     respond::{self, Failure, RequestLog, SendFailure},
     worker::Worker,
@@ -347,7 +346,11 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         .request_timeout
         .unwrap_or(upstream.config.request_timeout)
         .0;
-    RequestId::of(buf, &c.fields, w.next_request_id()).write(buf, &c.fields, &mut c.log_id);
+    edge_core::http::request_id::RequestId::of(buf, &c.fields, w.next_request_id()).write(
+        buf,
+        &c.fields,
+        &mut c.log_id,
+    );
     let idempotent = matches!(
         method,
         b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"

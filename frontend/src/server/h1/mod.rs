@@ -5,6 +5,7 @@
 
 pub mod body;
 pub mod conn;
+pub mod encode;
 mod local;
 pub mod session;
 

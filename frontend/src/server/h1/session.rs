@@ -24,8 +24,8 @@ use monoio::{
     time::{timeout, timeout_at, Instant},
 };
 
+use super::encode::{self, OutFraming};
 use crate::{
-    forward::{self, OutFraming},
     respond::{within_send, Failure, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
     server::{BodyFailure, RelayError, Session, Started},
@@ -184,7 +184,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
         if self.client_10() {
             return Ok(());
         }
-        forward::interim_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
+        encode::interim_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
         self.flush().await
     }
 
@@ -196,7 +196,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
     }
 
     async fn send_switching(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        forward::switching_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
+        encode::switching_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
         self.flush().await
     }
 
@@ -220,7 +220,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
         let passthrough = self.relay.passthrough();
         let out = self.out();
         out.0.clear();
-        forward::response_head(
+        encode::response_head(
             &mut out.0,
             rest.data(),
             head,

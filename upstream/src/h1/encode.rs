@@ -1,101 +1,19 @@
-//! Rewriting heads as they cross the proxy (RFC 9110 §7.6, DESIGN.md "HTTP/1.1 rules"): hop-by-hop fields
-//! (Connection and every field it names, Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding,
-//! Upgrade) are removed both ways and framing is re-derived; Via is added; X-Forwarded-For /
-//! X-Forwarded-Proto are appended to from trusted peers and replaced otherwise (with Forwarded and
-//! X-Real-IP dropped); X-Request-Id is forwarded or generated. Writes into a reused buffer: no allocation
-//! once the buffer has grown.
+//! The upstream request head (RFC 9110 §7.6, DESIGN.md "HTTP/1.1 rules"): always HTTP/1.1, hop-by-hop
+//! fields removed and framing re-derived, Via added, X-Forwarded-For / X-Forwarded-Proto appended to from
+//! trusted peers and replaced otherwise (with Forwarded and X-Real-IP dropped), the request id sent.
+//! Encoded from a protocol-neutral [`RequestView`], into a reused buffer: no allocation once the buffer
+//! has grown.
 
 use std::net::IpAddr;
 
 use edge_core::http::{
-    framing::{bodyless_content_length, connection_has, is_h2c, Body},
-    head::{list_elements, Field, FieldKind, ResponseHead},
+    framing::Body,
+    head::list_elements,
+    head::FieldKind,
+    hop::{connection_names_fields, field, is_hop_by_hop, upgrade_fields, VIA},
     view::{RequestView, Version},
-    write::{push_dec, push_hex, push_ip},
+    write::{push_dec, push_ip},
 };
-
-/// The Via value edge adds (RFC 9110 §7.6.3).
-pub const VIA: &[u8] = b"1.1 edge";
-
-/// Longest X-Request-Id edge forwards as received.
-const MAX_REQUEST_ID: usize = 128;
-
-/// Whether field `f` must not be forwarded because it is hop-by-hop or named by Connection. Connection can
-/// never remove Host, framing fields or the forwarding fields edge sets.
-fn is_hop_by_hop(buf: &[u8], fields: &[Field], f: &Field, named: bool) -> bool {
-    match f.kind {
-        FieldKind::Connection
-        | FieldKind::HopByHop
-        | FieldKind::Upgrade
-        | FieldKind::KeepAlive
-        | FieldKind::TransferEncoding => true,
-        FieldKind::Other
-        | FieldKind::Expect
-        | FieldKind::MaxForwards
-        | FieldKind::Via
-        | FieldKind::RequestId
-        | FieldKind::ForwardedOther => named && connection_has(buf, fields, f.name(buf)),
-        _ => false,
-    }
-}
-
-/// Whether any Connection field names something other than close / keep-alive (so per-field checks are
-/// needed).
-fn connection_names_fields(buf: &[u8], fields: &[Field]) -> bool {
-    fields
-        .iter()
-        .filter(|f| f.kind == FieldKind::Connection)
-        .flat_map(|f| list_elements(f.value(buf)))
-        .any(|t| !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive"))
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// The request id of one request: the client's, when valid, or one edge made.
-#[derive(Clone, Copy, Debug)]
-pub enum RequestId {
-    /// Index of the client's X-Request-Id field.
-    Given(usize),
-    /// Generated: (process prefix, worker, counter).
-    Generated(u32, u16, u64),
-}
-
-impl RequestId {
-    /// Picks the client's valid X-Request-Id (printable, at most 128 bytes) or generates one.
-    pub fn of(buf: &[u8], fields: &[Field], generated: (u32, u16, u64)) -> RequestId {
-        fields
-            .iter()
-            .position(|f| {
-                f.kind == FieldKind::RequestId && {
-                    let v = f.value(buf);
-                    !v.is_empty() && v.len() <= MAX_REQUEST_ID && v.iter().all(u8::is_ascii_graphic)
-                }
-            })
-            .map_or(
-                RequestId::Generated(generated.0, generated.1, generated.2),
-                RequestId::Given,
-            )
-    }
-
-    /// Writes the id.
-    pub fn write(&self, buf: &[u8], fields: &[Field], out: &mut Vec<u8>) {
-        match *self {
-            RequestId::Given(i) => out.extend_from_slice(fields[i].value(buf)),
-            RequestId::Generated(p, w, n) => {
-                push_hex(out, u64::from(p), 8);
-                out.push(b'-');
-                push_dec(out, u64::from(w));
-                out.push(b'-');
-                push_hex(out, n, 0);
-            }
-        }
-    }
-}
 
 /// What the forwarded request needs besides the head itself.
 pub struct RequestRewrite<'a> {
@@ -204,113 +122,10 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     out.extend_from_slice(b"\r\n");
 }
 
-/// Writes one `Upgrade` field listing the protocols of every Upgrade field in `fields` (without `h2c`
-/// when `strip_h2c`), then `Connection: upgrade` (RFC 9110 §7.8).
-fn upgrade_fields(out: &mut Vec<u8>, buf: &[u8], fields: &[Field], strip_h2c: bool) {
-    out.extend_from_slice(b"Upgrade: ");
-    let mut first = true;
-    for f in fields.iter().filter(|f| f.kind == FieldKind::Upgrade) {
-        for p in list_elements(f.value(buf)).filter(|p| !(strip_h2c && is_h2c(p))) {
-            if !first {
-                out.extend_from_slice(b", ");
-            }
-            first = false;
-            out.extend_from_slice(p);
-        }
-    }
-    out.extend_from_slice(b"\r\nConnection: upgrade\r\n");
-}
-
-/// Writes an interim (1xx) response head for the client (RFC 9110 §15.2): end-to-end fields only
-/// (hop-by-hop fields and Content-Length removed), plus Via.
-pub fn interim_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
-    status_and_fields(out, buf, head, fields);
-    field(out, b"Via", VIA);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Writes a `101 Switching Protocols` head for the client (RFC 9110 §15.2.2): end-to-end fields, Via,
-/// and the upstream's Upgrade with `Connection: upgrade` (hop-by-hop, but they are what a 101 means).
-pub fn switching_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
-    status_and_fields(out, buf, head, fields);
-    field(out, b"Via", VIA);
-    upgrade_fields(out, buf, fields, false);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// The status line (always HTTP/1.1) and the end-to-end fields of a response head, without
-/// Content-Length: the caller writes the framing it decided.
-fn status_and_fields(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_dec(out, u64::from(head.status));
-    out.push(b' ');
-    out.extend_from_slice(&buf[head.reason.clone()]);
-    out.extend_from_slice(b"\r\n");
-    let named = connection_names_fields(buf, fields);
-    for f in fields {
-        if is_hop_by_hop(buf, fields, f, named) || f.kind == FieldKind::ContentLength {
-            continue;
-        }
-        out.extend_from_slice(
-            &buf[f.name_start as usize..f.value_start as usize + f.value_len as usize],
-        );
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// How edge frames the response body it sends to the client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutFraming {
-    /// No body (HEAD, 1xx, 204, 304, or a length of 0): never Transfer-Encoding; Content-Length only as
-    /// [`bodyless_content_length`] says (a HEAD's or 304's length, a 0; none on 1xx and 204).
-    None,
-    /// Content-Length: n.
-    Length(u64),
-    /// Transfer-Encoding: chunked (passed through, or re-chunked from a close-delimited upstream body).
-    Chunked,
-    /// Close-delimited (HTTP/1.0 client and no length known).
-    Close,
-}
-
-/// Writes the client response head with the framing fields of `framing` and no others (RFC 9112 §6.1,
-/// DESIGN.md "HTTP/1.1 rules"). `keep_alive_10` adds `Connection: keep-alive` for an HTTP/1.0 client
-/// that asked for it; `close` adds `Connection: close`.
-pub fn response_head(
-    out: &mut Vec<u8>,
-    buf: &[u8],
-    head: &ResponseHead,
-    fields: &[Field],
-    framing: OutFraming,
-    close: bool,
-    keep_alive_10: bool,
-) {
-    status_and_fields(out, buf, head, fields);
-    field(out, b"Via", VIA);
-    let length = match framing {
-        OutFraming::Length(n) => Some(n),
-        OutFraming::None => bodyless_content_length(buf, head, fields),
-        OutFraming::Chunked | OutFraming::Close => None,
-    };
-    if let Some(n) = length {
-        out.extend_from_slice(b"Content-Length: ");
-        push_dec(out, n);
-        out.extend_from_slice(b"\r\n");
-    }
-    if framing == OutFraming::Chunked {
-        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-    }
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    } else if keep_alive_10 {
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edge_core::http::head::{parse_request, parse_response, Fields, RequestHead};
+    use edge_core::http::head::{parse_request, Field, Fields, RequestHead};
 
     fn view<'a>(buf: &'a [u8], head: &'a RequestHead, fields: &'a [Field]) -> RequestView<'a> {
         let version = match head.minor {
@@ -331,7 +146,11 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut id = Vec::new();
-        RequestId::of(text.as_bytes(), &f, (0xabc, 1, 7)).write(text.as_bytes(), &f, &mut id);
+        edge_core::http::request_id::RequestId::of(text.as_bytes(), &f, (0xabc, 1, 7)).write(
+            text.as_bytes(),
+            &f,
+            &mut id,
+        );
         let info = edge_core::http::framing::request_info(text.as_bytes(), &h, &f).unwrap();
         let rw = RequestRewrite {
             peer: "10.0.0.9".parse().unwrap(),
@@ -422,27 +241,6 @@ mod tests {
     }
 
     #[test]
-    fn interim_and_switching_heads() {
-        let text = "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nContent-Length: 0\r\nConnection: x\r\nX: 1\r\n\r\n";
-        let mut f = Fields::new();
-        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
-        let mut out = Vec::new();
-        interim_head(&mut out, text.as_bytes(), &h, &f);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nVia: 1.1 edge\r\n\r\n"
-        );
-        let text = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: a\r\n\r\n";
-        let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
-        let mut out = Vec::new();
-        switching_head(&mut out, text.as_bytes(), &h, &f);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: a\r\nVia: 1.1 edge\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
-        );
-    }
-
-    #[test]
     fn connection_cannot_remove_host_or_forwarding() {
         let out = rewrite(
             "GET / HTTP/1.1\r\nHost: a\r\nConnection: host, x-forwarded-for\r\n\r\n",
@@ -474,51 +272,6 @@ mod tests {
 
     /// Framing fields are re-derived (RFC 9112 §6.1): bodyless responses carry no Transfer-Encoding, and
     /// Content-Length only on a 304 or HEAD response (or a 0), written once (RFC 9110 §8.6).
-    #[test]
-    fn response_head_rewrites_framing() {
-        let via = "Via: 1.1 edge\r\n";
-        let chunked = "200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\nServer: o";
-        for (upstream, framing, want) in [
-            (
-                chunked,
-                OutFraming::Chunked,
-                format!("200 OK\r\nServer: o\r\n{via}Transfer-Encoding: chunked\r\n"),
-            ),
-            (
-                "204 No Content\r\nContent-Length: 5\r\nX: 1",
-                OutFraming::None,
-                format!("204 No Content\r\nX: 1\r\n{via}"),
-            ),
-            (
-                "204 No Content\r\nTransfer-Encoding: chunked",
-                OutFraming::None,
-                format!("204 No Content\r\n{via}"),
-            ),
-            (
-                "304 Not Modified\r\nContent-Length: 9, 9",
-                OutFraming::None,
-                format!("304 Not Modified\r\n{via}Content-Length: 9\r\n"),
-            ),
-            (
-                "304 Not Modified\r\nTransfer-Encoding: chunked",
-                OutFraming::None,
-                format!("304 Not Modified\r\n{via}"),
-            ),
-            (
-                "200 OK\r\nContent-Length: 0",
-                OutFraming::None,
-                format!("200 OK\r\n{via}Content-Length: 0\r\n"),
-            ),
-        ] {
-            let text = format!("HTTP/1.1 {upstream}\r\n\r\n");
-            let mut f = Fields::new();
-            let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
-            let mut out = Vec::new();
-            response_head(&mut out, text.as_bytes(), &h, &f, framing, false, false);
-            let out = String::from_utf8(out).unwrap();
-            assert_eq!(out, format!("HTTP/1.1 {want}\r\n"), "{upstream}");
-        }
-    }
 
     #[test]
     fn absolute_form_goes_upstream_in_origin_form_with_its_authority_as_host() {
