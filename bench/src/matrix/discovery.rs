@@ -1,7 +1,8 @@
 //! `edge-bench matrix` group f, upstream health and discovery (DESIGN.md "Fault matrix", "Upstream
-//! health, discovery and balancing"): an endpoint name whose address changes under load (traffic moves,
-//! no request fails). Names come from the debug build's test resolver (`EDGE_TEST_HOSTS`), so this group
-//! runs on the `--faults-edge-bin` build.
+//! health, discovery and balancing"): the health-check cases ([`super::health`]), an endpoint name whose
+//! address changes under load (traffic moves, no request fails; names come from the debug build's test
+//! resolver, `EDGE_TEST_HOSTS`, so this case runs on the `--faults-edge-bin` build), and the PROXY
+//! protocol cases ([`super::proxy_header`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,8 +20,11 @@ use crate::support::probe;
 ///
 /// # Errors
 /// Origin or edge start-up failures.
-pub fn group_f(faults_bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
-    Ok(vec![address_change(faults_bin, driver)?])
+pub fn group_f(bin: &Path, faults_bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
+    let mut rows = super::health::health_cases(bin, driver)?;
+    rows.push(address_change(faults_bin, driver)?);
+    rows.extend(super::proxy_header::proxy_cases(bin, driver)?);
+    Ok(rows)
 }
 
 /// Two origins sharing one port, on 127.0.0.2 and 127.0.0.3.
@@ -106,7 +110,7 @@ fn address_change(bin: &Path, driver: &[String]) -> io::Result<Row> {
 }
 
 /// Closed-loop clients, a fresh connection per request, counting answers.
-struct Load {
+pub(super) struct Load {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicUsize>,
     failed: Arc<AtomicUsize>,
@@ -114,7 +118,7 @@ struct Load {
 }
 
 impl Load {
-    fn start(addr: SocketAddr, clients: usize) -> Load {
+    pub(super) fn start(addr: SocketAddr, clients: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let threads = (0..clients)
@@ -138,11 +142,11 @@ impl Load {
         }
     }
 
-    fn ok(&self) -> usize {
+    pub(super) fn ok(&self) -> usize {
         self.ok.load(Ordering::Relaxed)
     }
 
-    fn finish(self) -> (usize, usize) {
+    pub(super) fn finish(self) -> (usize, usize) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
             let _ = t.join();

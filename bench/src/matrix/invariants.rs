@@ -50,6 +50,16 @@ const fn ce(
 pub const COUNTER_EVENTS: &[CounterEvent] = &[
     ce("edge_requests_invalid_total", &[], &["request.invalid"]),
     ce(
+        "edge_connections_shed_total",
+        &[("reason", "proxy_protocol")],
+        &["connection.rejected"],
+    ),
+    ce(
+        "edge_upstream_fail_open_total",
+        &[],
+        &["upstream.fail_open"],
+    ),
+    ce(
         "edge_inbound_timeouts_total",
         &[("phase", "request")],
         &["request.timeout"],

@@ -20,9 +20,11 @@
 
 pub mod capacity;
 pub mod discovery;
+pub mod health;
 pub mod invariants;
 pub mod lifecycle;
 pub mod origin;
+pub mod proxy_header;
 pub mod runner;
 pub mod sender;
 pub mod upstream;
@@ -90,7 +92,7 @@ pub fn run(opts: &Args) -> io::Result<bool> {
             "b" => upstream::group_b(&bin, &driver, "b"),
             "c" => capacity::group_c(&bin, &driver),
             "d" => lifecycle::group_d(&bin, &faults_bin, &driver),
-            "f" => discovery::group_f(&faults_bin, &driver),
+            "f" => discovery::group_f(&bin, &faults_bin, &driver),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("unknown group {other:?} (a, b, c, d, f)"),

@@ -76,6 +76,11 @@ impl Edge {
         })
     }
 
+    /// How many times `needle` occurs in edge's output so far.
+    pub fn output_count(&self, needle: &str) -> usize {
+        self.proc.output().matches(needle).count()
+    }
+
     /// The admin metrics text ("" when unavailable).
     pub fn metrics(&self) -> String {
         fetch_metrics(self.admin).unwrap_or_default()
