@@ -98,6 +98,15 @@ fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
     if limits.max_headers == 0 {
         p.add("server.limits.max_headers", "must be at least 1");
     }
+    if limits.max_headers > crate::http::head::MAX_FIELDS {
+        p.add(
+            "server.limits.max_headers",
+            format!(
+                "must be at most {} (the most fields edge parses in one head)",
+                crate::http::head::MAX_FIELDS
+            ),
+        );
+    }
 }
 
 /// `[server.timeouts]`: the inbound deadlines cannot be zero (drain timing can).

@@ -185,3 +185,17 @@ fn no_routes_is_an_error() {
     assert_eq!(keys, ["routes"]);
     assert_eq!(errs[0].reason, "at least one [[routes]] entry is needed");
 }
+
+#[test]
+fn max_headers_over_what_the_parser_holds_is_an_error() {
+    let mut c = Config::parse(crate::config::DEFAULT_CONFIG, "d").unwrap();
+    c.server.limits.max_headers = 257;
+    let errors = c.resolve("d").unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].key, "server.limits.max_headers");
+    assert!(
+        errors[0].reason.contains("at most 256"),
+        "{}",
+        errors[0].reason
+    );
+}

@@ -534,3 +534,16 @@ both_drivers!(
         "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n"
     )
 );
+
+both_drivers!(a_response_head_over_64_kib_is_502, |d| {
+    // One field of 100 KiB, sent in a single write: the head is complete only past the 64 KiB bound.
+    let big = format!(
+        "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 2\r\n\r\nok",
+        "a".repeat(100 * 1024)
+    );
+    let origin = Origin::start(move |_| crate::harness::Reply::raw(big.as_bytes(), false));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
+    let mut client = Client::connect(edge.addr);
+    let r = client.get("/big");
+    assert_error_response("a 100 KiB response head", &r, 502, false);
+});

@@ -30,6 +30,10 @@ pub async fn read_head<T: Transport>(
     loop {
         let received_any = clock.last_received.is_some();
         match parse_response(conn.buf.data(), fields) {
+            // A head that came whole in one read is held to the same bound as one still arriving.
+            Ok(Some(h)) if h.len > MAX_RESPONSE_HEAD => {
+                return Err(UpstreamError::new(UpstreamErrorKind::BadResponse))
+            }
             Ok(Some(h)) => return Ok(h),
             Ok(None) if conn.buf.len() < MAX_RESPONSE_HEAD => {}
             Ok(None) | Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::BadResponse)),
