@@ -470,7 +470,7 @@ pub fn delay_for(path: &str, delay: Option<Duration>) -> Option<Duration> {
 /// What [`sized_index`] returns for [`APP_PATH`] (a fixed answer like the sized ones: never delayed).
 const APP_INDEX: usize = usize::MAX;
 
-/// Which [`SIZED_PATHS`] entry `path` names, if any ([`APP_INDEX`] for [`APP_PATH`]).
+/// Which [`SIZED_PATHS`] entry `path` names, if any (a reserved index for [`APP_PATH`]).
 pub fn sized_index(path: &str) -> Option<usize> {
     let path = path.split_once('?').map_or(path, |(p, _)| p);
     if path == APP_PATH {
