@@ -31,6 +31,7 @@ mod deadlines;
 mod deploy;
 mod drops;
 mod faults;
+mod health_check;
 mod lifecycle;
 mod limits;
 mod proxy;
