@@ -2,8 +2,8 @@
 //! upgrade"): claim the upgrade socket (take the listeners over from the running edge, or bind the offer
 //! for the next upgrade), fit `max_connections` to the fd limit, choose the io driver, adopt or bind the
 //! traffic listeners, install the metrics recorder, publish the shared state, start the admin thread, the
-//! health thread and the workers, log the plan, finish a takeover and tell systemd, log `startup.ready`, then supervise
-//! until a signal or a handover.
+//! health thread and the workers, log the plan, finish a takeover and tell systemd, log `startup.ready`,
+//! then supervise until a signal or a handover.
 //!
 //! A step that fails has logged `startup.failed` (or what the step names) and returns `Err` with the exit
 //! code: [`EXIT_CONFIG`] for what the operator must fix, [`EXIT_RUNTIME`] otherwise.
