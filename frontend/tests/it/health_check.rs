@@ -3,7 +3,7 @@
 //! `unhealthy_threshold` probes and returns after `healthy_threshold` passes; with every endpoint
 //! unhealthy edge fails open (requests still 200, counted and logged); a probe that times out is a
 //! failure; the probe carries `Host` (the configured address text) and `User-Agent: edge-health`; a
-//! reload keeps the state of endpoints that stay. Intervals are 100 ms; every wait is on a log line or a
+//! reload keeps the state of endpoints that stay and stops checking removed ones. Intervals are 100 ms; every wait is on a log line or a
 //! metric, never a fixed sleep.
 
 use std::{
@@ -260,4 +260,20 @@ both_drivers!(a_reload_keeps_the_state_of_endpoints_that_stay, |d| {
         "no second transition"
     );
     assert_eq!(edge.count_log("upstream.healthy"), 0);
+
+    // b is removed: no longer probed, and its gauge is NaN (neither healthy nor alerting).
+    edge.rewrite_config(&checked_cfg(d, &[a.addr(), c.addr()]));
+    edge.signal(SIGHUP);
+    edge.wait_log("generation=3", WAIT)
+        .expect("second config.reloaded logged");
+    let label = format!("endpoint=\"{}\"", b.addr());
+    let v = edge.wait_metric_where(
+        "edge_upstream_endpoint_healthy",
+        &[&label],
+        WAIT,
+        f64::is_nan,
+    );
+    assert!(v.is_nan(), "removed endpoint's gauge: {v}");
+    send(&edge, 4);
+    assert_eq!(b.traffic(), at_b);
 });
