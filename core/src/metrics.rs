@@ -285,3 +285,40 @@ impl WorkerMetrics {
         &self.upstream_timeouts[p as usize]
     }
 }
+
+// Active health checks (DESIGN.md "Upstream health, discovery and balancing"). The endpoint gauge and the
+// check counters are written by the health thread alone (one process-wide thread, so no `worker` label);
+// the fail-open counter by each worker.
+
+label_enum!(
+    /// `result` of `edge_upstream_health_checks_total`.
+    CheckResult {
+        /// A response with a status within `expect_status` before `timeout`.
+        Pass = "pass",
+        /// Connect error, timeout, or a status outside `expect_status`.
+        Fail = "fail",
+    }
+);
+
+/// `edge_upstream_endpoint_healthy{upstream,endpoint}`: 1 or 0; `endpoint` is the configured address text.
+pub fn endpoint_healthy(upstream: &str, endpoint: &str) -> Gauge {
+    gauge!("edge_upstream_endpoint_healthy", "upstream" => upstream.to_string(), "endpoint" => endpoint.to_string())
+}
+
+/// `edge_upstream_health_checks_total{upstream,result}`, indexed by [`CheckResult`]; both export from
+/// registration on.
+pub fn health_checks(upstream: &str) -> [Counter; 2] {
+    [CheckResult::Pass, CheckResult::Fail].map(|r| {
+        let c = counter!("edge_upstream_health_checks_total", "upstream" => upstream.to_string(), "result" => r.as_str());
+        c.increment(0);
+        c
+    })
+}
+
+/// `edge_upstream_fail_open_total{worker}`: picks made while every endpoint of the upstream was unhealthy
+/// by active checks; exports 0 from registration on.
+pub fn fail_open(worker: usize) -> Counter {
+    let c = counter!("edge_upstream_fail_open_total", "worker" => worker.to_string());
+    c.increment(0);
+    c
+}

@@ -1,9 +1,9 @@
 //! The steps of [`crate::start`], in the order it takes them (DESIGN.md "Process model", "Drain and
 //! upgrade"): claim the upgrade socket (take the listeners over from the running edge, or bind the offer
 //! for the next upgrade), fit `max_connections` to the fd limit, choose the io driver, adopt or bind the
-//! traffic listeners, install the metrics recorder, publish the shared state, start the admin thread and
-//! the workers, log the plan, finish a takeover and tell systemd, log `startup.ready`, then supervise
-//! until a signal or a handover.
+//! traffic listeners, install the metrics recorder, publish the shared state, start the admin thread, the
+//! health thread and the workers, log the plan, finish a takeover and tell systemd, log `startup.ready`,
+//! then supervise until a signal or a handover.
 //!
 //! A step that fails has logged `startup.failed` (or what the step names) and returns `Err` with the exit
 //! code: [`EXIT_CONFIG`] for what the operator must fix, [`EXIT_RUNTIME`] otherwise.
@@ -73,6 +73,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         None => (None, None),
     };
 
+    start_health(&shared)?;
     let mut sup = start_workers(&shared, driver, &traffic)?;
     log_plan(resolved, &traffic, driver, max_connections, fd_limit);
     match inherited {
@@ -287,6 +288,22 @@ fn start_admin(
         return Err(EXIT_RUNTIME);
     }
     Ok((addr, keep))
+}
+
+/// Starts the health thread of DESIGN.md "Upstream health, discovery and balancing" (one for the
+/// process, unpinned; it follows reloads and stops at `closing`), also when no upstream has a
+/// `[upstreams.health_check]` yet, since a reload may add one.
+///
+/// # Errors
+/// [`EXIT_RUNTIME`] when the thread cannot be spawned.
+fn start_health(shared: &Arc<Shared>) -> Step<()> {
+    match edge_upstream::health::start(shared.clone()) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::error!(event = "startup.failed", error = %e, "cannot start the health thread");
+            Err(EXIT_RUNTIME)
+        }
+    }
 }
 
 /// Starts one worker per traffic listener (on a duplicate of its fd: the supervisor keeps the originals

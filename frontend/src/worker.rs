@@ -23,7 +23,7 @@ use std::{
 use edge_core::{
     config::Resolved,
     metrics::{ShedReason, WorkerMetrics},
-    runtime::{ConnectionSlot, Shared, WorkerEnv, HEARTBEAT_EVERY},
+    runtime::{health::ActiveHealth, ConnectionSlot, Shared, WorkerEnv, HEARTBEAT_EVERY},
 };
 use edge_upstream::Upstream;
 use monoio::net::TcpListener;
@@ -45,13 +45,14 @@ pub struct Live {
 
 impl Live {
     /// Builds worker `id`'s state for `cfg`; with `previous`, pools of endpoints that stay are kept (see
-    /// [`Upstream::rebuild`]).
+    /// [`Upstream::rebuild`]); endpoint health flags come from `health` ([`Upstream::with_checks`]).
     fn build(
         cfg: Arc<Resolved>,
         generation: u64,
         id: usize,
         ejected: &metrics::Counter,
         previous: Option<&Live>,
+        health: &ActiveHealth,
     ) -> Live {
         let upstreams = cfg
             .upstreams
@@ -59,7 +60,7 @@ impl Live {
             .map(|u| {
                 let old = previous
                     .and_then(|p| p.upstreams.iter().find(|o| o.config.name == u.config.name));
-                Upstream::rebuild(u, id, ejected.clone(), old)
+                Upstream::rebuild(u, id, ejected.clone(), old).with_checks(health)
             })
             .collect();
         Live {
@@ -103,7 +104,14 @@ impl Worker {
             .clone();
         let (cfg, generation) = shared.config.get();
         Worker {
-            live: RefCell::new(Rc::new(Live::build(cfg, generation, id, &ejected, None))),
+            live: RefCell::new(Rc::new(Live::build(
+                cfg,
+                generation,
+                id,
+                &ejected,
+                None,
+                &shared.health,
+            ))),
             ejected,
             metrics,
             log_limit: LogLimit::new(id),
@@ -135,7 +143,14 @@ impl Worker {
     fn refresh(&self) {
         let (cfg, generation) = self.shared.config.get();
         let old = self.live.borrow().clone();
-        let new = Live::build(cfg, generation, self.id, &self.ejected, Some(&old));
+        let new = Live::build(
+            cfg,
+            generation,
+            self.id,
+            &self.ejected,
+            Some(&old),
+            &self.shared.health,
+        );
         *self.live.borrow_mut() = Rc::new(new);
         tracing::debug!(
             event = "config.applied",

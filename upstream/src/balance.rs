@@ -38,7 +38,9 @@ pub struct Upstream {
     pub endpoints: Vec<Endpoint>,
     next: Cell<usize>,
     ejected: metrics::Counter,
-    worker: usize,
+    pub(crate) worker: usize,
+    /// Active health checks as this worker reads them ([`Upstream::with_checks`]).
+    pub(crate) checks: crate::health::Checks,
 }
 
 /// How a checkout went, for the retry counter.
@@ -95,21 +97,29 @@ impl Upstream {
             next: Cell::new(worker),
             ejected,
             worker,
+            checks: Default::default(),
         }
     }
 
-    /// The next endpoint in round-robin order that is not ejected.
+    /// The next endpoint in round-robin order that is usable; when none is, the least recently failed by
+    /// passive ejection.
     fn pick(&self) -> usize {
-        let start = self.next.get() % self.endpoints.len();
-        let i = if self.endpoints.len() == 1 {
-            0
-        } else {
-            crate::eject::choose(self.endpoints.len(), start, Instant::now(), |i| {
-                &self.endpoints[i].health
-            })
-        };
+        self.checks.begin_pick(&self.config.name, self.worker);
+        let n = self.endpoints.len();
+        let start = self.next.get() % n;
+        let now = Instant::now();
+        let i = (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| self.usable(i, now))
+            .unwrap_or_else(|| crate::eject::choose(n, start, now, |i| &self.endpoints[i].health));
         self.next.set(i + 1);
         i
+    }
+
+    /// Whether a pick may use endpoint `i` at `now`: not passively ejected, and healthy by active checks
+    /// (or the upstream fails open, see [`crate::health::Checks::begin_pick`]).
+    fn usable(&self, i: usize, now: Instant) -> bool {
+        !self.endpoints[i].health.is_ejected(now) && self.checks.healthy(i)
     }
 
     /// Connects to endpoint `i`, recording the outcome for passive ejection.

@@ -1,6 +1,7 @@
 //! edge-upstream: the upstream side of one worker: per-endpoint pools of keep-alive connections
 //! ([`pool`]), connecting under `connect_timeout` ([`connect`]), round-robin over endpoints
-//! ([`balance`]), passive ejection ([`eject`]), the HTTP/1.1 client session ([`h1`]) with its zombie
+//! ([`balance`]), passive ejection ([`eject`]), active health checks on their own thread and as a worker
+//! reads them ([`health`]), the HTTP/1.1 client session ([`h1`]) with its zombie
 //! clock ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
 //! retry-safety ([`error`]).
 //!
@@ -12,6 +13,7 @@ pub mod connect;
 pub mod eject;
 pub mod error;
 pub mod h1;
+pub mod health;
 pub mod permit;
 pub mod pool;
 pub mod retry;

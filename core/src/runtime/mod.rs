@@ -4,6 +4,7 @@
 //! restarts a worker thread that dies, on the same CPU with the same listener.
 
 pub mod cpus;
+pub mod health;
 pub mod listen;
 pub mod orphans;
 pub mod publish;
@@ -144,6 +145,8 @@ pub struct Shared {
     pub io_driver: IoDriver,
     /// The configuration workers serve with; replaced by the supervisor at reload (SIGHUP).
     pub config: Published<Resolved>,
+    /// Endpoint states of the active health checks, written by the health thread only.
+    pub health: health::ActiveHealth,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -170,6 +173,7 @@ impl Shared {
             max_connections,
             io_driver,
             config: Published::new(config),
+            health: Default::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! Upgrade (RFC 9110 §7.8, §15.2.2): a `101` is accepted only for a request that asked for an upgrade
-//! (see `RequestInfo::upgrade`) and whose body was sent whole ([`switch`]); any other 101 is 502. Then
+//! (see `RequestInfo::upgrade`) and whose body was sent whole (`switch`); any other 101 is 502. Then
 //! the byte tunnel ([`tunnel`]): once the upstream agreed to an upgrade the client asked for, edge copies
 //! bytes both ways on the same worker until both sides have
 //! closed. A side that closes its write half (EOF) is passed on with `shutdown(Write)` and the other

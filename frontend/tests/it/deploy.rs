@@ -141,10 +141,12 @@ fn metric_names(text: &str) -> Vec<String> {
 #[test]
 fn every_metric_in_the_alerts_and_the_dashboard_is_exported() {
     let origin = Origin::fixed(b"fine");
-    let edge = Edge::start(&Cfg::new(Driver::Epoll, origin.addr));
+    // With a health check, so the per-endpoint health series exist.
+    let edge = Edge::start(&Cfg::new(Driver::Epoll, origin.addr).health_check("path", "/"));
     // One proxied request so histograms have samples.
     assert_eq!(Client::connect(edge.addr).get("/").status, 200);
     edge.wait_metric("edge_requests_total", &[], 1.0);
+    edge.wait_metric("edge_upstream_endpoint_healthy", &[], 1.0);
     let text = edge.metrics();
     let exported = |name: &str| {
         text.lines().any(|l| {

@@ -32,6 +32,7 @@ mod deploy;
 mod discovery;
 mod drops;
 mod faults;
+mod health_check;
 mod lifecycle;
 mod limits;
 mod proxy;

@@ -97,9 +97,10 @@ impl Table {
     }
 }
 
-/// An `[[upstreams]]` entry: `name` and `endpoints`, then the keys set on it.
+/// An `[[upstreams]]` entry: `name` and `endpoints`, then the keys set on it, then its
+/// `[upstreams.health_check]` sub-table when a key of it is set.
 #[derive(Clone, Debug)]
-pub struct Upstream(Table);
+pub struct Upstream(Table, Option<Table>);
 
 impl Upstream {
     pub fn new(name: &str, endpoints: &[SocketAddr]) -> Self {
@@ -107,12 +108,19 @@ impl Upstream {
             Table::default()
                 .with("name", name)
                 .with("endpoints", endpoints),
+            None,
         )
     }
 
     /// Sets `key` (e.g. `max_inactive`) on this upstream.
     pub fn set(self, key: &str, v: impl Into<Value>) -> Self {
-        Upstream(self.0.with(key, v))
+        Upstream(self.0.with(key, v), self.1)
+    }
+
+    /// Sets `key` (e.g. `interval`) of this upstream's `[upstreams.health_check]`.
+    pub fn health_check(self, key: &str, v: impl Into<Value>) -> Self {
+        let check = self.1.unwrap_or_default().with(key, v);
+        Upstream(self.0, Some(check))
     }
 }
 
@@ -206,6 +214,13 @@ impl Cfg {
         self
     }
 
+    /// A key of the `origin` upstream's `[upstreams.health_check]`, e.g. `path` or `interval`.
+    pub fn health_check(mut self, key: &str, v: impl Into<Value>) -> Self {
+        let u = self.upstreams.remove(0);
+        self.upstreams.insert(0, u.health_check(key, v));
+        self
+    }
+
     /// The `origin` upstream's endpoints, in round-robin order.
     pub fn endpoints(self, endpoints: &[SocketAddr]) -> Self {
         self.upstream_field("endpoints", endpoints)
@@ -248,6 +263,9 @@ impl Cfg {
         self.log.render(&mut out, "[log]");
         for u in &self.upstreams {
             u.0.render(&mut out, "[[upstreams]]");
+            if let Some(check) = &u.1 {
+                check.render(&mut out, "[upstreams.health_check]");
+            }
         }
         for r in &self.routes {
             r.0.render(&mut out, "[[routes]]");
