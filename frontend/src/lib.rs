@@ -16,6 +16,7 @@ pub mod evict;
 pub mod faults;
 pub mod forward;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod reload;
 pub mod respond;
 pub mod route;

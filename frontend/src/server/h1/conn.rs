@@ -105,6 +105,13 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, ove
         log_id: Vec::new(),
         cancel: monoio::io::Canceller::new(),
     };
+    // PROXY protocol: the header comes before anything else; its source is the client from here on.
+    let proxied =
+        crate::proxy_protocol::client_address(&w, &mut c.stream, &mut c.rb, peer, over_capacity);
+    match proxied.await {
+        Some(client) => c.peer = client,
+        None => return,
+    }
     if over_capacity {
         // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
