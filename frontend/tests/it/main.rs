@@ -34,6 +34,7 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod proxy;
+mod proxy_protocol;
 mod reload;
 mod smuggling;
 mod strictness;
