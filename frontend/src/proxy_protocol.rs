@@ -26,10 +26,21 @@ use crate::worker::Worker;
 /// "Capacity"), when shorter than `request`.
 const OVER_CAPACITY_DEADLINE: Duration = Duration::from_secs(1);
 
-/// The address to treat as the client's: `peer` itself when `server.proxy_protocol` is "off" (read from
-/// the worker's live configuration, so it follows reloads) or the header keeps it (v2 LOCAL, v1
-/// UNKNOWN), else the header's source. `None`: the connection closes (already counted and logged, or,
-/// when the peer closed before sending a byte, logged at debug: a load balancer's TCP health check).
+/// The header versions traffic connections must start with, or `None` when `server.proxy_protocol` is
+/// "off"; read from the worker's live configuration, so it follows reloads.
+pub fn expected(w: &Worker) -> Option<Versions> {
+    match w.live().cfg.config.server.proxy_protocol {
+        ProxyProtocol::Off => None,
+        ProxyProtocol::V1 => Some(Versions::V1),
+        ProxyProtocol::V2 => Some(Versions::V2),
+        ProxyProtocol::Any => Some(Versions::Any),
+    }
+}
+
+/// The address to treat as the client's, for a connection that must start with a header of `versions`
+/// ([`expected`]): the header's source, or `peer` itself when the header keeps it (v2 LOCAL, v1
+/// UNKNOWN). `None`: the connection closes (already counted and logged, or, when the peer closed before
+/// sending a byte, logged at debug: a load balancer's TCP health check).
 ///
 /// The header must be complete within the `request` timeout from accept (at most 1 s when
 /// `over_capacity`).
@@ -42,16 +53,11 @@ pub async fn client_address<T: Transport>(
     stream: &mut T,
     rb: &mut RecvBuf,
     peer: SocketAddr,
+    versions: Versions,
     over_capacity: bool,
 ) -> Option<SocketAddr> {
-    let live = w.live();
+    let live = w.current().clone();
     let server = &live.cfg.config.server;
-    let versions = match server.proxy_protocol {
-        ProxyProtocol::Off => return Some(peer),
-        ProxyProtocol::V1 => Versions::V1,
-        ProxyProtocol::V2 => Versions::V2,
-        ProxyProtocol::Any => Versions::Any,
-    };
     if !live
         .cfg
         .proxy_protocol_from

@@ -197,3 +197,27 @@ both_drivers!(a_header_and_pipelined_requests_in_one_write, |d| {
     }
     assert_eq!(origin.seen_count(), 2);
 });
+
+both_drivers!(a_reload_turning_it_on_applies_to_new_connections, |d| {
+    let origin = Origin::fixed(b"ok");
+    let cfg = Cfg::new(d, origin.addr);
+    let edge = Edge::start(&cfg);
+    let mut kept = Client::connect(edge.addr);
+    assert_eq!(kept.get("/").status, 200);
+    edge.rewrite_config(
+        &cfg.server("proxy_protocol", "v1")
+            .server("proxy_protocol_from", ["127.0.0.0/8"]),
+    );
+    edge.signal(1); // SIGHUP
+    edge.wait_log("config.reloaded", 5 * SEC)
+        .expect("config.reloaded logged");
+    // A header comes first on a connection only: the kept-alive one goes on without.
+    assert_eq!(kept.get("/").status, 200);
+    let mut c = Client::connect(edge.addr);
+    c.send(GET);
+    assert_rejected(&edge, &mut c, 1.0, "no PROXY header");
+    let mut c = Client::connect(edge.addr);
+    c.send(b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 443\r\n");
+    assert_eq!(c.get("/").status, 200);
+    assert_eq!(origin.last().header("x-forwarded-for"), Some("192.0.2.7"));
+});

@@ -106,11 +106,15 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, ove
         cancel: monoio::io::Canceller::new(),
     };
     // PROXY protocol: the header comes before anything else; its source is the client from here on.
-    let proxied =
-        crate::proxy_protocol::client_address(&w, &mut c.stream, &mut c.rb, peer, over_capacity);
-    match proxied.await {
-        Some(client) => c.peer = client,
-        None => return,
+    // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
+    if let Some(versions) = crate::proxy_protocol::expected(&w) {
+        let (stream, rb) = (&mut c.stream, &mut c.rb);
+        let header =
+            crate::proxy_protocol::client_address(&w, stream, rb, peer, versions, over_capacity);
+        match Box::pin(header).await {
+            Some(client) => c.peer = client,
+            None => return,
+        }
     }
     if over_capacity {
         // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
