@@ -221,3 +221,38 @@ both_drivers!(a_reload_turning_it_on_applies_to_new_connections, |d| {
     assert_eq!(c.get("/").status, 200);
     assert_eq!(origin.last().header("x-forwarded-for"), Some("192.0.2.7"));
 });
+
+both_drivers!(
+    a_health_probe_with_a_header_is_answered_over_capacity,
+    |d| {
+        let origin = Origin::silent();
+        let edge = Edge::start(
+            &Cfg::new(d, origin.addr)
+                .server("max_connections", 4)
+                .server("proxy_protocol", "v2")
+                .server("proxy_protocol_from", ["127.0.0.0/8"]),
+        );
+        // Every slot busy with a request in flight (nothing evictable).
+        let busy: Vec<Client> = (0..4)
+            .map(|_| {
+                let mut c = Client::connect(edge.addr);
+                c.send(V2_LOCAL);
+                c.send(GET);
+                c
+            })
+            .collect();
+        assert!(
+            origin.wait_until(5 * SEC, |o| o.accepted() >= 4),
+            "requests did not reach the origin"
+        );
+        let mut c = Client::connect(edge.addr);
+        c.send(V2_LOCAL);
+        c.send(b"GET /_health HTTP/1.1\r\nHost: lb\r\n\r\n");
+        let r = c
+            .read_response(false)
+            .expect("health answered over capacity");
+        assert_eq!(r.status, 200);
+        assert_eq!(edge.metric(SHED, &[REASON]), 0.0);
+        drop(busy);
+    }
+);
