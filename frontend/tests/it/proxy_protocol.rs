@@ -256,3 +256,23 @@ both_drivers!(
         drop(busy);
     }
 );
+
+both_drivers!(a_header_not_complete_within_request_is_closed, |d| {
+    let origin = Origin::fixed(b"ok");
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .server("proxy_protocol", "v1")
+            .server("proxy_protocol_from", ["127.0.0.0/8"])
+            .timeout("request", "300ms"),
+    );
+    let mut c = Client::connect(edge.addr);
+    c.send(b"PROXY TCP4 192.0.2.7 ");
+    assert_rejected(&edge, &mut c, 1.0, "within the request timeout");
+    assert_eq!(edge.metric("edge_inbound_timeouts_total", &[]), 0.0);
+    // A peer that connects and closes without a byte (a TCP health check) is not counted.
+    drop(Client::connect(edge.addr));
+    let mut c = Client::connect(edge.addr);
+    c.send(b"PROXY UNKNOWN\r\n");
+    assert_eq!(c.get("/").status, 200);
+    assert_eq!(edge.metric(SHED, &[REASON]), 1.0);
+});
