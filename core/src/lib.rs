@@ -9,5 +9,6 @@ pub mod io;
 pub mod latency;
 pub mod log;
 pub mod metrics;
+pub mod proxy_protocol;
 pub mod runtime;
 pub mod slot;

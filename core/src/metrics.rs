@@ -72,6 +72,8 @@ label_enum!(
         FdLimit = "fd_limit",
         /// Upstream `max_active` reached and `queue_timeout` expired.
         UpstreamQueue = "upstream_queue",
+        /// PROXY header missing, malformed, or from a peer outside `proxy_protocol_from`.
+        ProxyProtocol = "proxy_protocol",
     }
 );
 
@@ -117,6 +119,13 @@ label_enum!(
         Send = "send",
     }
 );
+
+/// The `reason` values of `edge_connections_shed_total`, in registration order.
+const CONNECTION_SHED: [ShedReason; 3] = [
+    ShedReason::Limit,
+    ShedReason::FdLimit,
+    ShedReason::ProxyProtocol,
+];
 
 /// Process-wide series (not per worker): written at startup and by the supervisor only.
 pub fn set_process_gauges(version: &str, io_driver: &str, max_connections: usize) {
@@ -192,7 +201,7 @@ impl WorkerMetrics {
             connections_shed: by(
                 "edge_connections_shed_total",
                 "reason",
-                &[ShedReason::Limit.as_str(), ShedReason::FdLimit.as_str()],
+                &CONNECTION_SHED.map(ShedReason::as_str),
             ),
             truncated: counter!("edge_responses_truncated_total", "worker" => w.clone()),
             connections_total: counter!("edge_connections_total", "worker" => w.clone()),
@@ -265,9 +274,11 @@ impl WorkerMetrics {
         &self.requests_shed[0]
     }
 
-    /// `edge_connections_shed_total{worker,reason}` for `limit` or `fd_limit`.
+    /// `edge_connections_shed_total{worker,reason}` for `limit`, `fd_limit` or `proxy_protocol`
+    /// (`upstream_queue` sheds requests, not connections: it counts as `limit`).
     pub fn connection_shed(&self, r: ShedReason) -> &Counter {
-        &self.connections_shed[if r == ShedReason::FdLimit { 1 } else { 0 }]
+        let i = CONNECTION_SHED.iter().position(|&c| c == r).unwrap_or(0);
+        &self.connections_shed[i]
     }
 
     /// `edge_inbound_timeouts_total{worker,phase}`

@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod evict;
 pub mod faults;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod reload;
 pub mod respond;
 pub mod route;

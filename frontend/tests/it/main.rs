@@ -36,6 +36,7 @@ mod health_check;
 mod lifecycle;
 mod limits;
 mod proxy;
+mod proxy_protocol;
 mod reload;
 mod smuggling;
 mod strictness;

@@ -58,6 +58,9 @@ pub(super) struct Conn<T: Transport> {
     pub(super) log_id: Vec<u8>,
     /// Cancels the keep-alive fast-path read (see [`fast_wait`]).
     cancel: monoio::io::Canceller,
+    /// A peer outside `proxy_protocol_from` while the PROXY protocol is on: its first request must not
+    /// start with a PROXY header (`crate::proxy_protocol::refuse_header`).
+    pub(super) refuse_proxy_header: bool,
 }
 
 /// What a connection's active phase (run in its slot) ends with.
@@ -103,7 +106,20 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, ove
         log_line: Vec::new(),
         log_id: Vec::new(),
         cancel: monoio::io::Canceller::new(),
+        refuse_proxy_header: false,
     };
+    // PROXY protocol: the header comes before anything else; its source is the client from here on.
+    // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
+    if let Some(versions) = crate::proxy_protocol::expected(&w) {
+        let (stream, rb) = (&mut c.stream, &mut c.rb);
+        let header =
+            crate::proxy_protocol::client_address(&w, stream, rb, peer, versions, over_capacity);
+        match Box::pin(header).await {
+            crate::proxy_protocol::Start::Client(client) => c.peer = client,
+            crate::proxy_protocol::Start::Direct => c.refuse_proxy_header = true,
+            crate::proxy_protocol::Start::Close => return,
+        }
+    }
     if over_capacity {
         // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
@@ -240,6 +256,13 @@ pub(super) async fn read_head<T: Transport>(
 ) -> Result<Option<RequestHead>, Failure> {
     let max_head = limits.max_head_bytes.0 as usize;
     loop {
+        if c.refuse_proxy_header {
+            match crate::proxy_protocol::refuse_header(w, c.peer, c.rb.data()) {
+                Some(true) => return Ok(None),
+                Some(false) => c.refuse_proxy_header = false,
+                None => {}
+            }
+        }
         match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
             Ok(Some(h)) if h.len > max_head => {
                 return Err(over_head_limit(&c.rb.data()[..max_head]))

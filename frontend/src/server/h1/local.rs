@@ -131,12 +131,19 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
     let deadline = started + SHED_HEAD_DEADLINE;
     let live = w.live();
     let server = &live.cfg.config.server;
-    let head = match timeout_at(deadline, c.stream.readable(true)).await {
-        Ok(Ok(())) => read_head(w, &mut c, &server.limits, deadline)
+    // Bytes may already be buffered (read behind a PROXY header): then no readiness wait.
+    let ready = !c.rb.is_empty()
+        || matches!(
+            timeout_at(deadline, c.stream.readable(true)).await,
+            Ok(Ok(()))
+        );
+    let head = if ready {
+        read_head(w, &mut c, &server.limits, deadline)
             .await
             .ok()
-            .flatten(),
-        _ => None,
+            .flatten()
+    } else {
+        None
     };
     if let Some(h) = &head {
         let target = &c.rb.data()[h.target.clone()];

@@ -51,6 +51,12 @@ impl From<&[SocketAddr]> for Value {
     }
 }
 
+impl<const N: usize> From<[&str; N]> for Value {
+    fn from(v: [&str; N]) -> Self {
+        Value::Strs(v.iter().map(|s| s.to_string()).collect())
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
