@@ -119,7 +119,16 @@ pub const COUNTER_EVENTS: &[CounterEvent] = &[
         &[],
         &["response.truncated"],
     ),
-    ce("edge_connections_shed_total", &[], &["connection.shed"]),
+    ce(
+        "edge_connections_shed_total",
+        &[("reason", "limit")],
+        &["connection.shed"],
+    ),
+    ce(
+        "edge_connections_shed_total",
+        &[("reason", "fd_limit")],
+        &["connection.shed"],
+    ),
     ce("edge_requests_shed_total", &[], &["request.shed"]),
     ce("edge_connection_panics_total", &[], &["connection.panic"]),
     ce("edge_worker_restarts_total", &[], &["worker.restarted"]),
@@ -350,7 +359,7 @@ mod tests {
             Some("response.truncated")
         );
         assert_eq!(
-            event_of("edge_connections_shed_total", &[]),
+            event_of("edge_connections_shed_total", &[("reason", "limit")]),
             Some("connection.shed")
         );
         assert_eq!(
