@@ -1,6 +1,6 @@
 //! edge-upstream: the upstream side of one worker: per-endpoint pools of keep-alive connections
-//! ([`pool`]), connecting under `connect_timeout` ([`connect`]), round-robin over endpoints
-//! ([`balance`]), passive ejection ([`eject`]), the HTTP/1.1 client session ([`h1`]) with its zombie
+//! ([`pool`]), connecting under `connect_timeout` ([`connect`]), endpoint choice ([`balance`], with the
+//! policies in [`policy`]), passive ejection ([`eject`]), the HTTP/1.1 client session ([`h1`]) with its zombie
 //! clock ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
 //! retry-safety ([`error`]).
 //!
@@ -13,6 +13,7 @@ pub mod eject;
 pub mod error;
 pub mod h1;
 pub mod permit;
+pub mod policy;
 pub mod pool;
 pub mod retry;
 pub mod zombie;
