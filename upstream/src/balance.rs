@@ -273,3 +273,6 @@ impl crate::policy::Endpoints for Usable<'_> {
         self.up.endpoints[i].slots.active()
     }
 }
+
+#[cfg(test)]
+mod tests;
