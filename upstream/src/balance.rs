@@ -54,7 +54,8 @@ pub struct Checkout {
 
 impl Upstream {
     /// Builds the per-worker state of one configured upstream for `worker` (which also staggers
-    /// round robin and seeds the random policies); `ejected` counts passive ejections (`edge_upstream_errors_total{kind="ejected"}`).
+    /// round robin and seeds the random policies); `ejected` counts passive ejections
+    /// (`edge_upstream_errors_total{kind="ejected"}`).
     pub fn new(r: &ResolvedUpstream, worker: usize, ejected: metrics::Counter) -> Self {
         Self::rebuild(r, worker, ejected, None)
     }
@@ -171,8 +172,8 @@ impl Upstream {
         res
     }
 
-    /// A pooled connection to the endpoint the policy picks, or a new one. `fresh` skips the pool (used for the retry
-    /// after a reused connection failed).
+    /// A pooled connection to the endpoint the policy picks, or a new one. `fresh` skips the pool (used
+    /// for the retry after a reused connection failed).
     ///
     /// # Errors
     /// The connect error of the last attempt (retry-safe: nothing was sent).
@@ -250,8 +251,9 @@ impl Upstream {
     }
 }
 
-/// The endpoints of an [`Upstream`] as a policy sees them at one instant: usable unless [`Upstream::usable`]
-/// says otherwise or it is `except`; `all` makes every endpoint usable (for the start-up stagger).
+/// The endpoints of an [`Upstream`] as a policy sees them at one instant: usable unless
+/// [`Upstream::usable`] says otherwise or it is `except`; `all` makes every endpoint usable (for the
+/// start-up stagger).
 struct Usable<'a> {
     up: &'a Upstream,
     now: Instant,
