@@ -1,7 +1,7 @@
 //! edge-upstream: the upstream side of one worker: per-endpoint pools of keep-alive connections
 //! ([`pool`]), connecting under `connect_timeout` ([`connect`]), endpoint choice ([`balance`], with the
-//! policies in [`policy`]), passive ejection ([`eject`]), the HTTP/1.1 client session ([`h1`]) with its zombie
-//! clock ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
+//! policies in [`policy`]), passive ejection ([`eject`]), the HTTP/1.1 client session ([`h1`]) with its
+//! zombie clock ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
 //! retry-safety ([`error`]).
 //!
 //! Everything here is per worker (`Rc`/`RefCell`, no locks): a worker never uses another worker's
