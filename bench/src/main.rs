@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use edge_bench::peers::{load, origin};
-use edge_bench::scenarios::{alloc, demo, hol, idle_memory, idle_wedge, inbound};
+use edge_bench::scenarios::{alloc, balance, demo, hol, idle_memory, idle_wedge, inbound};
 use edge_bench::{compare, matrix, scale};
 
 #[derive(Debug, Parser)]
@@ -49,6 +49,8 @@ enum Cmd {
     Matrix(matrix::Args),
     /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
     IdleMemory(idle_memory::Args),
+    /// round_robin vs least_request (and nginx least_conn) in front of a fast and a 20 ms endpoint.
+    Balance(balance::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,5 +80,6 @@ fn run(cmd: Cmd) -> io::Result<bool> {
         Cmd::Drip(args) => inbound::run_drip(&args.options()),
         Cmd::Matrix(args) => matrix::run(&args),
         Cmd::IdleMemory(args) => idle_memory::run(&args.options()),
+        Cmd::Balance(args) => balance::run(&args),
     }
 }

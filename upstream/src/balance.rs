@@ -1,8 +1,9 @@
-//! One upstream as a worker sees it: its endpoints with their pools, round-robin selection, and the
-//! checkout that reuses a pooled connection or connects (retrying once on the next endpoint when the
-//! connect is refused or times out, DESIGN.md "Upstream pools and retries").
+//! One upstream as a worker sees it: its endpoints with their pools, which of them are usable, the
+//! choice among those by the `balance` policy ([`crate::policy`], DESIGN.md "Upstream health, discovery
+//! and balancing"), and the checkout that reuses a pooled connection or connects (retrying once on
+//! another endpoint when the connect is refused or times out, DESIGN.md "Upstream pools and retries").
 
-use std::{cell::Cell, net::SocketAddr, rc::Rc, time::Duration};
+use std::{net::SocketAddr, rc::Rc, time::Duration};
 
 use monoio::time::Instant;
 
@@ -12,6 +13,7 @@ use crate::{
     connect::connect,
     eject::Transition,
     error::UpstreamError,
+    policy::{Picker, Rng},
     pool::{Pool, UpstreamConn},
 };
 
@@ -24,7 +26,8 @@ pub struct Endpoint {
     /// Its idle connections (shared with the previous generation's endpoint of the same upstream and
     /// address after a config reload, so warm connections survive it).
     pub pool: Rc<Pool>,
-    /// Its `max_active` budget (shared like `pool`).
+    /// Its `max_active` budget (shared like `pool`); its count of checked-out connections is this
+    /// worker's requests in flight on the endpoint, which `least_request` compares.
     pub slots: Rc<crate::permit::Slots>,
     /// Its connect health, passive ejection (shared like `pool`).
     pub health: Rc<crate::eject::Health>,
@@ -36,7 +39,7 @@ pub struct Upstream {
     pub config: edge_core::config::Upstream,
     /// Endpoints in file order.
     pub endpoints: Vec<Endpoint>,
-    next: Cell<usize>,
+    picker: Picker,
     ejected: metrics::Counter,
     pub(crate) worker: usize,
     /// Active health checks as this worker reads them ([`Upstream::with_checks`]).
@@ -53,7 +56,8 @@ pub struct Checkout {
 
 impl Upstream {
     /// Builds the per-worker state of one configured upstream for `worker` (which also staggers
-    /// round-robin); `ejected` counts passive ejections (`edge_upstream_errors_total{kind="ejected"}`).
+    /// round robin and seeds the random policies); `ejected` counts passive ejections
+    /// (`edge_upstream_errors_total{kind="ejected"}`).
     pub fn new(r: &ResolvedUpstream, worker: usize, ejected: metrics::Counter) -> Self {
         Self::rebuild(r, worker, ejected, None)
     }
@@ -71,7 +75,8 @@ impl Upstream {
     ) -> Self {
         let kept =
             |addr: SocketAddr| previous.and_then(|p| p.endpoints.iter().find(|e| e.addr == addr));
-        Upstream {
+        let n = r.endpoints.len();
+        let up = Upstream {
             config: r.config.clone(),
             endpoints: r
                 .endpoints
@@ -94,32 +99,62 @@ impl Upstream {
                     },
                 })
                 .collect(),
-            next: Cell::new(worker),
+            picker: Picker::new(r.config.balance, n, Rng::for_worker(worker)),
             ejected,
             worker,
             checks: Default::default(),
+        };
+        up.stagger();
+        up
+    }
+
+    /// Advances round robin by `worker` picks (modulo the total weight), so that workers do not all send
+    /// their first requests to the same endpoint; done once per build, never on the request path.
+    fn stagger(&self) {
+        let total: u64 = self.endpoints.iter().map(|e| u64::from(e.weight)).sum();
+        if self.config.balance != edge_core::config::Balance::RoundRobin || total == 0 {
+            return;
+        }
+        let all = Usable {
+            up: self,
+            now: Instant::now(),
+            except: None,
+            all: true,
+        };
+        for _ in 0..(self.worker as u64 % total) {
+            self.picker.pick(&all);
         }
     }
 
-    /// The next endpoint in round-robin order that is usable; when none is, the least recently failed by
-    /// passive ejection.
-    fn pick(&self) -> usize {
-        self.checks.begin_pick(&self.config.name, self.worker);
-        let n = self.endpoints.len();
-        let start = self.next.get() % n;
-        let now = Instant::now();
-        let i = (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| self.usable(i, now))
-            .unwrap_or_else(|| crate::eject::choose(n, start, now, |i| &self.endpoints[i].health));
-        self.next.set(i + 1);
-        i
+    /// Whether endpoint `i` may get a new request at `now`: the one place that decides. Not passively
+    /// ejected (DESIGN.md "Upstream pools and retries"), and healthy by active checks, unless every
+    /// endpoint is unhealthy and the upstream fails open for this pick ([`crate::health::Checks::begin_pick`],
+    /// DESIGN.md "Upstream health, discovery and balancing").
+    pub fn usable(&self, i: usize, now: Instant) -> bool {
+        !self.endpoints[i].health.is_ejected(now) && self.checks.healthy(i)
     }
 
-    /// Whether a pick may use endpoint `i` at `now`: not passively ejected, and healthy by active checks
-    /// (or the upstream fails open, see [`crate::health::Checks::begin_pick`]).
-    fn usable(&self, i: usize, now: Instant) -> bool {
-        !self.endpoints[i].health.is_ejected(now) && self.checks.healthy(i)
+    /// The endpoint for the next attempt: the policy's choice among the usable endpoints other than
+    /// `except` (the one whose connect just failed, so that a retry goes elsewhere when there are
+    /// several); when none is usable, the least recently failed of them (DESIGN.md "Upstream pools and
+    /// retries").
+    fn pick(&self, except: Option<usize>) -> usize {
+        self.checks.begin_pick(&self.config.name, self.worker);
+        if self.endpoints.len() == 1 {
+            return 0;
+        }
+        let now = Instant::now();
+        let candidates = Usable {
+            up: self,
+            now,
+            except,
+            all: false,
+        };
+        self.picker.pick(&candidates).unwrap_or_else(|| {
+            crate::eject::least_recently_failed(self.endpoints.len(), except, |i| {
+                &self.endpoints[i].health
+            })
+        })
     }
 
     /// Connects to endpoint `i`, recording the outcome for passive ejection.
@@ -143,13 +178,13 @@ impl Upstream {
         res
     }
 
-    /// A pooled connection to the next endpoint, or a new one. `fresh` skips the pool (used for the retry
-    /// after a reused connection failed).
+    /// A pooled connection to the endpoint the policy picks, or a new one. `fresh` skips the pool (used
+    /// for the retry after a reused connection failed).
     ///
     /// # Errors
     /// The connect error of the last attempt (retry-safe: nothing was sent).
     pub async fn checkout(&self, fresh: bool) -> Result<Checkout, UpstreamError> {
-        let first = self.pick();
+        let first = self.pick(None);
         let permit = self.permit(first).await?;
         if !fresh {
             if let Some(mut conn) = self.endpoints[first].pool.take() {
@@ -173,9 +208,9 @@ impl Upstream {
             }
             Err(e) if self.endpoints.len() < 2 => Err(e),
             Err(e) => {
-                // One retry, on the next endpoint.
+                // One retry, on another endpoint.
                 drop(permit);
-                let second = self.pick();
+                let second = self.pick(Some(first));
                 tracing::debug!(event = "upstream.connect_retry", endpoint = %self.endpoints[first].addr, error = %e.kind);
                 let permit = self.permit(second).await?;
                 let s = self.connect(second).await.map_err(|_| e)?;
@@ -221,3 +256,31 @@ impl Upstream {
         self.endpoints.iter().map(|e| e.pool.sweep(now)).sum()
     }
 }
+
+/// The endpoints of an [`Upstream`] as a policy sees them at one instant: usable unless
+/// [`Upstream::usable`] says otherwise or it is `except`; `all` makes every endpoint usable (for the
+/// start-up stagger).
+struct Usable<'a> {
+    up: &'a Upstream,
+    now: Instant,
+    except: Option<usize>,
+    all: bool,
+}
+
+impl crate::policy::Endpoints for Usable<'_> {
+    fn count(&self) -> usize {
+        self.up.endpoints.len()
+    }
+    fn usable(&self, i: usize) -> bool {
+        self.all || (self.except != Some(i) && self.up.usable(i, self.now))
+    }
+    fn weight(&self, i: usize) -> u32 {
+        self.up.endpoints[i].weight
+    }
+    fn in_flight(&self, i: usize) -> usize {
+        self.up.endpoints[i].slots.active()
+    }
+}
+
+#[cfg(test)]
+mod tests;

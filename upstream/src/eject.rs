@@ -1,6 +1,7 @@
 //! Passive ejection (DESIGN.md "Upstream pools and retries"), per worker and endpoint: after 5
 //! consecutive connect failures an endpoint is skipped for a backoff of 1 s, doubling to 30 s, while
-//! other endpoints serve; when every endpoint is ejected, the least recently failed one is tried. Sans-IO:
+//! other endpoints serve; when every endpoint is ejected, the least recently failed one is tried
+//! ([`least_recently_failed`]; skipping ejected endpoints is `Upstream::usable`'s job). Sans-IO:
 //! callers pass the current instant.
 
 use std::{cell::Cell, time::Duration};
@@ -81,22 +82,17 @@ impl Health {
     }
 }
 
-/// Picks an endpoint starting at round-robin position `start`: the first not ejected, or, when all are,
-/// the least recently failed.
-pub fn choose<'a>(
+/// The fallback when no endpoint is usable: the least recently failed of the `n` endpoints other than
+/// `except` (all of them when `except` is the only one); one that never failed counts as least recent.
+pub fn least_recently_failed<'a>(
     n: usize,
-    start: usize,
-    now: Instant,
+    except: Option<usize>,
     health: impl Fn(usize) -> &'a Health,
 ) -> usize {
     (0..n)
-        .map(|k| (start + k) % n)
-        .find(|&i| !health(i).is_ejected(now))
-        .unwrap_or_else(|| {
-            (0..n)
-                .min_by_key(|&i| health(i).last_failure())
-                .unwrap_or(start % n)
-        })
+        .filter(|&i| n == 1 || except != Some(i))
+        .min_by_key(|&i| health(i).last_failure())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -123,17 +119,19 @@ mod tests {
     }
 
     #[test]
-    fn choose_skips_ejected_and_falls_back_to_least_recently_failed() {
-        let (a, b) = (Health::default(), Health::default());
+    fn fallback_is_the_least_recently_failed_other_than_the_failed_one() {
+        let (a, b, c) = (Health::default(), Health::default(), Health::default());
         let t0 = Instant::now();
         for _ in 0..5 {
             a.failed(t0);
-        }
-        let hs = [&a, &b];
-        assert_eq!(choose(2, 0, t0, |i| hs[i]), 1);
-        for _ in 0..5 {
             b.failed(t0 + Duration::from_millis(10));
         }
-        assert_eq!(choose(2, 1, t0 + Duration::from_millis(20), |i| hs[i]), 0);
+        let hs = [&a, &b, &c];
+        // c never failed: it is the least recent.
+        assert_eq!(least_recently_failed(3, None, |i| hs[i]), 2);
+        assert_eq!(least_recently_failed(2, None, |i| hs[i]), 0);
+        // A retry after a's connect failed goes elsewhere even though a failed longer ago.
+        assert_eq!(least_recently_failed(2, Some(0), |i| hs[i]), 1);
+        assert_eq!(least_recently_failed(1, Some(0), |i| hs[i]), 0);
     }
 }

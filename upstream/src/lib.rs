@@ -1,8 +1,8 @@
 //! edge-upstream: the upstream side of one worker: per-endpoint pools of keep-alive connections
-//! ([`pool`]), connecting under `connect_timeout` ([`connect`]), round-robin over endpoints
-//! ([`balance`]), passive ejection ([`eject`]), active health checks on their own thread and as a worker
-//! reads them ([`health`]), the HTTP/1.1 client session ([`h1`]) with its zombie
-//! clock ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
+//! ([`pool`]), connecting under `connect_timeout` ([`connect`]), endpoint choice ([`balance`], with the
+//! policies in [`policy`]), passive ejection ([`eject`]), active health checks on their own thread and as
+//! a worker reads them ([`health`]), the HTTP/1.1 client session ([`h1`]) with its zombie clock
+//! ([`zombie`]) and retry policy ([`retry`]), and the upstream error type with its kind and
 //! retry-safety ([`error`]).
 //!
 //! Everything here is per worker (`Rc`/`RefCell`, no locks): a worker never uses another worker's
@@ -15,6 +15,7 @@ pub mod error;
 pub mod h1;
 pub mod health;
 pub mod permit;
+pub mod policy;
 pub mod pool;
 pub mod retry;
 pub mod zombie;

@@ -1,7 +1,10 @@
 //! `max_active` per worker per endpoint (DESIGN.md "Configuration", `max_active` / `queue_timeout`): a
 //! request takes a permit before it uses a connection (pooled or new) and gives it back when the exchange
 //! ends. When none is free it waits up to `queue_timeout`, then the caller answers 503 (`upstream_queue`).
-//! Per worker, single-threaded: a counter and a list of waiting tasks.
+//! Per worker, single-threaded: a counter and a list of waiting tasks. The counter runs with
+//! `max_active = 0` too: it is this worker's requests in flight on the endpoint, which `least_request`
+//! compares (DESIGN.md "Upstream health, discovery and balancing"). The permit's drop gives it back on
+//! every path: a checkin, an error, a cancelled request.
 
 use std::{
     cell::{Cell, RefCell},
@@ -21,24 +24,21 @@ pub struct Slots {
 pub struct Permit(Option<Rc<Slots>>);
 
 impl Permit {
-    /// A permit that counts nothing (`max_active = 0`).
+    /// A permit that counts nothing (held by a pooled connection, which is not in use).
     pub const fn unlimited() -> Self {
         Permit(None)
     }
 }
 
 impl Slots {
-    /// Waits for a free slot (`max == 0` means unlimited). Not bounded here: the caller wraps it in
-    /// `queue_timeout`.
+    /// Waits for a free slot (`max == 0` means unlimited, counted all the same). Not bounded here: the
+    /// caller wraps it in `queue_timeout`.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped wait holds nothing (a stale waker is at most woken once for nothing).
     pub async fn acquire(self: &Rc<Self>, max: usize) -> Permit {
-        if max == 0 {
-            return Permit::unlimited();
-        }
         poll_fn(|cx| {
-            if self.active.get() < max {
+            if max == 0 || self.active.get() < max {
                 self.active.set(self.active.get() + 1);
                 Poll::Ready(Permit(Some(self.clone())))
             } else {
@@ -49,19 +49,16 @@ impl Slots {
         .await
     }
 
-    /// A permit if one is free now (`max == 0` means unlimited), without waiting: the common case
-    /// needs no `queue_timeout` timer.
+    /// A permit if one is free now (`max == 0` means unlimited, counted all the same), without
+    /// waiting: the common case needs no `queue_timeout` timer.
     pub fn try_acquire(self: &Rc<Self>, max: usize) -> Option<Permit> {
-        if max == 0 {
-            return Some(Permit::unlimited());
-        }
-        (self.active.get() < max).then(|| {
+        (max == 0 || self.active.get() < max).then(|| {
             self.active.set(self.active.get() + 1);
             Permit(Some(self.clone()))
         })
     }
 
-    /// Permits held now.
+    /// Permits held now: this worker's requests in flight on the endpoint.
     pub fn active(&self) -> usize {
         self.active.get()
     }
@@ -72,7 +69,7 @@ impl Drop for Permit {
         if let Some(s) = self.0.take() {
             s.active.set(s.active.get() - 1);
             // Wake every waiter: one wins the slot, the others wait again (stale wakers of timed-out waits
-            // would otherwise swallow the wake-up).
+            // would otherwise swallow the wake-up). Without `max_active` nobody waits.
             for w in s.waiters.borrow_mut().drain(..) {
                 w.wake();
             }
@@ -102,6 +99,18 @@ mod tests {
         assert!(pb.is_ready());
         assert_eq!(slots.active(), 1);
         drop(pb);
+        assert_eq!(slots.active(), 0);
+    }
+
+    #[test]
+    fn unlimited_permits_are_counted_too() {
+        let slots = Rc::new(Slots::default());
+        let a = slots.try_acquire(0).unwrap();
+        let b = slots.try_acquire(0).unwrap();
+        assert_eq!(slots.active(), 2);
+        drop(a);
+        assert_eq!(slots.active(), 1);
+        drop(b);
         assert_eq!(slots.active(), 0);
     }
 

@@ -6,9 +6,11 @@
 //! - [`idle_wedge`]: health probes while more silent sockets than `max_connections` are held;
 //! - [`inbound`]: `partial` and `drip`, the inbound `request` deadline;
 //! - [`idle_memory`]: resident memory per idle keep-alive connection;
-//! - [`alloc`]: allocations per request with a counting allocator.
+//! - [`alloc`]: allocations per request with a counting allocator;
+//! - [`balance`]: balancing policies in front of a fast and a slow endpoint.
 
 pub mod alloc;
+pub mod balance;
 pub mod demo;
 pub mod hol;
 pub mod idle_memory;

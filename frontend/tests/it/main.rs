@@ -24,6 +24,7 @@ macro_rules! both_drivers {
     };
 }
 
+mod balancing;
 mod capacity;
 mod cli;
 mod conformance;

@@ -13,6 +13,8 @@ pub enum Value {
     Int(i64),
     Bool(bool),
     Strs(Vec<String>),
+    /// `endpoints` with weights: `[{ address = "a", weight = 2 }, ...]`.
+    Weighted(Vec<(String, u32)>),
 }
 
 impl From<&str> for Value {
@@ -57,6 +59,12 @@ impl<const N: usize> From<[&str; N]> for Value {
     }
 }
 
+impl From<&[(SocketAddr, u32)]> for Value {
+    fn from(v: &[(SocketAddr, u32)]) -> Self {
+        Value::Weighted(v.iter().map(|(a, w)| (a.to_string(), *w)).collect())
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -65,6 +73,13 @@ impl fmt::Display for Value {
             Value::Bool(b) => write!(f, "{b}"),
             Value::Strs(list) => {
                 let items: Vec<String> = list.iter().map(|s| quoted(s)).collect();
+                write!(f, "[{}]", items.join(", "))
+            }
+            Value::Weighted(list) => {
+                let items: Vec<String> = list
+                    .iter()
+                    .map(|(a, w)| format!("{{ address = {}, weight = {w} }}", quoted(a)))
+                    .collect();
                 write!(f, "[{}]", items.join(", "))
             }
         }
@@ -227,9 +242,20 @@ impl Cfg {
         self
     }
 
-    /// The `origin` upstream's endpoints, in round-robin order.
+    /// The `origin` upstream's endpoints (weight 1 each), in file order.
     pub fn endpoints(self, endpoints: &[SocketAddr]) -> Self {
         self.upstream_field("endpoints", endpoints)
+    }
+
+    /// The `origin` upstream's endpoints with their weights (DESIGN.md "Upstream health, discovery and
+    /// balancing").
+    pub fn weighted_endpoints(self, endpoints: &[(SocketAddr, u32)]) -> Self {
+        self.upstream_field("endpoints", endpoints)
+    }
+
+    /// The `origin` upstream's `balance`: `round_robin`, `least_request` or `random`.
+    pub fn balance(self, policy: &str) -> Self {
+        self.upstream_field("balance", policy)
     }
 
     /// A key of the `/` route, e.g. `request_timeout`.
