@@ -94,6 +94,18 @@ enum Stop {
     Upgraded(u32),
 }
 
+/// The resolver thread of endpoint-name re-resolution, or `None` (logged) when it cannot start: names are
+/// then resolved at load and reload only.
+fn start_discovery() -> Option<crate::discovery::Discovery> {
+    match crate::discovery::Discovery::start() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::error!(event = "upstream.resolve_failed", error = %e, "cannot start the resolver thread: endpoint names are resolved at load and reload only");
+            None
+        }
+    }
+}
+
 /// Supervises workers until a signal or a handover, then drains; returns the exit code.
 pub fn supervise(
     sup: &mut Supervisor,
@@ -103,13 +115,7 @@ pub fn supervise(
     handover: &Handover,
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
-    let mut discovery = match crate::discovery::Discovery::start() {
-        Ok(d) => Some(d),
-        Err(e) => {
-            tracing::error!(event = "upstream.resolve_failed", error = %e, "cannot start the resolver thread: endpoint names are resolved at load and reload only");
-            None
-        }
-    };
+    let mut discovery = start_discovery();
     let stop = loop {
         match wait_signal(Duration::from_millis(100), true) {
             Some(libc::SIGHUP) => {

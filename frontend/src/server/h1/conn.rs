@@ -307,6 +307,27 @@ fn framing_failure(e: FramingError) -> Failure {
     })
 }
 
+/// The checks a parsed head must pass before anything else happens: CONNECT is refused (edge is not a
+/// forward proxy), framing is decided (RFC 9112 §6.3), and a declared Content-Length over
+/// `max_body_bytes` is 413 before any body byte is read.
+fn check_head(
+    buf: &[u8],
+    head: &RequestHead,
+    fields: &Fields,
+    limits: &edge_core::config::Limits,
+) -> Result<edge_core::http::framing::RequestInfo, Failure> {
+    if &buf[head.method.clone()] == b"CONNECT" {
+        return Err(Failure::Invalid(InvalidReason::Method));
+    }
+    let info = request_info(buf, head, fields).map_err(framing_failure)?;
+    if let (Body::Length(n), Some(max)) = (info.body, limits.max_body_bytes.0) {
+        if n > max {
+            return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
+        }
+    }
+    Ok(info)
+}
+
 async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
     c.log_line.clear();
@@ -325,18 +346,10 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         &buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)],
     );
     let method = &buf[head.method.clone()];
-    if method == b"CONNECT" {
-        return fail(w, c, Failure::Invalid(InvalidReason::Method), started).await;
-    }
-    let info = match request_info(buf, &head, &c.fields) {
+    let info = match check_head(buf, &head, &c.fields, &server.limits) {
         Ok(i) => i,
-        Err(e) => return fail(w, c, framing_failure(e), started).await,
+        Err(f) => return fail(w, c, f, started).await,
     };
-    if let (Body::Length(n), Some(max)) = (info.body, server.limits.max_body_bytes.0) {
-        if n > max {
-            return fail(w, c, Failure::Invalid(InvalidReason::BodyTooLarge), started).await;
-        }
-    }
     c.served += 1;
     let draining = w.shared.draining.load(Ordering::Relaxed);
     let close = info.close || draining || c.served >= server.max_requests_per_connection;
