@@ -139,9 +139,32 @@ pub fn start_nginx_origin(
     Ok((p, listen))
 }
 
+/// What every nginx of compare shares: one worker in the foreground, pid, logs and temp paths under `dir`,
+/// the access log off; it ends inside the `http` block (no newline after its last line).
+fn nginx_preamble(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "worker_processes 1;
+daemon off;
+master_process on;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;"
+    )
+}
+
 /// The nginx origin's configuration (see the module docs).
 pub fn nginx_origin_config(dir: &Path, listen: SocketAddr) -> String {
-    let d = dir.display();
+    let preamble = nginx_preamble(dir);
     let body = String::from_utf8_lossy(crate::peers::origin::APP_BODY)
         .trim_end()
         .to_string();
@@ -152,23 +175,9 @@ pub fn nginx_origin_config(dir: &Path, listen: SocketAddr) -> String {
         .collect();
     format!(
         "# written by edge-bench compare: the nginx origin
-worker_processes 1;
-daemon off;
-master_process on;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{
-    worker_connections 4096;
-}}
-http {{
-    access_log off;
+{preamble}
     keepalive_requests 1000000;
     keepalive_timeout 75s;
-    client_body_temp_path {d}/client_body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
     default_type text/plain;
     server {{
         listen {listen} backlog=4096;
@@ -187,25 +196,11 @@ http {{
 
 /// The nginx configuration: one worker, upstream keepalive, everything under `dir`.
 pub fn nginx_config(dir: &Path, listen: SocketAddr, origin: SocketAddr) -> String {
-    let d = dir.display();
+    let preamble = nginx_preamble(dir);
     format!(
         "# written by edge-bench compare
-worker_processes 1;
-daemon off;
-master_process on;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{
-    worker_connections 4096;
-}}
-http {{
-    access_log off;
+{preamble}
     client_max_body_size 0;
-    client_body_temp_path {d}/client_body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
     upstream origin {{
         server {origin};
         keepalive 64;
