@@ -298,9 +298,9 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
                 let _ = stream.set_nodelay(true);
                 tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
                 w.metrics.connections_total.increment(1);
-                let over = !make_room(&w);
-                let slot =
+                let (slot, open) =
                     ConnectionSlot::take(&w.shared, std::os::fd::AsRawFd::as_raw_fd(&stream));
+                let over = !make_room(&w, open);
                 // Counted before the task first runs: the worker ends once `open` is 0, and a connection
                 // accepted just before `closing` must not be dropped unserved with its task.
                 w.open.set(w.open.get() + 1);
@@ -338,9 +338,9 @@ async fn wait_closing(w: Rc<Worker>) {
 
 /// Near the limit (fewer than 1/16 free), evicts this worker's least recently active idle connection.
 /// `false` when the process is at the limit and nothing here was evictable: the new connection is shed.
-fn make_room(w: &Worker) -> bool {
+/// `open` is the count of open connections before this one, from the same atomic step that took its slot.
+fn make_room(w: &Worker, open: usize) -> bool {
     let max = w.shared.max_connections;
-    let open = w.shared.connections.load(Ordering::Relaxed);
     if open + max / 16 < max {
         return true;
     }

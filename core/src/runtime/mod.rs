@@ -395,14 +395,17 @@ pub struct ConnectionSlot {
 }
 
 impl ConnectionSlot {
-    /// Takes a slot for client socket `fd` (the caller has checked capacity), registering the socket with
-    /// the worker thread's [`orphans`] registry.
-    pub fn take(shared: &Arc<Shared>, fd: std::os::fd::RawFd) -> Self {
-        shared.connections.fetch_add(1, Ordering::Relaxed);
-        ConnectionSlot {
+    /// Takes a slot for client socket `fd`, registering the socket with the worker thread's [`orphans`]
+    /// registry. Returns it with the number of connections open before it: one atomic step, so workers
+    /// accepting at once each see a different count and at most `max_connections` of them see room
+    /// (DESIGN.md "Capacity"; a separate load and increment let two workers both take the last slot).
+    pub fn take(shared: &Arc<Shared>, fd: std::os::fd::RawFd) -> (Self, usize) {
+        let before = shared.connections.fetch_add(1, Ordering::Relaxed);
+        let slot = ConnectionSlot {
             shared: shared.clone(),
             _registration: orphans::register(fd, true),
-        }
+        };
+        (slot, before)
     }
 }
 
