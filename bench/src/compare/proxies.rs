@@ -73,17 +73,7 @@ pub fn proxy_command(
             (bin, args)
         }
         TargetKind::Nginx => {
-            let conf = dir.join("nginx.conf");
-            fs::write(&conf, nginx_config(dir, listen, origin))?;
-            let d = dir.display().to_string();
-            let args = vec![
-                "-p".to_string(),
-                format!("{d}/"),
-                "-e".to_string(),
-                format!("{d}/error.log"),
-                "-c".to_string(),
-                conf.display().to_string(),
-            ];
+            let args = nginx_args(dir, &nginx_config(dir, listen, origin))?;
             (bins.nginx.clone(), args)
         }
         TargetKind::Haproxy => {
@@ -116,17 +106,7 @@ pub fn start_nginx_origin(
     ));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir)?;
-    let conf = dir.join("nginx.conf");
-    fs::write(&conf, nginx_origin_config(&dir, listen))?;
-    let d = dir.display().to_string();
-    let args = vec![
-        "-p".to_string(),
-        format!("{d}/"),
-        "-e".to_string(),
-        format!("{d}/error.log"),
-        "-c".to_string(),
-        conf.display().to_string(),
-    ];
+    let args = nginx_args(&dir, &nginx_origin_config(&dir, listen))?;
     let p = crate::support::edge_proc::start_pinned_proxy(
         "nginx origin",
         nginx,
@@ -137,6 +117,25 @@ pub fn start_nginx_origin(
         timeout,
     )?;
     Ok((p, listen))
+}
+
+/// Writes `config` to `dir/nginx.conf` and returns the arguments that run nginx on it with every path
+/// under `dir` (`-p DIR/ -e DIR/error.log -c DIR/nginx.conf`).
+///
+/// # Errors
+/// The config file cannot be written.
+fn nginx_args(dir: &Path, config: &str) -> io::Result<Vec<String>> {
+    let conf = dir.join("nginx.conf");
+    fs::write(&conf, config)?;
+    let d = dir.display();
+    Ok(vec![
+        "-p".to_string(),
+        format!("{d}/"),
+        "-e".to_string(),
+        format!("{d}/error.log"),
+        "-c".to_string(),
+        conf.display().to_string(),
+    ])
 }
 
 /// What every nginx of compare shares: one worker in the foreground, pid, logs and temp paths under `dir`,

@@ -71,8 +71,9 @@ impl Recording {
     }
 }
 
-/// Length of the first complete request in `buf` (head plus Content-Length or chunked body).
-fn complete_request(buf: &[u8]) -> Option<usize> {
+/// Length of the first complete request in `buf`: head plus Content-Length body, or a chunked body up to
+/// its last chunk (the test bodies hold no `0\r\n\r\n` of their own). Shared with the strictness tests.
+pub(crate) fn complete_request(buf: &[u8]) -> Option<usize> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     let httparse::Status::Complete(n) = req.parse(buf).ok()? else {

@@ -15,36 +15,12 @@ use std::{
 };
 
 use crate::harness::{assert_error_response, Cfg, Client, Driver, Edge, Origin, Response};
+use crate::smuggling::complete_request;
 
 const SEC: Duration = Duration::from_secs(1);
 
 /// `max_body_bytes` of the limit tests (`None`: the default).
 const ONE_MIB: Option<&str> = Some("1MiB");
-
-/// Length of the first complete request in `buf`: head plus Content-Length body, or a chunked body up to
-/// its last chunk (the test bodies hold no `0\r\n\r\n` of their own).
-fn complete_request(buf: &[u8]) -> Option<usize> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut req = httparse::Request::new(&mut headers);
-    let httparse::Status::Complete(n) = req.parse(buf).ok()? else {
-        return None;
-    };
-    let field = |name: &str| {
-        req.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| String::from_utf8_lossy(h.value).into_owned())
-    };
-    if let Some(cl) = field("content-length") {
-        let end = n + cl.parse::<usize>().ok()?;
-        return (buf.len() >= end).then_some(end);
-    }
-    if field("transfer-encoding").is_some() {
-        let i = buf[n..].windows(5).position(|w| w == b"0\r\n\r\n")?;
-        return Some(n + i + 5);
-    }
-    Some(n)
-}
 
 /// Reads from `s` until `buf` starts with a complete request, appending every byte read to `raw`;
 /// returns that request's bytes (drained from `buf`), or `None` when the peer closes first.
