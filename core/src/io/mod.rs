@@ -14,6 +14,7 @@
 //! end). Implementations keep that contract.
 
 mod plain;
+pub mod tls;
 
 use std::{future::Future, io, os::fd::RawFd};
 

@@ -1,0 +1,615 @@
+//! The TLS transport (DESIGN.md "TLS"): rustls driven over any [`Transport`] with edge's pooled buffers,
+//! on the worker's own runtime (no second runtime, no monoio-rustls). Downstream it wraps accepted
+//! connections ([`rustls::ServerConnection`]), upstream the connections to `tls = true` upstreams
+//! ([`rustls::ClientConnection`]).
+//!
+//! Buffers: ciphertext is read into a pooled buffer ([`crate::buf::take`]) that goes back to the pool as
+//! soon as rustls has taken every byte of it, and encrypted output is written from a pooled buffer
+//! likewise, so an idle TLS connection holds no edge buffer. rustls 0.23's buffered API keeps its own
+//! record buffers inside the connection state; its caller-owned-buffer API (rustls 0.24) can replace
+//! that here, in this one module, without touching the callers.
+//!
+//! # Cancel safety
+//! As the inner transport: a plain read dropped mid-flight can lose bytes (the connection is closed
+//! after it anyway); [`CancelableAsyncReadRent`] cancels the ciphertext read and keeps whatever it
+//! returned, so nothing is lost. A write dropped mid-flight leaves the TLS stream unusable (records are
+//! sequenced), as a plain write dropped mid-flight leaves the HTTP stream unusable.
+
+use std::{
+    cell::RefCell,
+    io::{self, Read, Write},
+    ops::DerefMut,
+    os::fd::RawFd,
+    rc::Rc,
+};
+
+use monoio::{
+    buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut},
+    io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent},
+    BufResult,
+};
+use rustls::{ConnectionCommon, SideData};
+
+use super::Transport;
+use crate::buf;
+
+/// First byte of a TLS record carrying a handshake message (RFC 8446 §5.1, ContentType handshake).
+const HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Most plaintext encrypted per write, bytes: its records (16 KiB each plus at most 22 bytes of
+/// header, type and tag in TLS 1.3, 29 in TLS 1.2 with AES-GCM) still fit one pooled large buffer.
+const MAX_PLAINTEXT_PER_WRITE: usize = buf::LARGE_BUF_SIZE - 512;
+
+/// A TLS stream over the transport `T`; `C` is [`rustls::ServerConnection`] or
+/// [`rustls::ClientConnection`].
+pub struct Tls<T, C> {
+    io: T,
+    state: Rc<RefCell<State<C>>>,
+}
+
+/// The read half of a split [`Tls`] stream. Alerts or handshake answers that reading produces wait for
+/// the write half's next write.
+pub struct TlsReadHalf<R, C> {
+    io: R,
+    state: Rc<RefCell<State<C>>>,
+}
+
+/// The write half of a split [`Tls`] stream; its `shutdown` sends close_notify, then half-closes.
+pub struct TlsWriteHalf<W, C> {
+    io: W,
+    state: Rc<RefCell<State<C>>>,
+}
+
+/// The rustls connection and the ciphertext it has not taken yet.
+struct State<C> {
+    conn: C,
+    /// Ciphertext read from the socket and not yet given to rustls (its plaintext buffer was full), and
+    /// how far rustls took it.
+    pending: Option<(Vec<u8>, usize)>,
+    /// Decrypted bytes not yet read by the caller.
+    plaintext: usize,
+    /// The socket reached EOF.
+    eof: bool,
+}
+
+/// Why a handshake did not finish.
+#[derive(Debug)]
+pub enum HandshakeError {
+    /// The peer's first bytes are not a TLS handshake record but look like a plain HTTP request (an
+    /// ASCII letter): DESIGN.md "Status codes", `plain_http_on_tls`.
+    PlainHttp,
+    /// The peer closed before the handshake finished.
+    Closed,
+    /// rustls refused the handshake (the alert it chose was sent).
+    Tls(rustls::Error),
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandshakeError::PlainHttp => f.write_str("plain HTTP sent to the TLS port"),
+            HandshakeError::Closed => f.write_str("peer closed during the handshake"),
+            HandshakeError::Tls(e) => write!(f, "{e}"),
+            HandshakeError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl<T, C, S> Tls<T, C>
+where
+    T: Transport,
+    C: DerefMut<Target = ConnectionCommon<S>> + 'static,
+    S: SideData,
+{
+    /// Runs the handshake of `conn` over `io` to its end (the caller bounds it with a deadline:
+    /// `handshake_timeout` downstream, `connect_timeout` upstream).
+    ///
+    /// # Errors
+    /// [`HandshakeError`]; `PlainHttp` is reported only for a server connection whose peer's first byte
+    /// is an ASCII letter. On a TLS error the alert is sent before returning.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a dropped handshake leaves a connection to close.
+    pub async fn handshake(io: T, conn: C) -> Result<Self, (HandshakeError, T)> {
+        let mut tls = Tls {
+            io,
+            state: Rc::new(RefCell::new(State {
+                conn,
+                pending: None,
+                plaintext: 0,
+                eof: false,
+            })),
+        };
+        let mut first = true;
+        loop {
+            let (handshaking, wants_write) = {
+                let st = tls.state.borrow();
+                (st.conn.is_handshaking(), st.conn.wants_write())
+            };
+            if wants_write {
+                if let Err(e) = flush(&mut tls.io, &tls.state).await {
+                    return Err((HandshakeError::Io(e), tls.io));
+                }
+                continue;
+            }
+            if !handshaking {
+                return Ok(tls);
+            }
+            match fill(&mut tls.io, &tls.state, None).await {
+                Ok(0) => return Err((HandshakeError::Closed, tls.io)),
+                Ok(_) => {}
+                Err(e) => return Err((HandshakeError::Io(e), tls.io)),
+            }
+            if std::mem::take(&mut first) && is_plain_text(&tls.state.borrow()) {
+                return Err((HandshakeError::PlainHttp, tls.io));
+            }
+            let fed = tls.state.borrow_mut().feed();
+            if let Err(e) = fed {
+                // The alert rustls queued for the error goes out before the close.
+                let _ = flush(&mut tls.io, &tls.state).await;
+                return Err((HandshakeError::Tls(e), tls.io));
+            }
+        }
+    }
+
+    /// The rustls connection (negotiated ALPN protocol, SNI, version, resumption).
+    pub fn with_conn<R>(&self, f: impl FnOnce(&C) -> R) -> R {
+        f(&self.state.borrow().conn)
+    }
+}
+
+/// Whether the first ciphertext read is not a TLS handshake record but starts like an HTTP method.
+fn is_plain_text<C>(st: &State<C>) -> bool {
+    st.pending
+        .as_ref()
+        .and_then(|(b, pos)| b.get(*pos))
+        .is_some_and(|&b| b != HANDSHAKE_RECORD && b.is_ascii_alphabetic())
+}
+
+impl<C, S> State<C>
+where
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    /// Gives pending ciphertext to rustls and processes it; the pooled buffer goes back once rustls took
+    /// all of it.
+    ///
+    /// # Errors
+    /// The TLS error (an alert is queued for sending).
+    fn feed(&mut self) -> Result<(), rustls::Error> {
+        while let Some((b, pos)) = self.pending.as_mut() {
+            let mut rest = &b[*pos..];
+            let took = match self.conn.read_tls(&mut rest) {
+                Ok(n) => n,
+                // rustls' plaintext buffer is full: the caller reads plaintext first.
+                Err(_) => 0,
+            };
+            *pos += took;
+            if *pos == b.len() {
+                if let Some((b, _)) = self.pending.take() {
+                    buf::give(b);
+                }
+            }
+            let state = self.conn.process_new_packets()?;
+            self.plaintext = state.plaintext_bytes_to_read();
+            if took == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies decrypted bytes into `dst`. `None`: nothing decrypted yet.
+    fn take_plaintext(&mut self, dst: &mut [u8]) -> Option<io::Result<usize>> {
+        match self.conn.reader().read(dst) {
+            Ok(n) => {
+                self.plaintext = self.plaintext.saturating_sub(n);
+                Some(Ok(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            // EOF without close_notify: the framing above decides whether bytes are missing.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Some(Ok(0)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Whether a read would return at once (plaintext, ciphertext to process, EOF).
+    fn has_input(&self) -> bool {
+        self.plaintext > 0 || self.pending.is_some() || self.eof
+    }
+}
+
+/// Reads ciphertext from `io` into a pooled buffer kept as `pending` (unless ciphertext is pending
+/// already). Returns the byte count, 0 at EOF.
+async fn fill<R, C>(
+    io: &mut R,
+    state: &RefCell<State<C>>,
+    cancel: Option<CancelHandle>,
+) -> io::Result<usize>
+where
+    R: CancelableAsyncReadRent,
+{
+    if let Some((b, pos)) = &state.borrow().pending {
+        return Ok(b.len() - pos);
+    }
+    if state.borrow().eof {
+        return Ok(0);
+    }
+    let b = buf::take();
+    let (res, b) = match cancel {
+        Some(c) => io.cancelable_read(b, c).await,
+        None => io.read(b).await,
+    };
+    let mut st = state.borrow_mut();
+    match res {
+        Ok(0) => {
+            st.eof = true;
+            buf::give(b);
+            Ok(0)
+        }
+        Ok(n) => {
+            st.pending = Some((b, 0));
+            Ok(n)
+        }
+        Err(e) => {
+            buf::give(b);
+            Err(e)
+        }
+    }
+}
+
+/// Reads plaintext into `dst` (at most its length): decrypted bytes first, else more ciphertext.
+/// Returns 0 at EOF (close_notify or the socket's EOF).
+async fn read_plain<R, C, S>(
+    io: &mut R,
+    state: &RefCell<State<C>>,
+    dst: &mut [u8],
+    cancel: Option<CancelHandle>,
+) -> io::Result<usize>
+where
+    R: CancelableAsyncReadRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    loop {
+        {
+            let mut st = state.borrow_mut();
+            if let Some(r) = st.take_plaintext(dst) {
+                return r;
+            }
+            if st.pending.is_some() {
+                let before = st.pending.as_ref().map(|(_, pos)| *pos);
+                st.feed().map_err(tls_error)?;
+                let stuck = st.plaintext == 0
+                    && st.pending.is_some()
+                    && st.pending.as_ref().map(|(_, pos)| *pos) == before;
+                if stuck {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "TLS input that rustls does not take",
+                    ));
+                }
+                continue;
+            }
+            if st.eof {
+                return Ok(0);
+            }
+        }
+        fill(io, state, cancel.clone()).await?;
+    }
+}
+
+/// Writes every encrypted byte rustls has queued to `io`, from one pooled buffer.
+async fn flush<W, C, S>(io: &mut W, state: &RefCell<State<C>>) -> io::Result<()>
+where
+    W: AsyncWriteRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    loop {
+        let mut out = buf::take_large();
+        {
+            let mut st = state.borrow_mut();
+            while st.conn.wants_write() && out.len() < buf::LARGE_BUF_SIZE {
+                st.conn.write_tls(&mut out)?;
+            }
+        }
+        if out.is_empty() {
+            buf::give(out);
+            return Ok(());
+        }
+        let (res, out) = io.write_all(out).await;
+        buf::give(out);
+        res?;
+    }
+}
+
+/// Encrypts up to [`MAX_PLAINTEXT_PER_WRITE`] bytes of `data` and writes the records. Returns how many
+/// plaintext bytes were taken.
+async fn write_plain<W, C, S>(io: &mut W, state: &RefCell<State<C>>, data: &[u8]) -> io::Result<usize>
+where
+    W: AsyncWriteRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    let n = {
+        let mut st = state.borrow_mut();
+        st.conn
+            .writer()
+            .write(&data[..data.len().min(MAX_PLAINTEXT_PER_WRITE)])?
+    };
+    flush(io, state).await?;
+    Ok(n)
+}
+
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// The caller's read buffer as a byte slice over its spare capacity.
+///
+/// # Safety
+/// `buf` stays alive and unmoved while the slice is used; bytes written are marked initialised by the
+/// caller with `set_init`.
+unsafe fn spare<B: IoBufMut>(buf: &mut B) -> &mut [u8] {
+    // SAFETY: write_ptr is valid for bytes_total bytes (IoBufMut's contract); u8 has no invalid values.
+    unsafe { std::slice::from_raw_parts_mut(buf.write_ptr(), buf.bytes_total()) }
+}
+
+/// The first non-empty iovec of a vectored read buffer.
+///
+/// # Safety
+/// As [`spare`].
+unsafe fn first_iovec<B: IoVecBufMut>(buf: &mut B) -> &mut [u8] {
+    // SAFETY: the iovec array is valid for write_iovec_len entries (IoVecBufMut's contract).
+    unsafe {
+        let iovs = std::slice::from_raw_parts(buf.write_iovec_ptr(), buf.write_iovec_len());
+        iovs.iter()
+            .find(|v| v.iov_len > 0)
+            .map_or(&mut [][..], |v| {
+                std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len)
+            })
+    }
+}
+
+/// Reads plaintext into an owned buffer (the shared body of every read method).
+async fn read_into<R, C, S, B>(
+    io: &mut R,
+    state: &RefCell<State<C>>,
+    mut buf: B,
+    cancel: Option<CancelHandle>,
+) -> BufResult<usize, B>
+where
+    R: CancelableAsyncReadRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+    B: IoBufMut,
+{
+    // SAFETY: `buf` is owned here and not moved until the slice is dropped.
+    let dst = unsafe { spare(&mut buf) };
+    let res = read_plain(io, state, dst, cancel).await;
+    if let Ok(n) = res {
+        // SAFETY: n bytes were written at write_ptr.
+        unsafe { buf.set_init(n) };
+    }
+    (res, buf)
+}
+
+/// Vectored read: fills the first non-empty iovec.
+async fn readv_into<R, C, S, B>(
+    io: &mut R,
+    state: &RefCell<State<C>>,
+    mut buf: B,
+    cancel: Option<CancelHandle>,
+) -> BufResult<usize, B>
+where
+    R: CancelableAsyncReadRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+    B: IoVecBufMut,
+{
+    // SAFETY: as in read_into.
+    let dst = unsafe { first_iovec(&mut buf) };
+    let res = read_plain(io, state, dst, cancel).await;
+    if let Ok(n) = res {
+        // SAFETY: n bytes were written into the first non-empty iovec, which precedes the others.
+        unsafe { buf.set_init(n) };
+    }
+    (res, buf)
+}
+
+/// Writes an owned buffer's bytes as TLS records.
+async fn write_from<W, C, S, B>(io: &mut W, state: &RefCell<State<C>>, buf: B) -> BufResult<usize, B>
+where
+    W: AsyncWriteRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+    B: IoBuf,
+{
+    // SAFETY: read_ptr is valid for bytes_init bytes while `buf` is owned here.
+    let data = unsafe { std::slice::from_raw_parts(buf.read_ptr(), buf.bytes_init()) };
+    let res = write_plain(io, state, data).await;
+    (res, buf)
+}
+
+/// Vectored write: every iovec into rustls (up to [`MAX_PLAINTEXT_PER_WRITE`] in all), one flush.
+async fn writev_from<W, C, S, B>(
+    io: &mut W,
+    state: &RefCell<State<C>>,
+    buf: B,
+) -> BufResult<usize, B>
+where
+    W: AsyncWriteRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+    B: IoVecBuf,
+{
+    let mut taken = 0;
+    let res = (|| {
+        let mut st = state.borrow_mut();
+        // SAFETY: the iovec array and what it points to are valid while `buf` is owned here.
+        let iovs = unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) };
+        for v in iovs {
+            let room = MAX_PLAINTEXT_PER_WRITE - taken;
+            // SAFETY: as above.
+            let data = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+            let n = st.conn.writer().write(&data[..data.len().min(room)])?;
+            taken += n;
+            if n < data.len() || taken == MAX_PLAINTEXT_PER_WRITE {
+                break;
+            }
+        }
+        Ok::<_, io::Error>(())
+    })();
+    let res = match res {
+        Ok(()) => flush(io, state).await.map(|()| taken),
+        Err(e) => Err(e),
+    };
+    (res, buf)
+}
+
+/// Sends close_notify, flushes, then half-closes the socket.
+async fn shutdown_tls<W, C, S>(io: &mut W, state: &RefCell<State<C>>) -> io::Result<()>
+where
+    W: AsyncWriteRent,
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    state.borrow_mut().conn.send_close_notify();
+    let flushed = flush(io, state).await;
+    let closed = io.shutdown().await;
+    flushed.and(closed)
+}
+
+macro_rules! read_impls {
+    ($ty:ident, $io:ident) => {
+        impl<R, C, S> AsyncReadRent for $ty<R, C>
+        where
+            R: CancelableAsyncReadRent,
+            C: DerefMut<Target = ConnectionCommon<S>>,
+            S: SideData,
+        {
+            async fn read<B: IoBufMut>(&mut self, buf: B) -> BufResult<usize, B> {
+                read_into(&mut self.$io, &self.state, buf, None).await
+            }
+
+            async fn readv<B: IoVecBufMut>(&mut self, buf: B) -> BufResult<usize, B> {
+                readv_into(&mut self.$io, &self.state, buf, None).await
+            }
+        }
+
+        impl<R, C, S> CancelableAsyncReadRent for $ty<R, C>
+        where
+            R: CancelableAsyncReadRent,
+            C: DerefMut<Target = ConnectionCommon<S>>,
+            S: SideData,
+        {
+            async fn cancelable_read<B: IoBufMut>(
+                &mut self,
+                buf: B,
+                c: CancelHandle,
+            ) -> BufResult<usize, B> {
+                read_into(&mut self.$io, &self.state, buf, Some(c)).await
+            }
+
+            async fn cancelable_readv<B: IoVecBufMut>(
+                &mut self,
+                buf: B,
+                c: CancelHandle,
+            ) -> BufResult<usize, B> {
+                readv_into(&mut self.$io, &self.state, buf, Some(c)).await
+            }
+        }
+    };
+}
+
+macro_rules! write_impls {
+    ($ty:ident, $io:ident) => {
+        impl<W, C, S> AsyncWriteRent for $ty<W, C>
+        where
+            W: AsyncWriteRent,
+            C: DerefMut<Target = ConnectionCommon<S>>,
+            S: SideData,
+        {
+            async fn write<B: IoBuf>(&mut self, buf: B) -> BufResult<usize, B> {
+                write_from(&mut self.$io, &self.state, buf).await
+            }
+
+            async fn writev<B: IoVecBuf>(&mut self, buf: B) -> BufResult<usize, B> {
+                writev_from(&mut self.$io, &self.state, buf).await
+            }
+
+            async fn flush(&mut self) -> io::Result<()> {
+                flush(&mut self.$io, &self.state).await?;
+                self.$io.flush().await
+            }
+
+            async fn shutdown(&mut self) -> io::Result<()> {
+                shutdown_tls(&mut self.$io, &self.state).await
+            }
+        }
+    };
+}
+
+read_impls!(Tls, io);
+write_impls!(Tls, io);
+read_impls!(TlsReadHalf, io);
+write_impls!(TlsWriteHalf, io);
+
+impl<T, C, S> Transport for Tls<T, C>
+where
+    T: Transport,
+    C: DerefMut<Target = ConnectionCommon<S>> + 'static,
+    S: SideData + 'static,
+{
+    type ReadHalf = TlsReadHalf<T::ReadHalf, C>;
+    type WriteHalf = TlsWriteHalf<T::WriteHalf, C>;
+
+    async fn readable(&mut self, relaxed: bool) -> io::Result<()> {
+        if self.state.borrow().has_input() {
+            return Ok(());
+        }
+        self.io.readable(relaxed).await
+    }
+
+    fn split(self) -> (Self::ReadHalf, Self::WriteHalf) {
+        let (r, w) = self.io.split();
+        let read = TlsReadHalf {
+            io: r,
+            state: self.state.clone(),
+        };
+        (
+            read,
+            TlsWriteHalf {
+                io: w,
+                state: self.state,
+            },
+        )
+    }
+
+    fn unsplit(read: Self::ReadHalf, write: Self::WriteHalf) -> Self {
+        assert!(
+            Rc::ptr_eq(&read.state, &write.state),
+            "Transport::unsplit: halves of different TLS streams"
+        );
+        Tls {
+            io: T::unsplit(read.io, write.io),
+            state: write.state,
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.io.fd()
+    }
+
+    fn is_quiet(&self) -> bool {
+        !self.state.borrow().has_input() && self.io.is_quiet()
+    }
+}
+
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tests;
