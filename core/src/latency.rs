@@ -1,4 +1,5 @@
-//! `edge_request_duration_seconds{worker}` as per-worker fixed buckets (DESIGN.md "Metrics": buckets
+//! `edge_request_duration_seconds{worker}` and `edge_tls_handshake_duration_seconds{worker}` as per-worker
+//! fixed buckets (DESIGN.md "Metrics": buckets
 //! 0.0005 s to 60 s). The Prometheus exporter's own histograms store every sample and allocate a block
 //! per 64 of them; a request must not allocate in steady state, so each worker counts into its own
 //! buckets instead, and the admin thread renders them beside the exporter's text.
@@ -69,51 +70,74 @@ fn bump(a: &AtomicU64, by: u64) {
     a.store(a.load(Relaxed).wrapping_add(by), Relaxed);
 }
 
-static REGISTRY: Mutex<Vec<(usize, Arc<DurationHistogram>)>> = Mutex::new(Vec::new());
-
-/// The histogram of worker `id`, created on first use; a restarted worker gets its predecessor's, so
-/// the series keeps counting up. Called at worker start only (takes a lock).
-pub fn for_worker(id: usize) -> Arc<DurationHistogram> {
-    let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, h)) = reg.iter().find(|(w, _)| *w == id) {
-        return h.clone();
-    }
-    let h = Arc::new(DurationHistogram::default());
-    reg.push((id, h.clone()));
-    reg.sort_by_key(|(w, _)| *w);
-    h
+/// One histogram series name with a histogram per worker.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    workers: Mutex<Vec<(usize, Arc<DurationHistogram>)>>,
 }
 
-/// Appends every worker's histogram to `out` in the Prometheus text format (version 0.0.4).
-pub fn render(out: &mut String) {
-    let reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    if reg.is_empty() {
-        return;
-    }
-    out.push_str("# HELP edge_request_duration_seconds Request duration, first byte to last byte of the response.\n");
-    out.push_str("# TYPE edge_request_duration_seconds histogram\n");
-    for (w, h) in reg.iter() {
-        let (cumulative, sum) = h.snapshot();
-        for (le, c) in BOUNDS.iter().zip(&cumulative) {
-            let _ = writeln!(
-                out,
-                "edge_request_duration_seconds_bucket{{worker=\"{w}\",le=\"{le}\"}} {c}"
-            );
+static REQUESTS: Family = Family {
+    name: "edge_request_duration_seconds",
+    help: "Request duration, first byte to last byte of the response.",
+    workers: Mutex::new(Vec::new()),
+};
+
+static TLS_HANDSHAKES: Family = Family {
+    name: "edge_tls_handshake_duration_seconds",
+    help: "TLS handshake duration, accept to finished handshake.",
+    workers: Mutex::new(Vec::new()),
+};
+
+impl Family {
+    fn for_worker(&self, id: usize) -> Arc<DurationHistogram> {
+        let mut reg = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, h)) = reg.iter().find(|(w, _)| *w == id) {
+            return h.clone();
         }
-        let total = cumulative[16];
-        let _ = writeln!(
-            out,
-            "edge_request_duration_seconds_bucket{{worker=\"{w}\",le=\"+Inf\"}} {total}"
-        );
-        let _ = writeln!(
-            out,
-            "edge_request_duration_seconds_sum{{worker=\"{w}\"}} {sum}"
-        );
-        let _ = writeln!(
-            out,
-            "edge_request_duration_seconds_count{{worker=\"{w}\"}} {total}"
-        );
+        let h = Arc::new(DurationHistogram::default());
+        reg.push((id, h.clone()));
+        reg.sort_by_key(|(w, _)| *w);
+        h
     }
+
+    fn render(&self, out: &mut String) {
+        let reg = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if reg.is_empty() {
+            return;
+        }
+        let name = self.name;
+        let _ = writeln!(out, "# HELP {name} {}", self.help);
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (w, h) in reg.iter() {
+            let (cumulative, sum) = h.snapshot();
+            for (le, c) in BOUNDS.iter().zip(&cumulative) {
+                let _ = writeln!(out, "{name}_bucket{{worker=\"{w}\",le=\"{le}\"}} {c}");
+            }
+            let total = cumulative[16];
+            let _ = writeln!(out, "{name}_bucket{{worker=\"{w}\",le=\"+Inf\"}} {total}");
+            let _ = writeln!(out, "{name}_sum{{worker=\"{w}\"}} {sum}");
+            let _ = writeln!(out, "{name}_count{{worker=\"{w}\"}} {total}");
+        }
+    }
+}
+
+/// The request-duration histogram of worker `id`, created on first use; a restarted worker gets its
+/// predecessor's, so the series keeps counting up. Called at worker start only (takes a lock).
+pub fn for_worker(id: usize) -> Arc<DurationHistogram> {
+    REQUESTS.for_worker(id)
+}
+
+/// The TLS handshake-duration histogram of worker `id` (`edge_tls_handshake_duration_seconds`), as
+/// [`for_worker`].
+pub fn tls_handshakes_for_worker(id: usize) -> Arc<DurationHistogram> {
+    TLS_HANDSHAKES.for_worker(id)
+}
+
+/// Appends every worker's histograms to `out` in the Prometheus text format (version 0.0.4).
+pub fn render(out: &mut String) {
+    REQUESTS.render(out);
+    TLS_HANDSHAKES.render(out);
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ label_enum!(
         TransferCoding = "transfer_coding",
         /// 405: CONNECT.
         Method = "method",
+        /// 400 in plain text: plain HTTP sent to the TLS listener.
+        PlainHttpOnTls = "plain_http_on_tls",
     }
 );
 
@@ -91,6 +93,8 @@ label_enum!(
         ClosedEarly = "closed_early",
         /// Endpoint skipped by passive ejection.
         Ejected = "ejected",
+        /// Upstream TLS handshake or certificate verification failed.
+        Tls = "tls",
     }
 );
 
@@ -117,6 +121,23 @@ label_enum!(
         Request = "request",
         /// No progress writing to the client.
         Send = "send",
+        /// TLS handshake not finished within `handshake_timeout`.
+        Handshake = "handshake",
+    }
+);
+
+label_enum!(
+    /// `result` of `edge_tls_handshakes_total` and `edge_upstream_tls_handshakes_total`.
+    TlsResult {
+        /// A full handshake.
+        Full = "full",
+        /// A resumed session (TLS 1.3 ticket or 1.2 session id).
+        Resumed = "resumed",
+        /// Refused: no shared version or cipher, bad record, unknown SNI with no default, bad
+        /// certificate (upstream).
+        Failed = "failed",
+        /// Not finished in time.
+        Timeout = "timeout",
     }
 );
 
@@ -171,6 +192,10 @@ pub struct WorkerMetrics {
     pub upstream_idle: Gauge,
     /// `edge_upstream_connections{worker,state="active"}`
     pub upstream_active: Gauge,
+    tls_handshakes: Vec<Counter>,
+    upstream_tls_handshakes: Vec<Counter>,
+    /// `edge_tls_handshake_duration_seconds{worker}`
+    pub tls_handshake_duration: Arc<DurationHistogram>,
 }
 
 impl WorkerMetrics {
@@ -223,6 +248,13 @@ impl WorkerMetrics {
             upstream_retries: counter!("edge_upstream_retries_total", "worker" => w.clone()),
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
+            tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
+            upstream_tls_handshakes: by(
+                "edge_upstream_tls_handshakes_total",
+                "result",
+                TlsResult::NAMES,
+            ),
+            tls_handshake_duration: crate::latency::tls_handshakes_for_worker(id),
             worker: w,
         };
         // Every label combination exports from the start (0 until it moves). Counters are only touched,
@@ -235,7 +267,9 @@ impl WorkerMetrics {
             .chain(&m.inbound_timeouts);
         let counters = counters
             .chain(&m.upstream_errors)
-            .chain(&m.upstream_timeouts);
+            .chain(&m.upstream_timeouts)
+            .chain(&m.tls_handshakes)
+            .chain(&m.upstream_tls_handshakes);
         let singles = [
             &m.truncated,
             &m.connections_total,
@@ -253,6 +287,16 @@ impl WorkerMetrics {
         m.upstream_idle.set(0.0);
         m.upstream_active.set(0.0);
         m
+    }
+
+    /// `edge_tls_handshakes_total{worker,result}`
+    pub fn tls_handshake(&self, r: TlsResult) -> &Counter {
+        &self.tls_handshakes[r as usize]
+    }
+
+    /// `edge_upstream_tls_handshakes_total{worker,result}`
+    pub fn upstream_tls_handshake(&self, r: TlsResult) -> &Counter {
+        &self.upstream_tls_handshakes[r as usize]
     }
 
     /// Counts one answered request in `edge_requests_total{worker,status}`.

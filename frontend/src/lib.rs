@@ -23,6 +23,7 @@ pub mod route;
 pub mod server;
 mod startup;
 pub mod supervise;
+pub mod tls;
 pub mod upgrade;
 pub mod worker;
 

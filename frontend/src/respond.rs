@@ -143,7 +143,8 @@ impl Failure {
                 InvalidReason::BadHead
                 | InvalidReason::BadFraming
                 | InvalidReason::BadChunk
-                | InvalidReason::BadHost => 400,
+                | InvalidReason::BadHost
+                | InvalidReason::PlainHttpOnTls => 400,
                 InvalidReason::HeadTooLarge => 431,
                 InvalidReason::UriTooLong => 414,
                 InvalidReason::BodyTooLarge => 413,
@@ -203,6 +204,7 @@ impl Failure {
                 InvalidReason::BodyTooLarge => "request body too large\n",
                 InvalidReason::TransferCoding => "transfer coding not implemented\n",
                 InvalidReason::Method => "method not allowed: edge is not a forward proxy\n",
+                InvalidReason::PlainHttpOnTls => "plain HTTP sent to the TLS port\n",
             },
             Failure::RequestTimeout => "request timeout: the request was not received in time\n",
             Failure::NoRoute => "no route for this request\n",

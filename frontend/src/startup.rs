@@ -12,7 +12,7 @@ use std::{net::SocketAddr, net::TcpListener, sync::Arc, time::Duration};
 
 use edge_core::{
     config::{IoDriverSetting, Resolved, Workers},
-    runtime::{self, listen, IoDriver, Shared, Supervisor, WorkerMain},
+    runtime::{self, listen, IoDriver, ListenerKind, Shared, Supervisor, WorkerMain},
 };
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -23,10 +23,14 @@ type Step<T> = Result<T, i32>;
 
 /// The traffic listeners and the workers that serve them.
 struct Traffic {
-    /// One SO_REUSEPORT listener per worker.
-    sockets: Vec<socket2::Socket>,
-    /// The address they are bound to (the real port when `server.listen` asks for port 0).
-    bound: SocketAddr,
+    /// One SO_REUSEPORT plain listener per worker; none when `server.listen = ""`.
+    plain: Vec<socket2::Socket>,
+    /// One SO_REUSEPORT TLS listener per worker; none without `[server.tls]`.
+    tls: Vec<socket2::Socket>,
+    /// The address the plain ones are bound to (the real port when `server.listen` asks for port 0).
+    bound: Option<SocketAddr>,
+    /// The address the TLS ones are bound to.
+    tls_bound: Option<SocketAddr>,
     /// Worker count.
     workers: usize,
     /// The CPU each worker is pinned to, in worker order; `None` for unpinned.
@@ -87,7 +91,11 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         offer,
         admin: admin_keep,
     };
-    let code = supervise::supervise(&mut sup, &shared, source, &traffic.sockets, &handover);
+    let listeners = supervise::TrafficListeners {
+        plain: &traffic.plain,
+        tls: &traffic.tls,
+    };
+    let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover);
     sup.join(Duration::from_millis(200));
     Ok(code)
 }
@@ -113,6 +121,7 @@ fn take_over(path: &str, file: &str) -> Step<upgrade::Inherited> {
                 event = "upgrade.received",
                 old_pid = i.old_pid,
                 traffic = i.traffic.len(),
+                tls = i.tls.len(),
                 admin = i.admin.is_some(),
                 "listening sockets received from the running edge"
             );
@@ -168,28 +177,46 @@ fn choose_driver(setting: IoDriverSetting) -> Step<IoDriver> {
     Ok(driver)
 }
 
-/// Binds one SO_REUSEPORT traffic listener per planned worker.
+/// The plain listener's address; `None` when `server.listen = ""` disables it.
+fn plain_addr(resolved: &Resolved) -> Option<SocketAddr> {
+    Some(resolved.listen)
+}
+
+/// The TLS listener's address, with `[server.tls]`.
+fn tls_addr(_resolved: &Resolved) -> Option<SocketAddr> {
+    None
+}
+
+/// Binds one SO_REUSEPORT traffic listener per planned worker, plain and TLS.
 ///
 /// # Errors
-/// [`EXIT_CONFIG`] when the port is held by another process, [`EXIT_RUNTIME`] for any other failure.
+/// [`EXIT_CONFIG`] when a port is held by another process, [`EXIT_RUNTIME`] for any other failure.
 fn bind_listeners(resolved: &Resolved) -> Step<Traffic> {
     let server = &resolved.config.server;
     let (workers, cpus) = runtime::cpus::plan(server.workers, server.pin_workers);
-    match listen::reuseport_listeners(resolved.listen, workers, server.backlog) {
-        Ok((sockets, bound)) => Ok(Traffic {
-            sockets,
-            bound,
-            workers,
-            cpus,
-        }),
-        Err(e) => {
-            tracing::error!(event = "startup.failed", error = %e, "cannot bind the traffic listener");
-            Err(match e {
-                listen::ListenError::InUse(_) => EXIT_CONFIG,
-                listen::ListenError::Other(..) => EXIT_RUNTIME,
-            })
-        }
-    }
+    let bind = |addr: Option<SocketAddr>, which: &str| match addr {
+        None => Ok((Vec::new(), None)),
+        Some(a) => match listen::reuseport_listeners(a, workers, server.backlog) {
+            Ok((sockets, bound)) => Ok((sockets, Some(bound))),
+            Err(e) => {
+                tracing::error!(event = "startup.failed", error = %e, "cannot bind the {which} listener");
+                Err(match e {
+                    listen::ListenError::InUse(_) => EXIT_CONFIG,
+                    listen::ListenError::Other(..) => EXIT_RUNTIME,
+                })
+            }
+        },
+    };
+    let (plain, bound) = bind(plain_addr(resolved), "traffic")?;
+    let (tls, tls_bound) = bind(tls_addr(resolved), "TLS")?;
+    Ok(Traffic {
+        plain,
+        tls,
+        bound,
+        tls_bound,
+        workers,
+        cpus,
+    })
 }
 
 /// The inherited traffic sockets as listeners: one worker per socket (the running process's count; a
@@ -197,35 +224,63 @@ fn bind_listeners(resolved: &Resolved) -> Step<Traffic> {
 /// that needs a worker).
 ///
 /// # Errors
-/// [`EXIT_CONFIG`] for a `server.listen` that names another address, [`EXIT_RUNTIME`] when the inherited
-/// socket has none.
+/// [`EXIT_CONFIG`] for a listener address that differs from the running edge's (or a listener added or
+/// removed), [`EXIT_RUNTIME`] when an inherited socket has no address.
 fn adopt_listeners(i: &mut upgrade::Inherited, resolved: &Resolved, file: &str) -> Step<Traffic> {
     let cfg = &resolved.config;
-    let socks = std::mem::take(&mut i.traffic);
-    let Some(bound) = socks[0].local_addr().ok().and_then(|a| a.as_socket()) else {
-        tracing::error!(
-            event = "startup.failed",
-            "--upgrade: the inherited socket has no address"
-        );
-        return Err(EXIT_RUNTIME);
-    };
-    let want = resolved.listen;
-    if want.ip() != bound.ip() || (want.port() != 0 && want.port() != bound.port()) {
-        tracing::error!(event = "startup.failed", file, key = "server.listen", reason = %format!("the running edge listens on {bound}, not {want}; the listener cannot change in an upgrade"));
-        return Err(EXIT_CONFIG);
-    }
+    let plain = std::mem::take(&mut i.traffic);
+    let tls = std::mem::take(&mut i.tls);
+    let bound = adopted_address(&plain, plain_addr(resolved), file, "server.listen")?;
+    let tls_bound = adopted_address(&tls, tls_addr(resolved), file, "server.tls.listen")?;
     let (planned, _) = runtime::cpus::plan(cfg.server.workers, cfg.server.pin_workers);
-    let workers = socks.len();
+    let workers = plain.len().max(tls.len());
+    if (!plain.is_empty() && plain.len() != workers) || (!tls.is_empty() && tls.len() != workers) {
+        tracing::error!(event = "startup.failed", plain = plain.len(), tls = tls.len(), "--upgrade: the running edge handed over unequal numbers of plain and TLS listeners");
+        return Err(EXIT_RUNTIME);
+    }
     if planned != workers {
         tracing::warn!(event = "upgrade.workers", configured = planned, inherited = workers, "--upgrade keeps the running process's worker count (one per inherited listener); restart to change it");
     }
     let (_, cpus) = runtime::cpus::plan(Workers::Count(workers), cfg.server.pin_workers);
     Ok(Traffic {
-        sockets: socks,
+        plain,
+        tls,
         bound,
+        tls_bound,
         workers,
         cpus,
     })
+}
+
+/// The address of inherited listeners `socks`, checked against the configured `want` (`key` in
+/// `file`): an upgrade keeps every listener where it is.
+fn adopted_address(
+    socks: &[socket2::Socket],
+    want: Option<SocketAddr>,
+    file: &str,
+    key: &str,
+) -> Step<Option<SocketAddr>> {
+    let Some(first) = socks.first() else {
+        if want.is_some() {
+            tracing::error!(event = "startup.failed", file, key, reason = "the running edge has no such listener; a listener cannot be added in an upgrade");
+            return Err(EXIT_CONFIG);
+        }
+        return Ok(None);
+    };
+    let Some(bound) = first.local_addr().ok().and_then(|a| a.as_socket()) else {
+        tracing::error!(event = "startup.failed", key, "--upgrade: the inherited socket has no address");
+        return Err(EXIT_RUNTIME);
+    };
+    match want {
+        Some(w) if w.ip() == bound.ip() && (w.port() == 0 || w.port() == bound.port()) => {
+            Ok(Some(bound))
+        }
+        _ => {
+            let want = want.map_or("no listener".to_string(), |w| w.to_string());
+            tracing::error!(event = "startup.failed", file, key, reason = %format!("the running edge listens on {bound}, not {want}; the listener cannot change in an upgrade"));
+            Err(EXIT_CONFIG)
+        }
+    }
 }
 
 /// The metrics recorder that the admin listener renders.
@@ -314,10 +369,13 @@ fn start_health(shared: &Arc<Shared>) -> Step<()> {
 /// [`EXIT_RUNTIME`] when a worker does not start.
 fn start_workers(shared: &Arc<Shared>, driver: IoDriver, traffic: &Traffic) -> Step<Supervisor> {
     let main: WorkerMain = Arc::new(|env| Box::pin(worker::run(env)));
-    let dups = traffic
-        .sockets
-        .iter()
-        .map(|s| s.try_clone().expect("dup"))
+    let dup = |s: &socket2::Socket| s.try_clone().expect("dup");
+    let dups = (0..traffic.workers)
+        .map(|i| {
+            let plain = traffic.plain.get(i).map(|s| (ListenerKind::Plain, dup(s)));
+            let tls = traffic.tls.get(i).map(|s| (ListenerKind::Tls, dup(s)));
+            plain.into_iter().chain(tls).collect()
+        })
         .collect();
     Supervisor::start(shared.clone(), driver, main, dups, traffic.cpus.clone()).map_err(|e| {
         tracing::error!(event = "startup.failed", error = %e, "workers did not start");
@@ -379,7 +437,8 @@ fn finish_take_over(i: upgrade::Inherited, path: &str) -> Option<upgrade::Offer>
 fn log_ready(traffic: &Traffic, admin: Option<SocketAddr>, driver: IoDriver) {
     tracing::info!(
         event = "startup.ready",
-        traffic = %traffic.bound,
+        traffic = %traffic.bound.map_or("disabled".to_string(), |a| a.to_string()),
+        tls = %traffic.tls_bound.map_or("disabled".to_string(), |a| a.to_string()),
         admin = %admin.map_or("disabled".to_string(), |a| a.to_string()),
         workers = traffic.workers,
         io_driver = driver.as_str(),

@@ -106,12 +106,21 @@ fn start_discovery() -> Option<crate::discovery::Discovery> {
     }
 }
 
+/// The supervisor's originals of the traffic listening sockets (workers serve dups of them).
+#[derive(Clone, Copy)]
+pub struct TrafficListeners<'a> {
+    /// Plain listeners, one per worker (none when the plain listener is disabled).
+    pub plain: &'a [socket2::Socket],
+    /// TLS listeners, one per worker (none without `[server.tls]`).
+    pub tls: &'a [socket2::Socket],
+}
+
 /// Supervises workers until a signal or a handover, then drains; returns the exit code.
 pub fn supervise(
     sup: &mut Supervisor,
     shared: &Shared,
     source: &reload::ConfigSource,
-    listeners: &[socket2::Socket],
+    listeners: TrafficListeners<'_>,
     handover: &Handover,
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
@@ -127,7 +136,7 @@ pub fn supervise(
         }
         if let Some(offer) = &handover.offer {
             let admin = handover.admin.as_ref().map(AsRawFd::as_raw_fd);
-            if let upgrade::Handover::Done(pid) = offer.poll(listeners, admin) {
+            if let upgrade::Handover::Done(pid) = offer.poll(listeners.plain, listeners.tls, admin) {
                 break Stop::Upgraded(pid);
             }
         }
@@ -162,7 +171,7 @@ pub fn supervise(
             }
             shared.closing.store(true, Ordering::Relaxed);
             shared.close_idle.store(true, Ordering::Relaxed);
-            for l in listeners {
+            for l in listeners.plain.iter().chain(listeners.tls) {
                 // SAFETY: shutting down our own listening socket (shared with the workers' dups) wakes
                 // workers blocked in accept and refuses new connections.
                 unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };

@@ -9,8 +9,9 @@
 //! an accept still returned. It never shuts a listening socket down (that would close it for the new
 //! process too); its copies of the fds just close at exit.
 //!
-//! Wire format (one Unix stream connection): old → new, one message `EDGE-UPGRADE 1 traffic=N admin=0|1
-//! pid=P\n` carrying N (+1) fds; new → old, `READY pid=P\n` once it serves. Anything else, EOF or a 10 s
+//! Wire format (one Unix stream connection): old → new, one message `EDGE-UPGRADE 1 traffic=N tls=M
+//! admin=0|1 pid=P\n` carrying N plain traffic fds, then M TLS traffic fds (DESIGN.md "TLS"), then the
+//! admin fd when there is one; new → old, `READY pid=P\n` once it serves. Anything else, EOF or a 10 s
 //! silence aborts the handover and the old process goes on serving.
 
 use std::{
@@ -30,8 +31,11 @@ const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Listening sockets received from the running process.
 pub struct Inherited {
-    /// One SO_REUSEPORT traffic listener per worker of the old process.
+    /// One SO_REUSEPORT plain traffic listener per worker of the old process (none when it had no
+    /// plain listener).
     pub traffic: Vec<socket2::Socket>,
+    /// One SO_REUSEPORT TLS listener per worker of the old process (none without `[server.tls]`).
+    pub tls: Vec<socket2::Socket>,
     /// The admin listener, when the old process had one.
     pub admin: Option<std::net::TcpListener>,
     /// The old process's pid (for the log).
@@ -52,24 +56,28 @@ pub fn take_over(path: &str) -> Result<Inherited, String> {
     let (n, fds) = recv_fds(stream.as_raw_fd(), &mut buf)
         .map_err(|e| format!("{path}: receiving the listening sockets failed: {e}"))?;
     let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
-    let (traffic, admin, old_pid) =
-        parse_offer(text).ok_or_else(|| format!("{path}: unexpected handover message {text:?}"))?;
-    if fds.len() != traffic + usize::from(admin) || traffic == 0 {
+    let Offered {
+        traffic,
+        tls,
+        admin,
+        pid: old_pid,
+    } = parse_offer(text).ok_or_else(|| format!("{path}: unexpected handover message {text:?}"))?;
+    if fds.len() != traffic + tls + usize::from(admin) || traffic + tls == 0 {
         return Err(format!(
-            "{path}: handover announced {traffic} traffic + {} admin sockets but carried {} fds",
+            "{path}: handover announced {traffic} traffic + {tls} TLS + {} admin sockets but carried {} fds",
             u8::from(admin),
             fds.len()
         ));
     }
     let mut fds = fds.into_iter();
-    let traffic: Vec<socket2::Socket> = fds
-        .by_ref()
-        .take(traffic)
-        .map(socket2::Socket::from)
-        .collect();
+    let mut take = |n| -> Vec<socket2::Socket> {
+        fds.by_ref().take(n).map(socket2::Socket::from).collect()
+    };
+    let (traffic, tls) = (take(traffic), take(tls));
     let admin = fds.next().map(std::net::TcpListener::from);
     Ok(Inherited {
         traffic,
+        tls,
         admin,
         old_pid,
         stream,
@@ -86,20 +94,43 @@ impl Inherited {
     }
 }
 
-/// Parses `EDGE-UPGRADE 1 traffic=N admin=0|1 pid=P`.
-fn parse_offer(text: &str) -> Option<(usize, bool, u32)> {
-    let mut it = text.trim_end().split(' ');
+/// What a handover message announces.
+#[derive(Debug, PartialEq)]
+struct Offered {
+    traffic: usize,
+    tls: usize,
+    admin: bool,
+    pid: u32,
+}
+
+/// Parses `EDGE-UPGRADE 1 traffic=N tls=M admin=0|1 pid=P` (`tls=` absent: 0, as an edge without TLS
+/// sends it).
+fn parse_offer(text: &str) -> Option<Offered> {
+    let mut it = text.trim_end().split(' ').peekable();
     if it.next()? != "EDGE-UPGRADE" || it.next()? != "1" {
         return None;
     }
     let traffic = it.next()?.strip_prefix("traffic=")?.parse().ok()?;
+    let tls = match it.peek()?.strip_prefix("tls=") {
+        Some(n) => {
+            let n = n.parse().ok()?;
+            it.next();
+            n
+        }
+        None => 0,
+    };
     let admin = match it.next()?.strip_prefix("admin=")? {
         "0" => false,
         "1" => true,
         _ => return None,
     };
     let pid = it.next()?.strip_prefix("pid=")?.parse().ok()?;
-    Some((traffic, admin, pid))
+    Some(Offered {
+        traffic,
+        tls,
+        admin,
+        pid,
+    })
 }
 
 /// The running process's side: a Unix listener at `server.upgrade_socket`, polled by the supervisor.
@@ -155,9 +186,15 @@ impl Offer {
         })
     }
 
-    /// Accepts a waiting `edge --upgrade`, if any, and hands it `traffic` and `admin`; blocks (at most
-    /// 10 s) until it answers. A failed handover is logged and the caller goes on serving.
-    pub fn poll(&self, traffic: &[socket2::Socket], admin: Option<RawFd>) -> Handover {
+    /// Accepts a waiting `edge --upgrade`, if any, and hands it the plain `traffic` listeners, the `tls`
+    /// ones and `admin`; blocks (at most 10 s) until it answers. A failed handover is logged and the
+    /// caller goes on serving.
+    pub fn poll(
+        &self,
+        traffic: &[socket2::Socket],
+        tls: &[socket2::Socket],
+        admin: Option<RawFd>,
+    ) -> Handover {
         let stream = match self.listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Handover::None,
@@ -166,8 +203,8 @@ impl Offer {
                 return Handover::None;
             }
         };
-        tracing::info!(event = "upgrade.offered", socket = %self.path, traffic = traffic.len(), admin = admin.is_some(), "a new edge asks for the listening sockets");
-        match handover(stream, traffic, admin) {
+        tracing::info!(event = "upgrade.offered", socket = %self.path, traffic = traffic.len(), tls = tls.len(), admin = admin.is_some(), "a new edge asks for the listening sockets");
+        match handover(stream, traffic, tls, admin) {
             Ok(pid) => Handover::Done(pid),
             Err(e) => {
                 tracing::error!(event = "upgrade.failed", socket = %self.path, error = %e, "handover aborted; this process goes on serving");
@@ -180,16 +217,18 @@ impl Offer {
 fn handover(
     stream: UnixStream,
     traffic: &[socket2::Socket],
+    tls: &[socket2::Socket],
     admin: Option<RawFd>,
 ) -> io::Result<u32> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
     stream.set_write_timeout(Some(HANDOVER_TIMEOUT))?;
-    let mut fds: Vec<RawFd> = traffic.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut fds: Vec<RawFd> = traffic.iter().chain(tls).map(AsRawFd::as_raw_fd).collect();
     fds.extend(admin);
     let msg = format!(
-        "EDGE-UPGRADE 1 traffic={} admin={} pid={}\n",
+        "EDGE-UPGRADE 1 traffic={} tls={} admin={} pid={}\n",
         traffic.len(),
+        tls.len(),
         u8::from(admin.is_some()),
         std::process::id()
     );
@@ -299,7 +338,21 @@ mod tests {
     fn offer_line_round_trips() {
         assert_eq!(
             parse_offer("EDGE-UPGRADE 1 traffic=2 admin=1 pid=42\n"),
-            Some((2, true, 42))
+            Some(Offered {
+                traffic: 2,
+                tls: 0,
+                admin: true,
+                pid: 42
+            })
+        );
+        assert_eq!(
+            parse_offer("EDGE-UPGRADE 1 traffic=0 tls=2 admin=0 pid=7\n"),
+            Some(Offered {
+                traffic: 0,
+                tls: 2,
+                admin: false,
+                pid: 7
+            })
         );
         assert_eq!(parse_offer("EDGE-UPGRADE 2 traffic=2 admin=1 pid=42"), None);
         assert_eq!(parse_offer("hello"), None);
@@ -320,7 +373,12 @@ mod tests {
         let (n, fds) = recv_fds(b.as_raw_fd(), &mut buf).unwrap();
         assert_eq!(
             parse_offer(std::str::from_utf8(&buf[..n]).unwrap()),
-            Some((1, false, 1))
+            Some(Offered {
+                traffic: 1,
+                tls: 0,
+                admin: false,
+                pid: 1
+            })
         );
         assert_eq!(fds.len(), 1);
         let got = std::net::TcpListener::from(fds.into_iter().next().unwrap());

@@ -23,7 +23,9 @@ use std::{
 use edge_core::{
     config::Resolved,
     metrics::{ShedReason, WorkerMetrics},
-    runtime::{health::ActiveHealth, ConnectionSlot, Shared, WorkerEnv, HEARTBEAT_EVERY},
+    runtime::{
+        health::ActiveHealth, ConnectionSlot, ListenerKind, Shared, WorkerEnv, HEARTBEAT_EVERY,
+    },
 };
 use edge_upstream::Upstream;
 use monoio::net::TcpListener;
@@ -180,37 +182,43 @@ fn id_prefix() -> u32 {
     t ^ std::process::id().rotate_left(16)
 }
 
-/// The worker's main future: accept loop plus timer tasks. Reports readiness on `env.ready`.
+/// The worker's main future: one accept loop per listener (plain, TLS) plus timer tasks. Reports
+/// readiness on `env.ready`.
 pub async fn run(env: WorkerEnv) {
-    let listener = match env
-        .listener
-        .set_nonblocking(true)
-        .and_then(|()| TcpListener::from_std(env.listener))
-    {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = env.ready.send(Err(format!(
-                "worker {}: cannot register listener: {e}",
-                env.id
-            )));
-            return;
+    let mut listeners = Vec::new();
+    for (kind, l) in env.listeners {
+        match l.set_nonblocking(true).and_then(|()| TcpListener::from_std(l)) {
+            Ok(l) => listeners.push((kind, l)),
+            Err(e) => {
+                let _ = env.ready.send(Err(format!(
+                    "worker {}: cannot register listener: {e}",
+                    env.id
+                )));
+                return;
+            }
         }
-    };
+    }
     let w = Rc::new(Worker::new(env.id, env.shared.clone()));
     w.shared.beat(w.id);
     monoio::spawn(critical(w.clone(), heartbeat(w.clone())));
     monoio::spawn(critical(w.clone(), sweep_pools(w.clone())));
     tracing::debug!(event = "worker.started", worker = w.id, cpu = ?env.cpu);
     let _ = env.ready.send(Ok(()));
-    accept_loop(w.clone(), listener).await;
+    let loops: Vec<_> = listeners
+        .into_iter()
+        .map(|(kind, l)| monoio::spawn(accept_loop(w.clone(), l, kind)))
+        .collect();
+    for l in loops {
+        l.await;
+    }
     if let Some(msg) = w.fatal.take() {
-        // The accept in flight was cancelled and awaited above, so no accept is left armed in this
+        // The accepts in flight were cancelled and awaited above, so no accept is left armed in this
         // runtime (monoio leaks a dead runtime's ring with its pending operations, and an armed accept
         // would take connections from the shared listener after the restart). Ending the thread here
         // lets the supervisor restart the worker; the thread wrapper closes what its tasks still hold.
         panic!("worker {}: {msg}", w.id);
     }
-    // Draining: the listener is closed; in-flight requests finish (their responses carry
+    // Draining: the listeners are closed; in-flight requests finish (their responses carry
     // `Connection: close`) while the supervisor bounds the wait with `drain`.
     while w.open.get() > 0 {
         monoio::time::sleep(Duration::from_millis(50)).await;
@@ -274,7 +282,7 @@ async fn sweep_pools(w: Rc<Worker>) {
     }
 }
 
-async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
+async fn accept_loop(w: Rc<Worker>, listener: TcpListener, kind: ListenerKind) {
     // Stopping must not lose a connection the kernel already handed over: on io_uring an accept in flight
     // may complete while it is dropped, and after an upgrade the listening socket lives on in the new
     // process, so the pending accept is cancelled and awaited, and a connection it still returns is
@@ -304,7 +312,16 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener) {
                 // Counted before the task first runs: the worker ends once `open` is 0, and a connection
                 // accepted just before `closing` must not be dropped unserved with its task.
                 w.open.set(w.open.get() + 1);
-                monoio::spawn(guarded(w.clone(), stream, peer, slot, over));
+                match kind {
+                    ListenerKind::Plain => {
+                        let serve = crate::server::h1::serve(w.clone(), stream, peer, over, false);
+                        monoio::spawn(guarded(w.clone(), peer, slot, serve));
+                    }
+                    ListenerKind::Tls => {
+                        let serve = crate::tls::serve(w.clone(), stream, peer, over);
+                        monoio::spawn(guarded(w.clone(), peer, slot, serve));
+                    }
+                }
             }
             Err(_) if w.shared.closing.load(Ordering::Relaxed) => return,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
@@ -348,22 +365,15 @@ fn make_room(w: &Worker, open: usize) -> bool {
     w.idle.evict_oldest() || open < max
 }
 
-/// Runs one connection; a panic inside it closes only this connection and is counted.
-async fn guarded<T: edge_core::io::Transport>(
+/// Runs one connection's future `serve`; a panic inside it closes only this connection and is counted.
+async fn guarded(
     w: Rc<Worker>,
-    stream: T,
     peer: SocketAddr,
     slot: ConnectionSlot,
-    over: bool,
+    serve: impl Future<Output = ()>,
 ) {
     w.metrics.connections_active.increment(1.0);
-    let res = CatchUnwind(Box::pin(crate::server::h1::serve(
-        w.clone(),
-        stream,
-        peer,
-        over,
-    )))
-    .await;
+    let res = CatchUnwind(Box::pin(serve)).await;
     w.open.set(w.open.get() - 1);
     w.metrics.connections_active.decrement(1.0);
     drop(slot);

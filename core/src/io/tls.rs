@@ -78,8 +78,12 @@ pub enum HandshakeError {
     /// The peer's first bytes are not a TLS handshake record but look like a plain HTTP request (an
     /// ASCII letter): DESIGN.md "Status codes", `plain_http_on_tls`.
     PlainHttp,
-    /// The peer closed before the handshake finished.
-    Closed,
+    /// The peer closed before the handshake finished; `started`: after sending something (a client
+    /// that connects and closes without a byte, like a TCP health check, is no failed handshake).
+    Closed {
+        /// Bytes had arrived.
+        started: bool,
+    },
     /// rustls refused the handshake (the alert it chose was sent).
     Tls(rustls::Error),
     /// The socket failed.
@@ -90,7 +94,7 @@ impl std::fmt::Display for HandshakeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HandshakeError::PlainHttp => f.write_str("plain HTTP sent to the TLS port"),
-            HandshakeError::Closed => f.write_str("peer closed during the handshake"),
+            HandshakeError::Closed { .. } => f.write_str("peer closed during the handshake"),
             HandshakeError::Tls(e) => write!(f, "{e}"),
             HandshakeError::Io(e) => write!(f, "{e}"),
         }
@@ -138,7 +142,7 @@ where
                 return Ok(tls);
             }
             match fill(&mut tls.io, &tls.state, None).await {
-                Ok(0) => return Err((HandshakeError::Closed, tls.io)),
+                Ok(0) => return Err((HandshakeError::Closed { started: !first }, tls.io)),
                 Ok(_) => {}
                 Err(e) => return Err((HandshakeError::Io(e), tls.io)),
             }

@@ -206,14 +206,27 @@ impl Shared {
     }
 }
 
+/// What a traffic listener speaks (DESIGN.md "TLS": the TLS listener sits beside the plain one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// `server.listen`: HTTP/1.1 in plain text.
+    Plain,
+    /// `server.tls.listen`: TLS, then the protocol ALPN chose.
+    Tls,
+}
+
+/// One worker's traffic listeners, in the order the worker serves them.
+pub type WorkerListeners = Vec<(ListenerKind, socket2::Socket)>;
+
 /// What a worker thread receives.
 pub struct WorkerEnv {
     /// Worker index, 0-based (the `worker` label).
     pub id: usize,
     /// The CPU it is pinned to, if any.
     pub cpu: Option<usize>,
-    /// Its own SO_REUSEPORT listening socket (a dup of the supervisor's; blocking mode off).
-    pub listener: std::net::TcpListener,
+    /// Its own SO_REUSEPORT listening sockets (dups of the supervisor's; blocking mode off): the plain
+    /// listener, the TLS listener, or both.
+    pub listeners: Vec<(ListenerKind, std::net::TcpListener)>,
     /// Process-wide state.
     pub shared: Arc<Shared>,
     /// Send `Ok(())` once listening, or the startup error.
@@ -235,7 +248,7 @@ pub struct Supervisor {
 
 struct Slot {
     cpu: Option<usize>,
-    listener: socket2::Socket,
+    listeners: WorkerListeners,
     handle: Option<thread::JoinHandle<()>>,
     backoff: Duration,
     restart_at: Option<Instant>,
@@ -250,7 +263,7 @@ impl Supervisor {
         shared: Arc<Shared>,
         driver: IoDriver,
         main: WorkerMain,
-        listeners: Vec<socket2::Socket>,
+        listeners: Vec<WorkerListeners>,
         cpus: Vec<Option<usize>>,
     ) -> Result<Supervisor, String> {
         let mut sup = Supervisor {
@@ -260,10 +273,10 @@ impl Supervisor {
             slots: Vec::new(),
         };
         let (tx, rx) = mpsc::channel();
-        for (i, (listener, cpu)) in listeners.into_iter().zip(cpus).enumerate() {
+        for (i, (listeners, cpu)) in listeners.into_iter().zip(cpus).enumerate() {
             sup.slots.push(Slot {
                 cpu,
-                listener,
+                listeners,
                 handle: None,
                 backoff: Duration::from_secs(1),
                 restart_at: None,
@@ -282,14 +295,16 @@ impl Supervisor {
 
     fn spawn(&mut self, id: usize, ready: mpsc::Sender<Result<(), String>>) -> Result<(), String> {
         let slot = &mut self.slots[id];
-        let fd = slot
-            .listener
-            .try_clone()
+        let listeners = slot
+            .listeners
+            .iter()
+            .map(|(kind, l)| l.try_clone().map(|fd| (*kind, fd.into())))
+            .collect::<Result<_, _>>()
             .map_err(|e| format!("worker {id}: cannot dup listener: {e}"))?;
         let env = WorkerEnv {
             id,
             cpu: slot.cpu,
-            listener: fd.into(),
+            listeners,
             shared: self.shared.clone(),
             ready,
         };

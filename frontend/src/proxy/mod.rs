@@ -66,6 +66,8 @@ pub struct Request<'a> {
     pub close: bool,
     /// The client's address.
     pub peer: IpAddr,
+    /// The client connection came over TLS.
+    pub https: bool,
     /// Method, target and request id, for log lines.
     pub log: RequestLog<'a>,
 }
@@ -125,6 +127,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
         let rw = RequestRewrite {
             peer: req.peer,
             trusted: req.cfg.trusted_proxies.iter().any(|c| c.contains(req.peer)),
+            https: req.https,
             id: req.log.id,
             body: req.info.body,
             upgrade: req.info.upgrade,

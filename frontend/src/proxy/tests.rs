@@ -263,6 +263,7 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
         request_timeout: Some(Duration::from_secs(5)),
         close: false,
         peer: "127.0.0.1".parse().unwrap(),
+        https: false,
         log: RequestLog {
             line: b"GET /",
             id: b"test-1",

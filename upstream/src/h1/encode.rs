@@ -21,6 +21,9 @@ pub struct RequestRewrite<'a> {
     pub peer: IpAddr,
     /// Whether the peer is in `trusted_proxies`.
     pub trusted: bool,
+    /// The client connection came over TLS: `X-Forwarded-Proto: https` (DESIGN.md "TLS") unless a
+    /// trusted peer sent its own.
+    pub https: bool,
     /// The request id to send (written once per request, see [`RequestId::write`]).
     pub id: &'a [u8],
     /// Body framing to declare upstream (same as the client's: chunked bodies are forwarded as they are).
@@ -101,7 +104,11 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     push_ip(out, rw.peer);
     out.extend_from_slice(b"\r\n");
     if !proto_kept {
-        out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
+        out.extend_from_slice(if rw.https {
+            b"X-Forwarded-Proto: https\r\n"
+        } else {
+            b"X-Forwarded-Proto: http\r\n"
+        });
     }
     out.extend_from_slice(b"X-Request-Id: ");
     out.extend_from_slice(rw.id);
@@ -155,6 +162,7 @@ mod tests {
         let rw = RequestRewrite {
             peer: "10.0.0.9".parse().unwrap(),
             trusted,
+            https: false,
             id: &id,
             body: Body::Length(3),
             upgrade: info.upgrade,
@@ -322,6 +330,7 @@ mod tests {
             let rw = RequestRewrite {
                 peer: "10.0.0.9".parse().unwrap(),
                 trusted: false,
+                https: false,
                 id: b"id-1",
                 body: info.body,
                 upgrade: false,

@@ -61,6 +61,8 @@ pub(super) struct Conn<T: Transport> {
     /// A peer outside `proxy_protocol_from` while the PROXY protocol is on: its first request must not
     /// start with a PROXY header (`crate::proxy_protocol::refuse_header`).
     pub(super) refuse_proxy_header: bool,
+    /// The connection came over TLS (`X-Forwarded-Proto: https`).
+    pub(super) https: bool,
 }
 
 /// What a connection's active phase (run in its slot) ends with.
@@ -90,13 +92,20 @@ impl Drop for Held {
 }
 
 /// Serves one downstream connection until it closes. `over_capacity` connections get only their first
-/// head read (under 1 s): a health probe is answered, anything else gets 503.
+/// head read (under 1 s): a health probe is answered, anything else gets 503. `https`: the connection
+/// came over TLS (its handshake is done).
 ///
 /// Memory: while idle the connection holds only this future's own state (the [`Conn`] and the
 /// readiness wait); each request runs in a [`Slot`] taken from the worker's free list, kept while
 /// requests keep coming (the keep-alive fast path, no allocation per request) and given back when the
 /// connection goes idle (`edge_core::slot`).
-pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, over_capacity: bool) {
+pub async fn serve<T: Transport>(
+    w: Rc<Worker>,
+    stream: T,
+    peer: SocketAddr,
+    over_capacity: bool,
+    https: bool,
+) {
     let mut c = Conn {
         stream,
         peer,
@@ -107,6 +116,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, peer: SocketAddr, ove
         log_id: Vec::new(),
         cancel: monoio::io::Canceller::new(),
         refuse_proxy_header: false,
+        https,
     };
     // PROXY protocol: the header comes before anything else; its source is the client from here on.
     // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
@@ -400,6 +410,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         request_timeout,
         close,
         peer: c.peer.ip(),
+        https: c.https,
         log: RequestLog {
             line: &c.log_line,
             id: &c.log_id,

