@@ -186,6 +186,7 @@ impl Failure {
                 UpstreamErrorKind::RequestTimeout => "upstream_request_timeout",
                 UpstreamErrorKind::Zombie => "upstream_zombie",
                 UpstreamErrorKind::QueueTimeout => "upstream_queue",
+                UpstreamErrorKind::Tls => "upstream_tls",
             },
         }
     }
@@ -228,6 +229,7 @@ impl Failure {
                 UpstreamErrorKind::QueueTimeout => {
                     "service unavailable: upstream connection limit reached\n"
                 }
+                UpstreamErrorKind::Tls => "bad gateway: upstream TLS handshake failed\n",
             },
         }
     }

@@ -31,6 +31,8 @@ pub struct Endpoint {
     pub slots: Rc<crate::permit::Slots>,
     /// Its connect health, passive ejection (shared like `pool`).
     pub health: Rc<crate::eject::Health>,
+    /// How to open TLS to it, for a `tls = true` upstream.
+    pub tls: Option<crate::connect::TlsTarget>,
 }
 
 /// One upstream, per worker.
@@ -89,6 +91,7 @@ impl Upstream {
                         pool: e.pool.clone(),
                         slots: e.slots.clone(),
                         health: e.health.clone(),
+                        tls: None,
                     },
                     None => Endpoint {
                         addr,
@@ -96,6 +99,7 @@ impl Upstream {
                         pool: Default::default(),
                         slots: Default::default(),
                         health: Default::default(),
+                        tls: None,
                     },
                 })
                 .collect(),
@@ -160,7 +164,7 @@ impl Upstream {
     /// Connects to endpoint `i`, recording the outcome for passive ejection.
     async fn connect(&self, i: usize) -> Result<crate::connect::UpstreamStream, UpstreamError> {
         let ep = &self.endpoints[i];
-        let res = connect(ep.addr, self.config.connect_timeout.0).await;
+        let res = connect(ep.addr, self.config.connect_timeout.0, ep.tls.as_ref()).await;
         let transition = match &res {
             Ok(_) => ep.health.succeeded(),
             Err(_) => ep.health.failed(Instant::now()),

@@ -26,6 +26,8 @@ pub enum UpstreamErrorKind {
     Zombie,
     /// `max_active` reached and no connection freed within `queue_timeout`: 503 `upstream_queue`.
     QueueTimeout,
+    /// TLS handshake or certificate verification failed (`tls = true`): 502 `tls`.
+    Tls,
 }
 
 /// An upstream failure.
@@ -84,6 +86,7 @@ impl UpstreamErrorKind {
             K::RequestTimeout => Counted::Timeout(UpstreamPhase::Request),
             K::Zombie => Counted::Timeout(UpstreamPhase::Zombie),
             K::QueueTimeout => Counted::Shed,
+            K::Tls => Counted::Error(UpstreamErrorLabel::Tls),
         }
     }
 }
@@ -100,6 +103,7 @@ impl fmt::Display for UpstreamErrorKind {
             UpstreamErrorKind::RequestTimeout => "no response within request_timeout",
             UpstreamErrorKind::Zombie => "upstream connection inactive past the zombie threshold",
             UpstreamErrorKind::QueueTimeout => "no upstream connection free within queue_timeout",
+            UpstreamErrorKind::Tls => "TLS handshake or certificate verification failed",
         })
     }
 }

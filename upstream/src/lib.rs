@@ -18,6 +18,7 @@ pub mod permit;
 pub mod policy;
 pub mod pool;
 pub mod retry;
+pub mod stream;
 pub mod zombie;
 
 pub use balance::Upstream;
