@@ -185,11 +185,8 @@ where
     fn feed(&mut self) -> Result<(), rustls::Error> {
         while let Some((b, pos)) = self.pending.as_mut() {
             let mut rest = &b[*pos..];
-            let took = match self.conn.read_tls(&mut rest) {
-                Ok(n) => n,
-                // rustls' plaintext buffer is full: the caller reads plaintext first.
-                Err(_) => 0,
-            };
+            // An error means rustls' plaintext buffer is full: the caller reads plaintext first.
+            let took = self.conn.read_tls(&mut rest).unwrap_or_default();
             *pos += took;
             if *pos == b.len() {
                 if let Some((b, _)) = self.pending.take() {
