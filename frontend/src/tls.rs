@@ -11,6 +11,7 @@
 use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 
 use edge_core::{
+    buf::RecvBuf,
     io::{
         tls::{HandshakeError, Tls},
         Plain, Transport,
@@ -21,7 +22,9 @@ use monoio::{io::AsyncWriteRentExt, time::Instant};
 use rustls::{HandshakeKind, ServerConnection};
 
 use crate::{
+    proxy_protocol::Start,
     respond::{self, Failure, RequestLog},
+    server::h1::Accepted,
     worker::Worker,
 };
 
@@ -36,8 +39,33 @@ enum Ended {
     Failed(HandshakeError, Plain),
 }
 
-/// Serves one connection accepted on the TLS listener until it closes.
-pub async fn serve(w: Rc<Worker>, stream: Plain, peer: SocketAddr, over_capacity: bool) {
+/// Serves one connection accepted on the TLS listener until it closes. With `server.proxy_protocol`
+/// on, the PROXY header comes first, in plain text before the handshake (as a TCP load balancer sends
+/// it), read by [`crate::proxy_protocol::client_address`] under the same rules as on the plain listener.
+pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capacity: bool) {
+    let mut peer = peer;
+    let mut received = RecvBuf::new();
+    let proxy_header_read = match crate::proxy_protocol::expected(&w) {
+        Some(versions) => {
+            let header = crate::proxy_protocol::client_address(
+                &w,
+                &mut stream,
+                &mut received,
+                peer,
+                versions,
+                over_capacity,
+            );
+            match Box::pin(header).await {
+                Start::Client(client) => peer = client,
+                // A peer outside `proxy_protocol_from` that sends a PROXY header anyway fails its
+                // handshake (the header is no TLS record).
+                Start::Direct => {}
+                Start::Close => return,
+            }
+            true
+        }
+        None => false,
+    };
     let Some((config, timeout)) = server_tls(&w) else {
         // `[server.tls]` was removed by a reload: the listener lives until a restart; close.
         tracing::debug!(event = "tls.failed", worker = w.id, %peer, reason = "TLS is no longer configured");
@@ -59,7 +87,10 @@ pub async fn serve(w: Rc<Worker>, stream: Plain, peer: SocketAddr, over_capacity
     let started = Instant::now();
     let ended = {
         let idle = w.idle.enter(stream.fd());
-        let handshake = monoio::time::timeout(timeout, Tls::handshake(stream, conn));
+        let mut prefix = edge_core::buf::take();
+        prefix.extend_from_slice(received.data());
+        drop(received);
+        let handshake = monoio::time::timeout(timeout, Tls::handshake_after(stream, conn, prefix));
         monoio::select! {
             biased;
             () = idle => Err(Ended::Evicted),
@@ -83,7 +114,13 @@ pub async fn serve(w: Rc<Worker>, stream: Plain, peer: SocketAddr, over_capacity
     };
     w.metrics.tls_handshake(result).increment(1);
     tracing::trace!(event = "tls.handshake", worker = w.id, %peer, resumed);
-    crate::server::h1::serve(w, tls, peer, over_capacity, true).await;
+    let accepted = Accepted {
+        peer,
+        over_capacity,
+        https: true,
+        proxy_header_read,
+    };
+    crate::server::h1::serve(w, tls, accepted).await;
 }
 
 /// Counts and logs a handshake that did not finish; answers plain HTTP with a plain-text 400.

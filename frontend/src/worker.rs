@@ -314,7 +314,8 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener, kind: ListenerKind) {
                 w.open.set(w.open.get() + 1);
                 match kind {
                     ListenerKind::Plain => {
-                        let serve = crate::server::h1::serve(w.clone(), stream, peer, over, false);
+                        let accepted = crate::server::h1::Accepted::plain(peer, over);
+                        let serve = crate::server::h1::serve(w.clone(), stream, accepted);
                         monoio::spawn(guarded(w.clone(), peer, slot, serve));
                     }
                     ListenerKind::Tls => {

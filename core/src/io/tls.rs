@@ -117,11 +117,30 @@ where
     /// # Cancel safety
     /// Not cancel safe: a dropped handshake leaves a connection to close.
     pub async fn handshake(io: T, conn: C) -> Result<Self, (HandshakeError, T)> {
+        Self::handshake_after(io, conn, Vec::new()).await
+    }
+
+    /// Like [`Tls::handshake`], when the first `received` bytes of the connection were already read
+    /// (behind a PROXY protocol header); `received` is a buffer from [`crate::buf`] (it goes back there).
+    ///
+    /// # Errors
+    /// As [`Tls::handshake`].
+    pub async fn handshake_after(
+        io: T,
+        conn: C,
+        received: Vec<u8>,
+    ) -> Result<Self, (HandshakeError, T)> {
+        let pending = if received.is_empty() {
+            buf::give(received);
+            None
+        } else {
+            Some((received, 0))
+        };
         let mut tls = Tls {
             io,
             state: Rc::new(RefCell::new(State {
                 conn,
-                pending: None,
+                pending,
                 plaintext: 0,
                 eof: false,
             })),

@@ -91,21 +91,45 @@ impl Drop for Held {
     }
 }
 
-/// Serves one downstream connection until it closes. `over_capacity` connections get only their first
-/// head read (under 1 s): a health probe is answered, anything else gets 503. `https`: the connection
-/// came over TLS (its handshake is done).
+/// How a downstream connection reached its HTTP/1.1 session.
+#[derive(Clone, Copy, Debug)]
+pub struct Accepted {
+    /// The client's address: the peer's, or the PROXY header's source.
+    pub peer: SocketAddr,
+    /// Accepted over `max_connections`: only the first head is read (under 1 s): a health probe is
+    /// answered, anything else gets 503 (DESIGN.md "Capacity").
+    pub over_capacity: bool,
+    /// It came over TLS (the handshake is done): `X-Forwarded-Proto: https`.
+    pub https: bool,
+    /// The PROXY protocol header, when one is expected, was already read (before the TLS handshake).
+    pub proxy_header_read: bool,
+}
+
+impl Accepted {
+    /// A plain connection as accepted, nothing read yet.
+    pub fn plain(peer: SocketAddr, over_capacity: bool) -> Self {
+        Accepted {
+            peer,
+            over_capacity,
+            https: false,
+            proxy_header_read: false,
+        }
+    }
+}
+
+/// Serves one downstream connection until it closes.
 ///
 /// Memory: while idle the connection holds only this future's own state (the [`Conn`] and the
 /// readiness wait); each request runs in a [`Slot`] taken from the worker's free list, kept while
 /// requests keep coming (the keep-alive fast path, no allocation per request) and given back when the
 /// connection goes idle (`edge_core::slot`).
-pub async fn serve<T: Transport>(
-    w: Rc<Worker>,
-    stream: T,
-    peer: SocketAddr,
-    over_capacity: bool,
-    https: bool,
-) {
+pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
+    let Accepted {
+        peer,
+        over_capacity,
+        https,
+        proxy_header_read,
+    } = accepted;
     let mut c = Conn {
         stream,
         peer,
@@ -120,7 +144,7 @@ pub async fn serve<T: Transport>(
     };
     // PROXY protocol: the header comes before anything else; its source is the client from here on.
     // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
-    if let Some(versions) = crate::proxy_protocol::expected(&w) {
+    if let Some(versions) = crate::proxy_protocol::expected(&w).filter(|_| !proxy_header_read) {
         let (stream, rb) = (&mut c.stream, &mut c.rb);
         let header =
             crate::proxy_protocol::client_address(&w, stream, rb, peer, versions, over_capacity);

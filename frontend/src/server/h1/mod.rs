@@ -9,4 +9,4 @@ pub mod encode;
 mod local;
 pub mod session;
 
-pub use conn::serve;
+pub use conn::{serve, Accepted};
