@@ -9,6 +9,7 @@ mod cidr;
 mod discovery;
 mod overrides;
 mod resolve;
+mod tls;
 mod values;
 
 use std::{fmt, time::Duration};
@@ -19,6 +20,7 @@ pub use discovery::{
 };
 pub use overrides::Overrides;
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
+pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 use serde::{Deserialize, Serialize};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 
@@ -50,7 +52,8 @@ pub struct Config {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Server {
-    /// Traffic listener address; one SO_REUSEPORT socket per worker.
+    /// Plain traffic listener address; one SO_REUSEPORT socket per worker; "" disables it (allowed only
+    /// with `[server.tls]`).
     pub listen: String,
     /// Worker thread count.
     pub workers: Workers,
@@ -79,6 +82,9 @@ pub struct Server {
     pub timeouts: Timeouts,
     /// `[server.limits]`
     pub limits: Limits,
+    /// `[server.tls]`; absent: no TLS listener (DESIGN.md "TLS").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsServer>,
 }
 
 impl Default for Server {
@@ -98,6 +104,7 @@ impl Default for Server {
             proxy_protocol_from: Vec::new(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
+            tls: None,
         }
     }
 }
@@ -241,6 +248,24 @@ pub struct Upstream {
     /// Whether received bytes count as activity for zombie detection.
     #[serde(default = "yes")]
     pub zombie_counts_received: bool,
+    /// Connect with TLS (DESIGN.md "TLS", origination); the `tls_*` keys need it.
+    #[serde(default)]
+    pub tls: bool,
+    /// SNI and the name verified; default: the endpoint's host text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
+    /// PEM file of the trusted roots; default: the system trust store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<String>,
+    /// Verify the upstream's certificate chain and name; `false` is for labs only.
+    #[serde(default = "yes")]
+    pub tls_verify: bool,
+    /// PEM chain of the client certificate for mutual TLS (needs `tls_client_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_cert: Option<String>,
+    /// PEM private key of `tls_client_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_key: Option<String>,
 }
 
 fn d1s() -> Dur {
@@ -290,6 +315,12 @@ impl Upstream {
             max_inactive: d10s(),
             max_inactive_cap: d60s(),
             zombie_counts_received: true,
+            tls: false,
+            tls_server_name: None,
+            tls_ca: None,
+            tls_verify: true,
+            tls_client_cert: None,
+            tls_client_key: None,
         }
     }
 }
