@@ -2,7 +2,7 @@
 //! default.
 
 use clap::{Parser, Subcommand};
-use edge_core::config::{IoDriverSetting, LogFormat, Overrides, Workers};
+use edge_core::config::{IoDriverSetting, LogFormat, Overrides, TlsOverride, Workers};
 
 /// edge: a thread-per-core HTTP/1.1 reverse proxy.
 #[derive(Debug, Parser)]
@@ -30,6 +30,16 @@ pub struct Cli {
     /// Log format: text or json (log.format).
     #[arg(long, value_name = "text|json")]
     pub log_format: Option<LogFormat>,
+    /// TLS listener address (server.tls.listen); needs --tls-cert and --tls-key: a [server.tls] with
+    /// that one certificate.
+    #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_listen: Option<String>,
+    /// PEM certificate chain, leaf first, for --tls-listen.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_listen", "tls_key"])]
+    pub tls_cert: Option<String>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_listen", "tls_cert"])]
+    pub tls_key: Option<String>,
     /// Validate the configuration and print the effective config as TOML; exit 0, or 2 with errors.
     #[arg(long)]
     pub check: bool,
@@ -69,6 +79,14 @@ impl Cli {
             admin_listen: self.admin_listen.clone(),
             io_driver: self.io_driver,
             log_format: self.log_format,
+            tls: match (&self.tls_listen, &self.tls_cert, &self.tls_key) {
+                (Some(listen), Some(cert), Some(key)) => Some(TlsOverride {
+                    listen: listen.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
         }
     }
 }

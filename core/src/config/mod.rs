@@ -18,10 +18,10 @@ pub use cidr::Cidr;
 pub use discovery::{
     Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
 };
-pub use overrides::Overrides;
+pub use overrides::{Overrides, TlsOverride};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
-pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 use serde::{Deserialize, Serialize};
+pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 
 /// The default configuration, `deploy/edge.toml`, embedded at build time.
@@ -365,6 +365,8 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl std::error::Error for ConfigError {}
+
 impl Config {
     /// Parses a TOML document.
     ///
@@ -401,3 +403,5 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -102,7 +102,11 @@ impl Problems<'_> {
     }
 
     /// The value of `result`, or `None` with its reason recorded under `key`.
-    pub(super) fn take<T>(&mut self, key: impl Into<String>, result: Result<T, String>) -> Option<T> {
+    pub(super) fn take<T>(
+        &mut self,
+        key: impl Into<String>,
+        result: Result<T, String>,
+    ) -> Option<T> {
         result.map_err(|reason| self.add(key, reason)).ok()
     }
 }

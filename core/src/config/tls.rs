@@ -140,7 +140,10 @@ pub(super) fn check_listeners(
         );
     }
     if tls.certificates.is_empty() {
-        add("server.tls.certificates", "needs at least one { cert, key }");
+        add(
+            "server.tls.certificates",
+            "needs at least one { cert, key }",
+        );
     }
     if tls.handshake_timeout.0.is_zero() {
         add("server.tls.handshake_timeout", "must be greater than zero");

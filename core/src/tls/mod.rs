@@ -10,6 +10,8 @@ mod certs;
 mod client;
 mod server;
 mod sni;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 use std::{
     path::PathBuf,
