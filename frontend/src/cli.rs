@@ -139,3 +139,41 @@ pub fn healthcheck(url: &str) -> Result<u16, String> {
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("{url}: not an HTTP response"))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn tls_flags_come_together_and_make_a_tls_override() {
+        let cli = Cli::try_parse_from([
+            "edge",
+            "--tls-listen",
+            "127.0.0.1:8443",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ])
+        .expect("all three parse");
+        let tls = cli.overrides().tls.expect("a TLS override");
+        assert_eq!(
+            (tls.listen.as_str(), tls.cert.as_str(), tls.key.as_str()),
+            ("127.0.0.1:8443", "c.pem", "k.pem")
+        );
+        assert!(Cli::try_parse_from(["edge"])
+            .expect("none")
+            .overrides()
+            .tls
+            .is_none());
+        for partial in [
+            &["edge", "--tls-listen", "127.0.0.1:8443"][..],
+            &["edge", "--tls-cert", "c.pem", "--tls-key", "k.pem"][..],
+        ] {
+            let e = Cli::try_parse_from(partial).expect_err("needs all three");
+            assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+    }
+}
