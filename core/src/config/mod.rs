@@ -1,7 +1,8 @@
 //! The configuration schema of DESIGN.md "Configuration (TOML)": serde types with `deny_unknown_fields`
 //! and their defaults, the embedded default (`deploy/edge.toml`), parsing, and [`ConfigError`]. Beside it:
-//! the value types (`values`), CLI [`Overrides`] (`overrides`), validation into a [`Resolved`] config
-//! whose names are resolved to socket addresses, at load, never on a worker (`resolve`), and [`Cidr`].
+//! the value types (`values`), the TLS keys (`tls`; certificates are loaded by `crate::tls`), CLI
+//! [`Overrides`] (`overrides`), validation into a [`Resolved`] config whose names are resolved to socket
+//! addresses, at load, never on a worker (`resolve`), and [`Cidr`].
 //!
 //! Errors name the file, the key path and the reason ([`ConfigError`]).
 

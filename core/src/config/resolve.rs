@@ -1,7 +1,8 @@
 //! Validation of a parsed [`Config`] into a [`Resolved`] one (DESIGN.md "Configuration (TOML)"): one
-//! check per section, in file order (server, its limits and timeouts, trusted proxies, the upgrade socket, TLS,
-//! log, upstreams, routes), every problem collected rather than the first, and every `host:port` resolved
-//! to a socket address here, at load, never on a worker.
+//! check per section, in file order (server, its limits and timeouts, trusted proxies, the upgrade socket,
+//! TLS, log, upstreams, routes), every problem collected rather than the first, and every `host:port`
+//! resolved to a socket address here, at load, never on a worker. `[server.tls]` certificates and the
+//! upstream TLS roots and client certificates are loaded and validated here too (`crate::tls`).
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},

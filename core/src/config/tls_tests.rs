@@ -4,7 +4,9 @@
 use super::*;
 use crate::tls::testutil::{names_file, self_signed, TempDir};
 
-/// The embedded default with `extra` TOML appended under `[server.tls]` listening on port 0.
+/// A config with a plain listener on 8080, a `[server.tls]` on 8443 serving a fresh self-signed
+/// certificate for `site.test` written into `dir`, `extra` TOML lines inside `[server.tls]`, one upstream
+/// and one route.
 fn with_tls(dir: &TempDir, extra: &str) -> String {
     let (c, k) = self_signed(&["site.test"]).write(dir, "site");
     format!(
