@@ -12,3 +12,4 @@ pub mod metrics;
 pub mod proxy_protocol;
 pub mod runtime;
 pub mod slot;
+pub mod tls;

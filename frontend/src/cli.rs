@@ -2,7 +2,7 @@
 //! default.
 
 use clap::{Parser, Subcommand};
-use edge_core::config::{IoDriverSetting, LogFormat, Overrides, Workers};
+use edge_core::config::{IoDriverSetting, LogFormat, Overrides, TlsOverride, Workers};
 
 /// edge: a thread-per-core HTTP/1.1 reverse proxy.
 #[derive(Debug, Parser)]
@@ -30,6 +30,16 @@ pub struct Cli {
     /// Log format: text or json (log.format).
     #[arg(long, value_name = "text|json")]
     pub log_format: Option<LogFormat>,
+    /// TLS listener address (server.tls.listen); needs --tls-cert and --tls-key: a [server.tls] with
+    /// that one certificate.
+    #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_listen: Option<String>,
+    /// PEM certificate chain, leaf first, for --tls-listen.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_listen", "tls_key"])]
+    pub tls_cert: Option<String>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_listen", "tls_cert"])]
+    pub tls_key: Option<String>,
     /// Validate the configuration and print the effective config as TOML; exit 0, or 2 with errors.
     #[arg(long)]
     pub check: bool,
@@ -69,6 +79,14 @@ impl Cli {
             admin_listen: self.admin_listen.clone(),
             io_driver: self.io_driver,
             log_format: self.log_format,
+            tls: match (&self.tls_listen, &self.tls_cert, &self.tls_key) {
+                (Some(listen), Some(cert), Some(key)) => Some(TlsOverride {
+                    listen: listen.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
         }
     }
 }
@@ -120,4 +138,42 @@ pub fn healthcheck(url: &str) -> Result<u16, String> {
         .ok()
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("{url}: not an HTTP response"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn tls_flags_come_together_and_make_a_tls_override() {
+        let cli = Cli::try_parse_from([
+            "edge",
+            "--tls-listen",
+            "127.0.0.1:8443",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ])
+        .expect("all three parse");
+        let tls = cli.overrides().tls.expect("a TLS override");
+        assert_eq!(
+            (tls.listen.as_str(), tls.cert.as_str(), tls.key.as_str()),
+            ("127.0.0.1:8443", "c.pem", "k.pem")
+        );
+        assert!(Cli::try_parse_from(["edge"])
+            .expect("none")
+            .overrides()
+            .tls
+            .is_none());
+        for partial in [
+            &["edge", "--tls-listen", "127.0.0.1:8443"][..],
+            &["edge", "--tls-cert", "c.pem", "--tls-key", "k.pem"][..],
+        ] {
+            let e = Cli::try_parse_from(partial).expect_err("needs all three");
+            assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+    }
 }

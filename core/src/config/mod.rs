@@ -1,7 +1,8 @@
 //! The configuration schema of DESIGN.md "Configuration (TOML)": serde types with `deny_unknown_fields`
 //! and their defaults, the embedded default (`deploy/edge.toml`), parsing, and [`ConfigError`]. Beside it:
-//! the value types (`values`), CLI [`Overrides`] (`overrides`), validation into a [`Resolved`] config
-//! whose names are resolved to socket addresses, at load, never on a worker (`resolve`), and [`Cidr`].
+//! the value types (`values`), the TLS keys (`tls`; certificates are loaded by `crate::tls`), CLI
+//! [`Overrides`] (`overrides`), validation into a [`Resolved`] config whose names are resolved to socket
+//! addresses, at load, never on a worker (`resolve`), and [`Cidr`].
 //!
 //! Errors name the file, the key path and the reason ([`ConfigError`]).
 
@@ -9,6 +10,7 @@ mod cidr;
 mod discovery;
 mod overrides;
 mod resolve;
+mod tls;
 mod values;
 
 use std::{fmt, time::Duration};
@@ -17,9 +19,10 @@ pub use cidr::Cidr;
 pub use discovery::{
     Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
 };
-pub use overrides::Overrides;
+pub use overrides::{Overrides, TlsOverride};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
 use serde::{Deserialize, Serialize};
+pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
 
 /// The default configuration, `deploy/edge.toml`, embedded at build time.
@@ -50,7 +53,8 @@ pub struct Config {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Server {
-    /// Traffic listener address; one SO_REUSEPORT socket per worker.
+    /// Plain traffic listener address; one SO_REUSEPORT socket per worker; "" disables it (allowed only
+    /// with `[server.tls]`).
     pub listen: String,
     /// Worker thread count.
     pub workers: Workers,
@@ -79,6 +83,9 @@ pub struct Server {
     pub timeouts: Timeouts,
     /// `[server.limits]`
     pub limits: Limits,
+    /// `[server.tls]`; absent: no TLS listener (DESIGN.md "TLS").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsServer>,
 }
 
 impl Default for Server {
@@ -98,6 +105,7 @@ impl Default for Server {
             proxy_protocol_from: Vec::new(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
+            tls: None,
         }
     }
 }
@@ -241,6 +249,24 @@ pub struct Upstream {
     /// Whether received bytes count as activity for zombie detection.
     #[serde(default = "yes")]
     pub zombie_counts_received: bool,
+    /// Connect with TLS (DESIGN.md "TLS", origination); the `tls_*` keys need it.
+    #[serde(default)]
+    pub tls: bool,
+    /// SNI and the name verified; default: the endpoint's host text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
+    /// PEM file of the trusted roots; default: the system trust store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<String>,
+    /// Verify the upstream's certificate chain and name; `false` is for labs only.
+    #[serde(default = "yes")]
+    pub tls_verify: bool,
+    /// PEM chain of the client certificate for mutual TLS (needs `tls_client_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_cert: Option<String>,
+    /// PEM private key of `tls_client_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_key: Option<String>,
 }
 
 fn d1s() -> Dur {
@@ -290,6 +316,12 @@ impl Upstream {
             max_inactive: d10s(),
             max_inactive_cap: d60s(),
             zombie_counts_received: true,
+            tls: false,
+            tls_server_name: None,
+            tls_ca: None,
+            tls_verify: true,
+            tls_client_cert: None,
+            tls_client_key: None,
         }
     }
 }
@@ -334,6 +366,8 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl std::error::Error for ConfigError {}
+
 impl Config {
     /// Parses a TOML document.
     ///
@@ -370,3 +404,5 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -2,7 +2,10 @@
 //! default): [`Overrides`], [`Config::apply`] that writes them into a parsed file, and the attribution of
 //! errors in values that came from flags to `<command line>` and the flag that set them.
 
-use super::{Config, ConfigError, IoDriverSetting, LogFormat, Route, Upstream, Workers};
+use super::{
+    Config, ConfigError, IoDriverSetting, LogFormat, Route, TlsCertificate, TlsServer, Upstream,
+    Workers,
+};
 
 /// Settings given on the command line; each replaces the file's value when set.
 #[derive(Clone, Debug, Default)]
@@ -19,6 +22,21 @@ pub struct Overrides {
     pub io_driver: Option<IoDriverSetting>,
     /// `--log-format`
     pub log_format: Option<LogFormat>,
+    /// `--tls-listen ADDR --tls-cert PEM --tls-key PEM` (given together).
+    pub tls: Option<TlsOverride>,
+}
+
+/// `--tls-listen ADDR --tls-cert PEM --tls-key PEM`: a `[server.tls]` listening on `listen` with the one
+/// certificate `cert` (PEM chain, leaf first) and its key `key` (PEM). The file's other `[server.tls]`
+/// keys are kept; without a `[server.tls]` in the file they take their defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsOverride {
+    /// `--tls-listen`
+    pub listen: String,
+    /// `--tls-cert`
+    pub cert: String,
+    /// `--tls-key`
+    pub key: String,
 }
 
 impl Overrides {
@@ -40,6 +58,8 @@ impl Overrides {
             Some("--io-driver")
         } else if set("log.format", self.log_format.is_some()) {
             Some("--log-format")
+        } else if self.tls.is_some() {
+            tls_flag_for(key)
         } else {
             None
         }
@@ -58,6 +78,19 @@ impl Overrides {
                 None => e,
             })
             .collect()
+    }
+}
+
+/// The `--tls-*` flag that set the value at `key`, when `--tls-listen` was given.
+fn tls_flag_for(key: &str) -> Option<&'static str> {
+    if key == "server.tls.listen" {
+        Some("--tls-listen")
+    } else if key.starts_with("server.tls.certificates") && key.ends_with(".key") {
+        Some("--tls-key")
+    } else if key.starts_with("server.tls.certificates") {
+        Some("--tls-cert")
+    } else {
+        None
     }
 }
 
@@ -88,6 +121,21 @@ impl Config {
         }
         if let Some(f) = o.log_format {
             self.log.format = f;
+        }
+        if let Some(t) = &o.tls {
+            let certificates = vec![TlsCertificate {
+                cert: t.cert.clone(),
+                key: t.key.clone(),
+            }];
+            match &mut self.server.tls {
+                Some(tls) => {
+                    tls.listen = t.listen.clone();
+                    tls.certificates = certificates;
+                }
+                None => {
+                    self.server.tls = Some(TlsServer::with_certificate(&t.listen, &t.cert, &t.key))
+                }
+            }
         }
     }
 }

@@ -1,13 +1,17 @@
 //! Validation of a parsed [`Config`] into a [`Resolved`] one (DESIGN.md "Configuration (TOML)"): one
 //! check per section, in file order (server, its limits and timeouts, trusted proxies, the upgrade socket,
-//! log, upstreams, routes), every problem collected rather than the first, and every `host:port` resolved
-//! to a socket address here, at load, never on a worker.
+//! TLS, log, upstreams, routes), every problem collected rather than the first, and every `host:port`
+//! resolved to a socket address here, at load, never on a worker. `[server.tls]` certificates and the
+//! upstream TLS roots and client certificates are loaded and validated here too (`crate::tls`).
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     path::Path,
+    sync::Arc,
     time::Duration,
 };
+
+use crate::tls::{SystemRoots, TlsServerState, UpstreamTls};
 
 use super::{
     Cidr, Config, ConfigError, HealthCheck, Limit, Limits, Log, ProxyProtocol, Route, Server,
@@ -25,7 +29,15 @@ impl Config {
             errors: Vec::new(),
         };
         let server = &self.server;
-        let listen = p.take("server.listen", resolve_one(&server.listen));
+        let plain_listener = !server.listen.is_empty();
+        let listen = match plain_listener {
+            true => p.take("server.listen", resolve_one(&server.listen)),
+            false => None,
+        };
+        let tls_listen = server
+            .tls
+            .as_ref()
+            .and_then(|t| p.take("server.tls.listen", resolve_one(&t.listen)));
         let admin_listen = if self.admin.listen.is_empty() {
             None
         } else {
@@ -45,20 +57,26 @@ impl Config {
         let trusted_proxies = cidrs("server.trusted_proxies", &server.trusted_proxies, &mut p);
         let proxy_protocol_from = check_proxy_protocol(server, &mut p);
         check_upgrade_socket(&server.upgrade_socket, &mut p);
+        let tls = super::tls::resolve_server_tls(server, listen, tls_listen, &mut p);
         check_log(&self.log, &mut p);
+        let mut roots = SystemRoots::default();
         let upstreams = self
             .upstreams
             .iter()
             .enumerate()
-            .map(|(i, u)| resolve_upstream(i, u, &self.upstreams[..i], &mut p))
+            .map(|(i, u)| resolve_upstream(i, u, &self.upstreams[..i], &mut roots, &mut p))
             .collect();
         let routes = resolve_routes(&self.routes, &self.upstreams, &mut p);
-        if !p.errors.is_empty() {
+        // With the plain listener disabled, `listen` holds the TLS listener's address (see the field).
+        let (Some(listen), true) = (listen.or(tls_listen), p.errors.is_empty()) else {
             return Err(p.errors);
-        }
+        };
         Ok(Resolved {
             config: self.clone(),
-            listen: listen.expect("checked above"),
+            listen,
+            plain_listener,
+            tls_listen,
+            tls,
             admin_listen,
             trusted_proxies,
             proxy_protocol_from,
@@ -69,14 +87,14 @@ impl Config {
 }
 
 /// The problems found so far, each becoming a [`ConfigError`] that names `file`.
-struct Problems<'a> {
-    file: &'a str,
-    errors: Vec<ConfigError>,
+pub(super) struct Problems<'a> {
+    pub(super) file: &'a str,
+    pub(super) errors: Vec<ConfigError>,
 }
 
 impl Problems<'_> {
     /// Records that the value at `key` is wrong, and why.
-    fn add(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+    pub(super) fn add(&mut self, key: impl Into<String>, reason: impl Into<String>) {
         self.errors.push(ConfigError {
             file: self.file.into(),
             key: key.into(),
@@ -85,7 +103,11 @@ impl Problems<'_> {
     }
 
     /// The value of `result`, or `None` with its reason recorded under `key`.
-    fn take<T>(&mut self, key: impl Into<String>, result: Result<T, String>) -> Option<T> {
+    pub(super) fn take<T>(
+        &mut self,
+        key: impl Into<String>,
+        result: Result<T, String>,
+    ) -> Option<T> {
         result.map_err(|reason| self.add(key, reason)).ok()
     }
 }
@@ -170,6 +192,7 @@ fn resolve_upstream(
     i: usize,
     u: &Upstream,
     earlier: &[Upstream],
+    roots: &mut SystemRoots,
     p: &mut Problems<'_>,
 ) -> ResolvedUpstream {
     if u.name.is_empty() {
@@ -216,9 +239,11 @@ fn resolve_upstream(
             "must be greater than zero",
         );
     }
+    let tls = super::tls::resolve_upstream_tls(i, u, roots, p);
     ResolvedUpstream {
         config: u.clone(),
         endpoints,
+        tls,
     }
 }
 
@@ -348,8 +373,15 @@ fn test_hosts(text: &str) -> Option<Result<Vec<SocketAddr>, String>> {
 pub struct Resolved {
     /// The effective configuration.
     pub config: Config,
-    /// Traffic listener address.
+    /// Plain traffic listener address. When `plain_listener` is false (`server.listen = ""`) there is
+    /// no plain listener and this holds the TLS listener's address (`tls_listen`): never bind it then.
     pub listen: SocketAddr,
+    /// Whether the plain traffic listener is on (`server.listen` is not `""`).
+    pub plain_listener: bool,
+    /// TLS listener address (`server.tls.listen`), `None` without `[server.tls]`.
+    pub tls_listen: Option<SocketAddr>,
+    /// The TLS listener's rustls configuration and certificates, `None` without `[server.tls]`.
+    pub tls: Option<Arc<TlsServerState>>,
     /// Admin listener address, `None` when disabled.
     pub admin_listen: Option<SocketAddr>,
     /// Parsed `server.trusted_proxies`.
@@ -369,6 +401,8 @@ pub struct ResolvedUpstream {
     pub config: Upstream,
     /// Endpoints, in file order.
     pub endpoints: Vec<ResolvedEndpoint>,
+    /// The TLS client side when `tls = true` (DESIGN.md "TLS", origination), else `None`.
+    pub tls: Option<UpstreamTls>,
 }
 
 /// One endpoint address of an upstream.

@@ -19,7 +19,11 @@ fn upstream(n: u16, balance: Balance, worker: usize) -> Upstream {
             spec: usize::from(i),
         })
         .collect();
-    let r = ResolvedUpstream { config, endpoints };
+    let r = ResolvedUpstream {
+        config,
+        endpoints,
+        tls: None,
+    };
     Upstream::new(&r, worker, metrics::Counter::noop())
 }
 
