@@ -179,12 +179,12 @@ fn choose_driver(setting: IoDriverSetting) -> Step<IoDriver> {
 
 /// The plain listener's address; `None` when `server.listen = ""` disables it.
 fn plain_addr(resolved: &Resolved) -> Option<SocketAddr> {
-    Some(resolved.listen)
+    resolved.plain_listener.then_some(resolved.listen)
 }
 
 /// The TLS listener's address, with `[server.tls]`.
-fn tls_addr(_resolved: &Resolved) -> Option<SocketAddr> {
-    None
+fn tls_addr(resolved: &Resolved) -> Option<SocketAddr> {
+    resolved.tls_listen
 }
 
 /// Binds one SO_REUSEPORT traffic listener per planned worker, plain and TLS.

@@ -175,6 +175,8 @@ async fn plain_http(w: &Worker, mut io: Plain) {
 /// The TLS server configuration new handshakes use and `handshake_timeout`, from the configuration the
 /// worker runs on now (a certificate rotation is a new configuration: DESIGN.md "TLS").
 fn server_tls(w: &Worker) -> Option<(Arc<rustls::ServerConfig>, Duration)> {
-    let _ = w;
-    None
+    let live = w.live();
+    let state = live.cfg.tls.as_ref()?;
+    let timeout = live.cfg.config.server.tls.as_ref()?.handshake_timeout.0;
+    Some((state.config.clone(), timeout))
 }

@@ -3,14 +3,14 @@
 //! and balancing"), and the checkout that reuses a pooled connection or connects (retrying once on
 //! another endpoint when the connect is refused or times out, DESIGN.md "Upstream pools and retries").
 
-use std::{net::SocketAddr, rc::Rc, time::Duration};
+use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 
 use monoio::time::Instant;
 
-use edge_core::config::ResolvedUpstream;
+use edge_core::{config::ResolvedUpstream, metrics::TlsResult};
 
 use crate::{
-    connect::connect,
+    connect::{connect, TlsTarget},
     eject::Transition,
     error::UpstreamError,
     policy::{Picker, Rng},
@@ -48,6 +48,35 @@ pub struct Upstream {
     pub(crate) checks: crate::health::Checks,
 }
 
+/// The settings a pooled connection was opened with, besides its address.
+fn tls_settings(u: &edge_core::config::Upstream) -> impl PartialEq + '_ {
+    (
+        u.tls,
+        &u.tls_server_name,
+        &u.tls_ca,
+        u.tls_verify,
+        &u.tls_client_cert,
+        &u.tls_client_key,
+    )
+}
+
+/// `edge_upstream_tls_handshakes_total{worker,result}` handles, in [`TlsResult::ALL`] order (looked up
+/// at a build, never per request).
+fn tls_handshake_counters(worker: usize) -> Arc<[metrics::Counter; 4]> {
+    let w = worker.to_string();
+    Arc::new(
+        [
+            TlsResult::Full,
+            TlsResult::Resumed,
+            TlsResult::Failed,
+            TlsResult::Timeout,
+        ]
+        .map(|r| {
+            metrics::counter!("edge_upstream_tls_handshakes_total", "worker" => w.clone(), "result" => r.as_str())
+        }),
+    )
+}
+
 /// How a checkout went, for the retry counter.
 pub struct Checkout {
     /// The connection.
@@ -75,31 +104,45 @@ impl Upstream {
         ejected: metrics::Counter,
         previous: Option<&Upstream>,
     ) -> Self {
-        let kept =
-            |addr: SocketAddr| previous.and_then(|p| p.endpoints.iter().find(|e| e.addr == addr));
+        // Pooled connections carry the TLS settings they were opened with: a pool is kept only when
+        // those did not change.
+        let same_tls = previous.is_some_and(|p| tls_settings(&p.config) == tls_settings(&r.config));
+        let kept = |addr: SocketAddr| {
+            previous
+                .filter(|_| same_tls)
+                .and_then(|p| p.endpoints.iter().find(|e| e.addr == addr))
+        };
         let n = r.endpoints.len();
+        let handshakes = r.tls.as_ref().map(|_| tls_handshake_counters(worker));
+        let target = |spec: usize| -> Option<TlsTarget> {
+            let tls = r.tls.as_ref()?;
+            Some(TlsTarget {
+                config: tls.config.clone(),
+                server_name: tls.server_name(spec)?.clone(),
+                handshakes: handshakes.clone()?,
+            })
+        };
         let up = Upstream {
             config: r.config.clone(),
             endpoints: r
                 .endpoints
                 .iter()
-                .map(|r| (r.addr, r.weight))
-                .map(|(addr, weight)| match kept(addr) {
+                .map(|r| match kept(r.addr) {
                     Some(e) => Endpoint {
-                        addr,
-                        weight,
+                        addr: r.addr,
+                        weight: r.weight,
                         pool: e.pool.clone(),
                         slots: e.slots.clone(),
                         health: e.health.clone(),
-                        tls: None,
+                        tls: target(r.spec),
                     },
                     None => Endpoint {
-                        addr,
-                        weight,
+                        addr: r.addr,
+                        weight: r.weight,
                         pool: Default::default(),
                         slots: Default::default(),
                         health: Default::default(),
-                        tls: None,
+                        tls: target(r.spec),
                     },
                 })
                 .collect(),
