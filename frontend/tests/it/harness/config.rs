@@ -15,6 +15,8 @@ pub enum Value {
     Strs(Vec<String>),
     /// `endpoints` with weights: `[{ address = "a", weight = 2 }, ...]`.
     Weighted(Vec<(String, u32)>),
+    /// `server.tls.certificates`: `[{ cert = "a.pem", key = "a.key" }, ...]`.
+    Certs(Vec<(String, String)>),
 }
 
 impl From<&str> for Value {
@@ -79,6 +81,13 @@ impl fmt::Display for Value {
                 let items: Vec<String> = list
                     .iter()
                     .map(|(a, w)| format!("{{ address = {}, weight = {w} }}", quoted(a)))
+                    .collect();
+                write!(f, "[{}]", items.join(", "))
+            }
+            Value::Certs(list) => {
+                let items: Vec<String> = list
+                    .iter()
+                    .map(|(c, k)| format!("{{ cert = {}, key = {} }}", quoted(c), quoted(k)))
                     .collect();
                 write!(f, "[{}]", items.join(", "))
             }
@@ -171,6 +180,7 @@ pub struct Cfg {
     server: Table,
     timeouts: Table,
     limits: Table,
+    tls: Table,
     admin: Table,
     log: Table,
     upstreams: Vec<Upstream>,
@@ -186,6 +196,7 @@ impl Cfg {
                 .with("workers", 1),
             timeouts: Table::default(),
             limits: Table::default(),
+            tls: Table::default(),
             admin: Table::default().with("listen", "127.0.0.1:0"),
             log: Table::default().with("level", "info"),
             upstreams: vec![Upstream::new("origin", &[origin])
@@ -221,6 +232,23 @@ impl Cfg {
     pub fn limit(mut self, key: &str, v: impl Into<Value>) -> Self {
         self.limits.set(key, v);
         self
+    }
+
+    /// A `[server.tls]` key: `listen`, `min_version`, `alpn`, `handshake_timeout`, ...
+    pub fn tls(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.tls.set(key, v);
+        self
+    }
+
+    /// `[server.tls]` on loopback port 0 with `certificates` (cert, key) in this order (the first is the
+    /// default).
+    pub fn tls_certs(self, certificates: &[(&std::path::Path, &std::path::Path)]) -> Self {
+        let list = certificates
+            .iter()
+            .map(|(c, k)| (c.display().to_string(), k.display().to_string()))
+            .collect();
+        self.tls("listen", "127.0.0.1:0")
+            .tls("certificates", Value::Certs(list))
     }
 
     /// A `[log]` key, e.g. `slow_request`.
@@ -286,7 +314,11 @@ impl Cfg {
     pub fn render(&self) -> String {
         let mut out = String::new();
         self.server.render(&mut out, "[server]");
-        for (name, t) in [("timeouts", &self.timeouts), ("limits", &self.limits)] {
+        for (name, t) in [
+            ("timeouts", &self.timeouts),
+            ("limits", &self.limits),
+            ("tls", &self.tls),
+        ] {
             if !t.0.is_empty() {
                 t.render(&mut out, &format!("[server.{name}]"));
             }

@@ -16,7 +16,12 @@ use super::{Cfg, TempDir};
 /// A running `edge` process; killed on drop.
 pub struct Edge {
     child: Child,
+    /// The plain traffic listener; the TLS one when the plain one is disabled (`server.listen = ""`).
     pub addr: SocketAddr,
+    /// The plain traffic listener, `None` when disabled.
+    pub plain: Option<SocketAddr>,
+    /// The TLS listener (`[server.tls]`), `None` when disabled.
+    pub tls: Option<SocketAddr>,
     pub admin: SocketAddr,
     log: Arc<Mutex<Vec<String>>>,
     log_rx: Mutex<mpsc::Receiver<String>>,
@@ -60,9 +65,13 @@ impl Edge {
                 log.lock().unwrap().join("\n")
             );
         };
+        let plain: Option<SocketAddr> = field(&ready, "traffic=").parse().ok();
+        let tls: Option<SocketAddr> = field(&ready, "tls=").parse().ok();
         Edge {
             child,
-            addr: field(&ready, "traffic=").parse().unwrap(),
+            addr: plain.or(tls).expect("a traffic listener"),
+            plain,
+            tls,
             admin: field(&ready, "admin=").parse().unwrap(),
             log,
             log_rx: Mutex::new(rx),

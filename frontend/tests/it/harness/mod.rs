@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod asserts;
+mod certs;
 mod client;
 mod config;
 mod driver;
@@ -14,9 +15,12 @@ mod metrics;
 mod origin;
 mod sockets;
 mod tempdir;
+mod tls_client;
+mod tls_origin;
 mod wire;
 
 pub use asserts::{assert_about, assert_error_response, wait_until};
+pub use certs::{Ca, Pem};
 pub use client::{Client, Response};
 pub use config::{Cfg, Route, Upstream, Value};
 pub use driver::{each_driver, Driver};
@@ -25,3 +29,5 @@ pub use metrics::metric_sum;
 pub use origin::{read_request, Origin, Reply, Seen};
 pub use sockets::{refused_addr, Drip, HangingListener};
 pub use tempdir::TempDir;
+pub use tls_client::{TlsConn, TlsOpts, Versions};
+pub use tls_origin::{Handshake, TlsOrigin};

@@ -195,7 +195,7 @@ fn origin_conn(mut s: TcpStream, id: usize, h: &Handler, seen: &Mutex<Vec<Seen>>
 }
 
 /// Reads one request (head + Content-Length or chunked body) from `s`; `None` on EOF.
-pub fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
+pub fn read_request(s: &mut impl Read, buf: &mut Vec<u8>) -> Option<(Seen, usize)> {
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut req = httparse::Request::new(&mut headers);
@@ -216,7 +216,7 @@ pub fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, usize
 /// Reads the body `seen`'s head announces (Content-Length or chunked; none otherwise), starting at
 /// `head_end`; returns the whole request and the offset after it.
 fn read_request_body(
-    s: &mut TcpStream,
+    s: &mut impl Read,
     buf: &mut Vec<u8>,
     mut seen: Seen,
     head_end: usize,

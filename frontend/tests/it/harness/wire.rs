@@ -1,15 +1,15 @@
 //! HTTP/1.1 framing shared by the scripted origin and the raw client: blocking buffered reads, chunked
 //! body decoding, header lists and their lookup.
 
-use std::{io::Read, net::TcpStream};
+use std::io::Read;
 
 /// Reads once from `s` onto the end of `buf`; `None` on EOF or a read error (the error is printed).
-pub(super) fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+pub(super) fn fill(s: &mut impl Read, buf: &mut Vec<u8>) -> Option<()> {
     let mut tmp = [0u8; 65536];
     let n = match s.read(&mut tmp) {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("read error on {:?}: {e}", s.peer_addr());
+            eprintln!("read error: {e}");
             return None;
         }
     };
@@ -22,7 +22,7 @@ pub(super) fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
 
 /// Decodes a chunked body starting at `pos`; returns (data, end offset). Trailers are skipped.
 pub(super) fn read_chunked(
-    s: &mut TcpStream,
+    s: &mut impl Read,
     buf: &mut Vec<u8>,
     mut pos: usize,
 ) -> Option<(Vec<u8>, usize)> {
@@ -44,7 +44,7 @@ pub(super) fn read_chunked(
 }
 
 /// Skips trailer lines from `pos` through the empty line that ends them; the offset after it.
-fn skip_trailers(s: &mut TcpStream, buf: &mut Vec<u8>, mut pos: usize) -> Option<usize> {
+fn skip_trailers(s: &mut impl Read, buf: &mut Vec<u8>, mut pos: usize) -> Option<usize> {
     loop {
         let end = crlf_at(s, buf, pos)?;
         let empty = end == pos;
@@ -56,7 +56,7 @@ fn skip_trailers(s: &mut TcpStream, buf: &mut Vec<u8>, mut pos: usize) -> Option
 }
 
 /// The offset of the first CRLF at or after `pos`, reading more until there is one.
-fn crlf_at(s: &mut TcpStream, buf: &mut Vec<u8>, pos: usize) -> Option<usize> {
+fn crlf_at(s: &mut impl Read, buf: &mut Vec<u8>, pos: usize) -> Option<usize> {
     loop {
         if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
             return Some(pos + i);
