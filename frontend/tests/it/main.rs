@@ -41,5 +41,6 @@ mod proxy_protocol;
 mod reload;
 mod smuggling;
 mod strictness;
+mod tls;
 mod upgrade;
 mod upstream;

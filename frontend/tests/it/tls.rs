@@ -1,0 +1,668 @@
+//! The TLS listener (DESIGN.md "TLS", "Status codes" TLS rows, "Metrics"): requests through TLS are
+//! byte-exact and marked `X-Forwarded-Proto: https`; SNI picks the certificate (exact, wildcard, first);
+//! ALPN offers only http/1.1 while HTTP/2 is not built; TLS 1.2 and 1.3 and `min_version`; session
+//! resumption on whichever worker accepts; `handshake_timeout` and capacity; plain HTTP to the TLS
+//! port; curl and openssl s_client against it; a TLS-only edge; `edge --check` on bad certificate files.
+
+use std::{
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::Command,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use rustls::ProtocolVersion;
+
+use crate::harness::{
+    assert_about, Ca, Cfg, Client, Drip, Driver, Edge, Origin, Pem, Reply, TempDir, TlsConn,
+    TlsOpts, Versions,
+};
+
+const SEC: Duration = Duration::from_secs(1);
+const HANDSHAKES: &str = "edge_tls_handshakes_total";
+
+/// A CA, a leaf for `localhost` and `127.0.0.1` issued by it, written into a temp dir.
+pub struct Site {
+    pub dir: TempDir,
+    pub ca: Ca,
+    pub leaf: Pem,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca_file: PathBuf,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        let dir = TempDir::new();
+        let ca = Ca::new("edge test CA");
+        let leaf = ca.leaf("edge-test-1", &["localhost", "127.0.0.1"]);
+        let (cert, key) = leaf.write(&dir, "site");
+        let ca_file = ca.write(&dir, "ca");
+        Site {
+            dir,
+            ca,
+            leaf,
+            cert,
+            key,
+            ca_file,
+        }
+    }
+
+    /// The harness config with `[server.tls]` serving this site's leaf.
+    pub fn cfg(&self, d: Driver, origin: SocketAddr) -> Cfg {
+        Cfg::new(d, origin).tls_certs(&[(&self.cert, &self.key)])
+    }
+
+    /// A client configuration trusting this site's CA (offering http/1.1, TLS 1.2 and 1.3).
+    pub fn client(&self) -> Arc<rustls::ClientConfig> {
+        TlsOpts::trusting(self.ca.cert_der()).build()
+    }
+
+    pub fn opts(&self) -> TlsOpts {
+        TlsOpts::trusting(self.ca.cert_der())
+    }
+}
+
+fn tls_addr(edge: &Edge) -> SocketAddr {
+    edge.tls.expect("a TLS listener")
+}
+
+/// `n` bytes of a pattern that no shift or truncation maps onto itself.
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+/// An origin: `/big` answers 1 MiB of [`pattern`]; everything else echoes the request body.
+fn echo_or_big() -> Origin {
+    Origin::start(|req| {
+        if req.target == "/big" {
+            return Reply::ok(&pattern(1 << 20));
+        }
+        let mut b = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
+            req.body.len(),
+            req.method
+        )
+        .into_bytes();
+        b.extend_from_slice(&req.body);
+        Reply::raw(&b, false)
+    })
+}
+
+both_drivers!(get_and_post_through_tls_are_byte_exact, |d| {
+    let origin = echo_or_big();
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut c = TlsConn::connect(tls_addr(&edge), &site.client(), "localhost").unwrap();
+
+    let r = c.get("/hello?x=1");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-method"), Some("GET"));
+    let seen = origin.last();
+    assert_eq!(seen.target, "/hello?x=1");
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+
+    // A small POST and a 1 MiB upload on the same connection: the origin sees exactly the body and
+    // the echoed response is exact.
+    for body in [b"hello over tls".to_vec(), pattern(1 << 20)] {
+        let mut req = format!(
+            "POST /up HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(&body);
+        c.send(&req).unwrap();
+        let r = c.read_response().expect("POST response");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-method"), Some("POST"));
+        assert!(
+            r.body == body,
+            "echoed body differs ({} bytes)",
+            r.body.len()
+        );
+        let seen = origin.last();
+        assert!(
+            seen.body == body,
+            "origin body differs ({} bytes)",
+            seen.body.len()
+        );
+        assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    }
+
+    // A 1 MiB response.
+    let r = c.get("/big");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == pattern(1 << 20),
+        "1 MiB body differs ({} bytes)",
+        r.body.len()
+    );
+    assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 1.0);
+});
+
+both_drivers!(sni_picks_exact_then_wildcard_then_the_first, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let a = site.ca.leaf("a-test", &["a.test"]);
+    let wild = site.ca.leaf("wild-test", &["*.wild.test"]);
+    let (a_cert, a_key) = a.write(&site.dir, "a");
+    let (w_cert, w_key) = wild.write(&site.dir, "wild");
+    let cfg = Cfg::new(d, origin.addr).tls_certs(&[
+        (&site.cert, &site.key),
+        (&a_cert, &a_key),
+        (&w_cert, &w_key),
+    ]);
+    let edge = Edge::start(&cfg);
+    let any = TlsOpts::any_cert().build();
+    let served = |name: &str| {
+        let mut c = TlsConn::connect(tls_addr(&edge), &any, name).unwrap();
+        assert_eq!(c.get("/").body, b"ok", "request with SNI {name}");
+        c.peer_cert()
+    };
+    assert!(served("a.test") == a.der, "a.test: exact name");
+    assert!(
+        served("A.Test") == a.der,
+        "A.Test: names are case-insensitive"
+    );
+    assert!(served("x.wild.test") == wild.der, "x.wild.test: wildcard");
+    assert!(served("localhost") == site.leaf.der, "localhost: the first");
+    assert!(
+        served("unknown.test") == site.leaf.der,
+        "unknown: the first"
+    );
+    assert!(
+        served("a.b.wild.test") == site.leaf.der,
+        "a wildcard covers one label only"
+    );
+    assert!(
+        served("wild.test") == site.leaf.der,
+        "a wildcard does not cover its base"
+    );
+    // An IP address as the name: the client sends no SNI.
+    assert!(served("127.0.0.1") == site.leaf.der, "no SNI: the first");
+    // And a verifying client accepts each pick for its own name.
+    let verifying = site.client();
+    let mut c = TlsConn::connect(tls_addr(&edge), &verifying, "x.wild.test").unwrap();
+    assert_eq!(c.get("/").status, 200);
+});
+
+both_drivers!(alpn_offers_http11_and_not_h2, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    // The default `alpn` is ["h2", "http/1.1"]; h2 is filtered out of the offer until HTTP/2 lands
+    // (DESIGN.md "TLS": without h2, TLS clients speak HTTP/1.1).
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let addr = tls_addr(&edge);
+
+    let mut c = TlsConn::connect(addr, &site.opts().build(), "localhost").unwrap();
+    assert_eq!(c.alpn().as_deref(), Some(&b"http/1.1"[..]));
+    assert_eq!(c.get("/").body, b"ok");
+
+    let both = site.opts().alpn(&["h2", "http/1.1"]).build();
+    let c = TlsConn::connect(addr, &both, "localhost").unwrap();
+    assert_eq!(
+        c.alpn().as_deref(),
+        Some(&b"http/1.1"[..]),
+        "h2 must not be chosen"
+    );
+
+    let none = site.opts().alpn(&[]).build();
+    let mut c = TlsConn::connect(addr, &none, "localhost").unwrap();
+    assert_eq!(c.alpn(), None);
+    assert_eq!(c.get("/").body, b"ok", "no ALPN: HTTP/1.1");
+
+    // Offering only h2: there is no common protocol, and rustls refuses the handshake with a
+    // no_application_protocol alert (RFC 7301 §3.2), counted as a failed handshake.
+    let h2 = site.opts().alpn(&["h2"]).build();
+    let before = edge.metric(HANDSHAKES, &["result=\"failed\""]);
+    let err = TlsConn::connect(addr, &h2, "localhost")
+        .err()
+        .expect("an h2-only client must not get a session");
+    assert!(
+        err.to_string().to_lowercase().contains("application"),
+        "expected a no_application_protocol alert, got {err}"
+    );
+    assert_eq!(
+        edge.wait_metric(HANDSHAKES, &["result=\"failed\""], before + 1.0),
+        before + 1.0
+    );
+});
+
+both_drivers!(tls12_and_tls13_work_and_min_version_13_refuses_12, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    for (v, want) in [
+        (Versions::Tls12, ProtocolVersion::TLSv1_2),
+        (Versions::Tls13, ProtocolVersion::TLSv1_3),
+        (Versions::Both, ProtocolVersion::TLSv1_3),
+    ] {
+        let cfg = site.opts().versions(v).build();
+        let mut c = TlsConn::connect(tls_addr(&edge), &cfg, "localhost").unwrap();
+        assert_eq!(c.version(), Some(want), "{v:?}");
+        assert_eq!(c.get("/").body, b"ok", "{v:?}");
+    }
+    assert_eq!(edge.metric(HANDSHAKES, &["result=\"failed\""]), 0.0);
+    drop(edge);
+
+    let edge = Edge::start(&site.cfg(d, origin.addr).tls("min_version", "1.3"));
+    let addr = tls_addr(&edge);
+    let old = site.opts().versions(Versions::Tls12).build();
+    let err = TlsConn::connect(addr, &old, "localhost")
+        .err()
+        .expect("a TLS 1.2-only client must be refused");
+    assert!(
+        err.to_string().to_lowercase().contains("version"),
+        "expected a protocol_version alert, got {err}"
+    );
+    assert_eq!(
+        edge.wait_metric(HANDSHAKES, &["result=\"failed\""], 1.0),
+        1.0
+    );
+    let mut c = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    assert_eq!(c.version(), Some(ProtocolVersion::TLSv1_3));
+    assert_eq!(c.get("/").body, b"ok");
+});
+
+/// Makes `n` connections with one client configuration, each a GET (so TLS 1.3 tickets are read);
+/// asserts the first is full and every later one resumed.
+fn assert_resumes(addr: SocketAddr, cfg: &Arc<rustls::ClientConfig>, n: usize, what: &str) {
+    for i in 0..n {
+        let mut c = TlsConn::connect(addr, cfg, "localhost").unwrap();
+        assert_eq!(c.get("/").body, b"ok", "{what}: connection {i}");
+        assert_eq!(c.resumed(), i > 0, "{what}: connection {i} resumed?");
+    }
+}
+
+both_drivers!(sessions_resume_with_tls13_and_tls12, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let addr = tls_addr(&edge);
+    assert_resumes(
+        addr,
+        &site.opts().versions(Versions::Tls13).build(),
+        3,
+        "TLS 1.3",
+    );
+    assert_resumes(
+        addr,
+        &site.opts().versions(Versions::Tls12).build(),
+        3,
+        "TLS 1.2",
+    );
+    assert_eq!(
+        edge.wait_metric(HANDSHAKES, &["result=\"resumed\""], 4.0),
+        4.0
+    );
+    assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 2.0);
+});
+
+both_drivers!(sessions_resume_on_whichever_worker_accepts, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).workers(2));
+    let addr = tls_addr(&edge);
+    let n = 24;
+    assert_resumes(
+        addr,
+        &site.opts().versions(Versions::Tls13).build(),
+        n,
+        "TLS 1.3",
+    );
+    assert_resumes(
+        addr,
+        &site.opts().versions(Versions::Tls12).build(),
+        n,
+        "TLS 1.2",
+    );
+    let resumed = 2.0 * (n as f64 - 1.0);
+    assert_eq!(
+        edge.wait_metric(HANDSHAKES, &["result=\"resumed\""], resumed),
+        resumed
+    );
+    // Both workers accepted some of them (SO_REUSEPORT spreads 48 connections over two sockets), so
+    // the resumption held across workers.
+    for w in ["worker=\"0\"", "worker=\"1\""] {
+        assert!(
+            edge.metric(HANDSHAKES, &[w]) > 0.0,
+            "{w} handshook no connection: the cross-worker case was not exercised"
+        );
+    }
+});
+
+both_drivers!(resumption_off_makes_every_handshake_full, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).tls("session_resumption", false));
+    for v in [Versions::Tls13, Versions::Tls12] {
+        let cfg = site.opts().versions(v).build();
+        for i in 0..2 {
+            let mut c = TlsConn::connect(tls_addr(&edge), &cfg, "localhost").unwrap();
+            assert_eq!(c.get("/").body, b"ok");
+            assert!(
+                !c.resumed(),
+                "{v:?} connection {i} resumed with resumption off"
+            );
+        }
+    }
+    assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 4.0);
+});
+
+/// A real ClientHello for `localhost` (the bytes a rustls client sends first).
+fn client_hello(site: &Site) -> Vec<u8> {
+    let mut conn =
+        rustls::ClientConnection::new(site.client(), "localhost".try_into().unwrap()).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+both_drivers!(handshake_timeout_closes_silent_and_dripping_sockets, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).tls("handshake_timeout", "1s"));
+    let addr = tls_addr(&edge);
+    let active = || edge.metric("edge_connections_active", &[]);
+    assert_eq!(edge.wait_metric("edge_connections_active", &[], 0.0), 0.0);
+
+    // Connects and sends nothing.
+    let started = Instant::now();
+    let mut silent = Client::connect(addr);
+    let took = silent
+        .time_until_closed(5 * SEC)
+        .expect("silent socket closed");
+    assert_about("silent socket closed", took, SEC, SEC);
+
+    // Drips a real ClientHello, one byte every 300 ms: the deadline runs from accept, not per read.
+    let hello = client_hello(&site);
+    let mut drip = Client::connect(addr);
+    let dripping = Drip::start(&drip.s, hello.clone(), 1, Duration::from_millis(300));
+    let took = drip
+        .time_until_closed(5 * SEC)
+        .expect("dripping socket closed");
+    let written = dripping.stop();
+    assert_about("dripping socket closed", took, SEC, SEC);
+    assert!(
+        written < hello.len(),
+        "the whole hello went out ({written} bytes)"
+    );
+
+    assert_eq!(
+        edge.wait_metric(HANDSHAKES, &["result=\"timeout\""], 2.0),
+        2.0
+    );
+    assert_eq!(
+        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"handshake\""], 2.0),
+        2.0
+    );
+    assert_eq!(edge.wait_metric("edge_connections_active", &[], 0.0), 0.0);
+    assert!(started.elapsed() < 10 * SEC);
+    // A client that completes its handshake in time is served.
+    let mut c = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    assert_eq!(c.get("/").body, b"ok");
+    drop(c);
+    assert_eq!(
+        edge.wait_metric("edge_connections_active", &[], 0.0),
+        0.0,
+        "{}",
+        active()
+    );
+});
+
+both_drivers!(
+    unfinished_handshakes_at_the_limit_do_not_stop_health_probes,
+    |d| {
+        let origin = Origin::fixed(b"ok");
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr).server("max_connections", 16));
+        let addr = tls_addr(&edge);
+        let hello = client_hello(&site);
+        // 20 TLS sockets that never finish: each sent the first half of a ClientHello.
+        let stuck: Vec<TcpStream> = (0..20)
+            .map(|_| {
+                let s = TcpStream::connect(addr).unwrap();
+                std::io::Write::write_all(&mut &s, &hello[..hello.len() / 2]).unwrap();
+                s
+            })
+            .collect();
+        assert!(
+            crate::harness::wait_until(5 * SEC, || edge.metric("edge_connections_active", &[])
+                >= 15.0),
+            "the stuck sockets were not accepted"
+        );
+        let mut plain = Client::connect(edge.plain.unwrap());
+        let r = plain.get("/_health");
+        assert_eq!(r.status, 200, "plain health probe: {:?}", r.text());
+        let mut tls = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+        let r = tls.get("/_health");
+        assert_eq!(r.status, 200, "TLS health probe: {:?}", r.text());
+        assert!(edge.metric("edge_connections_active", &[]) <= 16.0);
+        drop(stuck);
+    }
+);
+
+both_drivers!(plain_http_to_the_tls_port_gets_a_plain_400, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut c = Client::connect(tls_addr(&edge));
+    c.send(b"GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let r = c.read_response(false).expect("a plain-text answer");
+    crate::harness::assert_error_response("plain HTTP on TLS", &r, 400, true);
+    assert_eq!(r.text().trim_end(), "plain HTTP sent to the TLS port");
+    assert!(c.time_until_closed(5 * SEC).is_some(), "left open");
+    edge.assert_counted_and_logged(
+        "edge_requests_invalid_total",
+        &["reason=\"plain_http_on_tls\""],
+        1.0,
+        "request.invalid",
+    );
+    assert_eq!(origin.seen_count(), 0, "forwarded");
+});
+
+/// Whether `bin` runs here; prints why a test is skipped when it does not.
+fn have(bin: &str) -> bool {
+    let arg = if bin == "openssl" {
+        "version"
+    } else {
+        "--version"
+    };
+    let ok = Command::new(bin).arg(arg).output().is_ok();
+    if !ok {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("SKIP: {bin} is not installed\n").as_bytes(),
+        );
+    }
+    ok
+}
+
+both_drivers!(curl_verifies_and_fetches_over_tls, |d| {
+    if !have("curl") {
+        return;
+    }
+    let origin = Origin::fixed(b"through curl");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let port = tls_addr(&edge).port();
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&site.ca_file)
+        .arg("--resolve")
+        .arg(format!("localhost:{port}:127.0.0.1"))
+        .args(["-w", "\n%{http_code} %{http_version}"])
+        .arg(format!("https://localhost:{port}/c"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "curl failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "through curl\n200 1.1");
+    assert_eq!(origin.last().header("x-forwarded-proto"), Some("https"));
+});
+
+both_drivers!(openssl_s_client_verifies_and_negotiates_http11, |d| {
+    if !have("openssl") {
+        return;
+    }
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect"])
+        .arg(tls_addr(&edge).to_string())
+        .args(["-servername", "localhost", "-alpn", "http/1.1", "-CAfile"])
+        .arg(&site.ca_file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A request with `Connection: close`; stdin stays open, so s_client exits when edge closes after
+    // the response (bounded: killed after 15 s).
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(
+        &mut stdin,
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let exited = crate::harness::wait_until(15 * SEC, || matches!(child.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = child.kill();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        exited,
+        "s_client did not exit after edge's close: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(text.contains("ALPN protocol: http/1.1"), "{text}");
+    assert!(text.contains("HTTP/1.1 200"), "{text}");
+});
+
+both_drivers!(a_tls_only_edge_serves_tls_and_nothing_plain, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).server("listen", ""));
+    assert_eq!(edge.plain, None, "a plain listener is reported");
+    let ready = edge.wait_log("startup.ready", SEC).unwrap();
+    assert!(ready.contains("traffic=disabled"), "{ready}");
+    let mut c = TlsConn::connect(tls_addr(&edge), &site.client(), "localhost").unwrap();
+    assert_eq!(c.get("/").body, b"ok");
+    let mut listening = listening_ports(edge.pid());
+    listening.sort_unstable();
+    let mut want = vec![tls_addr(&edge).port(), edge.admin.port()];
+    want.sort_unstable();
+    assert_eq!(listening, want, "edge listens on more than TLS and admin");
+});
+
+/// The TCP ports process `pid` listens on (its socket fds matched against /proc/net/tcp in LISTEN).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]) {
+                let port = f[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
+}
+
+/// `edge --check` on `cfg`; (exit code, stderr).
+fn check(cfg: &Cfg, dir: &TempDir) -> (Option<i32>, String) {
+    let path = dir.0.join("check.toml");
+    std::fs::write(&path, cfg.render()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_accepts_a_good_certificate_and_a_chain_leaf_first() {
+    let site = Site::new();
+    let chain = site.ca.chain("chained", &["localhost"]);
+    let (c, k) = chain.write(&site.dir, "chain");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&site.cert, &site.key), (&c, &k)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn check_reports_a_key_that_does_not_match_its_certificate() {
+    let site = Site::new();
+    let other = site.ca.leaf("other", &["localhost"]);
+    let (_, other_key) = other.write(&site.dir, "other");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&site.cert, &other_key)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&other_key.display().to_string()),
+        "names the key file: {err}"
+    );
+    assert!(err.contains("does not match"), "{err}");
+}
+
+#[test]
+fn check_reports_an_expired_certificate() {
+    let site = Site::new();
+    let old = site.ca.expired_leaf("old", &["localhost"]);
+    let (c, k) = old.write(&site.dir, "expired");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&c, &k)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&c.display().to_string()),
+        "names the cert file: {err}"
+    );
+    assert!(err.contains("expired"), "{err}");
+}
+
+#[test]
+fn check_reports_a_chain_in_the_wrong_order() {
+    let site = Site::new();
+    let bad = site.ca.wrong_order_chain("reversed", &["localhost"]);
+    let (c, k) = bad.write(&site.dir, "reversed");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&c, &k)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&c.display().to_string()),
+        "names the cert file: {err}"
+    );
+    assert!(err.contains("wrong order"), "{err}");
+}
