@@ -42,5 +42,6 @@ mod reload;
 mod smuggling;
 mod strictness;
 mod tls;
+mod tls_upstream;
 mod upgrade;
 mod upstream;

@@ -1,0 +1,254 @@
+//! Upstream TLS (DESIGN.md "TLS", origination; "Status codes", the upstream TLS row): an upstream with
+//! `tls = true` verifies the origin against `tls_ca` and the server name (`tls_server_name`, else the
+//! endpoint's host), sends that name as SNI, pools its TLS connections and resumes sessions per
+//! endpoint; a certificate that does not verify is a 502 `kind="tls"` with `upstream.tls_failed`;
+//! `tls_verify = false` accepts it with a warning; mutual TLS with `tls_client_cert`/`tls_client_key`.
+
+use std::{path::PathBuf, time::Duration};
+
+use crate::harness::{Ca, Cfg, Client, Driver, Edge, Pem, Reply, TempDir, TlsOrigin, Value};
+
+const SEC: Duration = Duration::from_secs(1);
+const UP_HANDSHAKES: &str = "edge_upstream_tls_handshakes_total";
+
+/// An origin CA and a leaf for `origin.test`, `localhost` and `127.0.0.1`, files in a temp dir.
+struct Origin {
+    dir: TempDir,
+    ca: Ca,
+    leaf: Pem,
+    ca_file: PathBuf,
+}
+
+impl Origin {
+    fn new() -> Origin {
+        let dir = TempDir::new();
+        let ca = Ca::new("origin CA");
+        let leaf = ca.leaf("origin", &["origin.test", "localhost", "127.0.0.1"]);
+        let ca_file = ca.write(&dir, "origin-ca");
+        Origin {
+            dir,
+            ca,
+            leaf,
+            ca_file,
+        }
+    }
+}
+
+/// Answers `upstream:` + the target, keeping the connection open.
+fn answer(req: &crate::harness::Seen) -> Reply {
+    Reply::ok(format!("upstream:{}", req.target).as_bytes())
+}
+
+/// The harness config pointed at `tls` with `tls = true` and `tls_ca`.
+fn tls_cfg(d: Driver, tls: &TlsOrigin, ca_file: &std::path::Path) -> Cfg {
+    Cfg::new(d, tls.addr)
+        .upstream_field("tls", true)
+        .upstream_field("tls_ca", ca_file.display().to_string())
+}
+
+both_drivers!(a_verified_tls_upstream_is_proxied_and_pooled, |d| {
+    let o = Origin::new();
+    let tls = TlsOrigin::start(&o.leaf, None, answer);
+    let edge =
+        Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"));
+    let mut c = Client::connect(edge.addr);
+    for path in ["/one", "/two?x=1"] {
+        let r = c.get(path);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.text(), format!("upstream:{path}"));
+    }
+    // A new downstream connection reuses the pooled upstream TLS connection too.
+    assert_eq!(
+        Client::connect(edge.addr).get("/three").text(),
+        "upstream:/three"
+    );
+    assert_eq!(
+        tls.accepted(),
+        1,
+        "the pooled TLS connection was not reused"
+    );
+    let hs = tls.handshakes();
+    assert_eq!(hs.len(), 1, "{hs:?}");
+    assert_eq!(
+        hs[0].sni.as_deref(),
+        Some("origin.test"),
+        "SNI is tls_server_name"
+    );
+    assert_eq!(tls.last().header("host"), Some("test"));
+    assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"full\""]), 1.0);
+});
+
+both_drivers!(without_tls_server_name_the_endpoint_host_is_verified, |d| {
+    let o = Origin::new();
+    let tls = TlsOrigin::start(&o.leaf, None, answer);
+    // The endpoint is 127.0.0.1:PORT: the name verified is the IP address (an IP SAN of the leaf),
+    // and no SNI is sent (RFC 6066 §3: SNI carries host names only).
+    let edge = Edge::start(&tls_cfg(d, &tls, &o.ca_file));
+    let r = Client::connect(edge.addr).get("/ip");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "upstream:/ip");
+    let hs = tls.handshakes();
+    assert_eq!(hs.len(), 1, "{hs:?}");
+    assert_eq!(hs[0].sni, None, "SNI sent for an IP endpoint");
+    drop(edge);
+
+    // A name endpoint (`localhost:PORT`): its host is the SNI.
+    let edge = Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field(
+        "endpoints",
+        Value::Strs(vec![format!("localhost:{}", tls.addr.port())]),
+    ));
+    let r = Client::connect(edge.addr).get("/name");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let hs = tls.handshakes();
+    let last = hs.iter().rev().find(|h| h.failed.is_none()).unwrap();
+    assert_eq!(last.sni.as_deref(), Some("localhost"), "{hs:?}");
+});
+
+both_drivers!(a_certificate_from_another_ca_is_a_502_kind_tls, |d| {
+    let o = Origin::new();
+    let tls = TlsOrigin::start(&o.leaf, None, answer);
+    let other = Ca::new("some other CA");
+    let wrong_ca = other.write(&o.dir, "wrong-ca");
+    let edge =
+        Edge::start(&tls_cfg(d, &tls, &wrong_ca).upstream_field("tls_server_name", "origin.test"));
+    let mut c = Client::connect(edge.addr);
+    let r = c.get("/x");
+    crate::harness::assert_error_response("unverified upstream", &r, 502, false);
+    assert_eq!(
+        edge.wait_metric("edge_upstream_errors_total", &["kind=\"tls\""], 1.0),
+        1.0
+    );
+    let line = edge
+        .wait_log("upstream.tls_failed", 2 * SEC)
+        .expect("an upstream.tls_failed line");
+    assert!(
+        line.to_lowercase().contains("issuer") || line.contains("Unknown"),
+        "{line}"
+    );
+    assert!(
+        tls.seen.lock().unwrap().is_empty(),
+        "a request reached the origin"
+    );
+    assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"failed\""]), 1.0);
+    // The keep-alive client connection goes on (keep*: nothing of the request was left unread).
+    assert_eq!(c.get("/y").status, 502);
+    // The right CA name but the wrong server name fails the same way.
+    drop(edge);
+    let edge =
+        Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "other.test"));
+    let r = Client::connect(edge.addr).get("/x");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        edge.wait_metric("edge_upstream_errors_total", &["kind=\"tls\""], 1.0),
+        1.0
+    );
+});
+
+both_drivers!(
+    tls_verify_false_accepts_any_certificate_with_a_warning,
+    |d| {
+        let o = Origin::new();
+        let tls = TlsOrigin::start(&o.leaf, None, answer);
+        let edge = Edge::start(
+            &Cfg::new(d, tls.addr)
+                .upstream_field("tls", true)
+                .upstream_field("tls_verify", false)
+                .upstream_field("tls_server_name", "not-the-name.test"),
+        );
+        let r = Client::connect(edge.addr).get("/lab");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), "upstream:/lab");
+        // DESIGN.md "Configuration": `tls_verify = false` logs a warning at start.
+        let warned = edge
+            .log()
+            .into_iter()
+            .find(|l| l.contains("WARN") && l.contains("tls_verify"));
+        assert!(
+            warned.is_some(),
+            "no warning naming tls_verify at start; log:\n{}",
+            edge.log().join("\n")
+        );
+    }
+);
+
+/// An origin requiring a client certificate issued by `clients`.
+fn mutual_origin(o: &Origin, clients: &Ca) -> TlsOrigin {
+    TlsOrigin::start(&o.leaf, Some(clients), answer)
+}
+
+both_drivers!(mutual_tls_sends_the_client_certificate, |d| {
+    let o = Origin::new();
+    let clients = Ca::new("client CA");
+    let tls = mutual_origin(&o, &clients);
+    let (cert, key) = clients.client("edge-client").write(&o.dir, "client");
+    let edge = Edge::start(
+        &tls_cfg(d, &tls, &o.ca_file)
+            .upstream_field("tls_server_name", "origin.test")
+            .upstream_field("tls_client_cert", cert.display().to_string())
+            .upstream_field("tls_client_key", key.display().to_string()),
+    );
+    let r = Client::connect(edge.addr).get("/m");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "upstream:/m");
+    let hs = tls.handshakes();
+    assert!(hs.last().unwrap().client_cert, "{hs:?}");
+});
+
+// Regression for a classification bug: in TLS 1.3 the client's handshake is done before the server
+// checks the client certificate, so the origin's certificate_required alert arrives on edge's first
+// read of the response; it is a TLS failure (DESIGN.md "Status codes": upstream TLS handshake fails ->
+// 502 kind="tls"), not a reset.
+both_drivers!(
+    mutual_tls_without_a_client_certificate_is_a_502_kind_tls,
+    |d| {
+        let o = Origin::new();
+        let clients = Ca::new("client CA");
+        let tls = mutual_origin(&o, &clients);
+        let edge = Edge::start(
+            &tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"),
+        );
+        let r = Client::connect(edge.addr).get("/m");
+        crate::harness::assert_error_response("no client certificate", &r, 502, false);
+        assert!(
+            crate::harness::wait_until(2 * SEC, || tls
+                .handshakes()
+                .last()
+                .is_some_and(|h| h.failed.is_some())),
+            "the origin did not refuse the handshake: {:?}",
+            tls.handshakes()
+        );
+        assert_eq!(
+        edge.wait_metric("edge_upstream_errors_total", &["kind=\"tls\""], 1.0),
+        1.0,
+        "the origin's refusal of a missing client certificate must count as kind=\"tls\" (got {} as reset)",
+        edge.metric("edge_upstream_errors_total", &["kind=\"reset\""])
+    );
+    }
+);
+
+both_drivers!(a_fresh_upstream_connection_resumes_the_session, |d| {
+    let o = Origin::new();
+    // Every response closes its connection, so each request needs a fresh TLS connection.
+    let tls = TlsOrigin::start(&o.leaf, None, |req| {
+        let body = format!("upstream:{}", req.target);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        Reply::raw(format!("{head}{body}").as_bytes(), true)
+    });
+    let edge =
+        Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"));
+    let mut c = Client::connect(edge.addr);
+    for i in 0..3 {
+        let r = c.get(&format!("/r{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), format!("upstream:/r{i}"));
+    }
+    assert_eq!(tls.accepted(), 3);
+    let hs = tls.handshakes();
+    let resumed: Vec<bool> = hs.iter().map(|h| h.resumed).collect();
+    assert_eq!(resumed, [false, true, true], "{hs:?}");
+    assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"full\""]), 1.0);
+    assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"resumed\""]), 2.0);
+});
