@@ -66,6 +66,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     };
     let prom = install_recorder()?;
     let shared = publish(resolved, traffic.workers, max_connections, driver);
+    crate::cert_watch::announce(resolved);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
