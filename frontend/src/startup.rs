@@ -66,6 +66,11 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     };
     let prom = install_recorder()?;
     let shared = publish(resolved, traffic.workers, max_connections, driver);
+    if let Some(a) = traffic.tls_bound {
+        shared
+            .tls_port
+            .store(a.port(), std::sync::atomic::Ordering::Relaxed);
+    }
     crate::cert_watch::announce(resolved);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
