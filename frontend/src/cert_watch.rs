@@ -103,7 +103,10 @@ pub fn announce(cfg: &Resolved) {
             .collect()
     });
     let mut announced = ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
-    for gone in announced.iter().filter(|l| !served.iter().any(|(s, _)| s == *l)) {
+    for gone in announced
+        .iter()
+        .filter(|l| !served.iter().any(|(s, _)| s == *l))
+    {
         metrics::gauge!("edge_tls_certificate_expiry_timestamp_seconds", "certificate" => gone.clone())
             .set(f64::NAN);
     }
@@ -113,7 +116,11 @@ pub fn announce(cfg: &Resolved) {
     }
     *announced = served.into_iter().map(|(l, _)| l).collect();
     drop(announced);
-    for u in cfg.upstreams.iter().filter(|u| u.config.tls && !u.config.tls_verify) {
+    for u in cfg
+        .upstreams
+        .iter()
+        .filter(|u| u.config.tls && !u.config.tls_verify)
+    {
         tracing::warn!(event = "upstream.tls_unverified", upstream = %u.config.name, "tls_verify = false: this upstream's certificates are not verified (for labs only)");
     }
 }

@@ -137,7 +137,8 @@ pub fn supervise(
         }
         if let Some(offer) = &handover.offer {
             let admin = handover.admin.as_ref().map(AsRawFd::as_raw_fd);
-            if let upgrade::Handover::Done(pid) = offer.poll(listeners.plain, listeners.tls, admin) {
+            if let upgrade::Handover::Done(pid) = offer.poll(listeners.plain, listeners.tls, admin)
+            {
                 break Stop::Upgraded(pid);
             }
         }

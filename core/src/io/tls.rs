@@ -348,7 +348,11 @@ where
 
 /// Encrypts up to [`MAX_PLAINTEXT_PER_WRITE`] bytes of `data` and writes the records. Returns how many
 /// plaintext bytes were taken.
-async fn write_plain<W, C, S>(io: &mut W, state: &RefCell<State<C>>, data: &[u8]) -> io::Result<usize>
+async fn write_plain<W, C, S>(
+    io: &mut W,
+    state: &RefCell<State<C>>,
+    data: &[u8],
+) -> io::Result<usize>
 where
     W: AsyncWriteRent,
     C: DerefMut<Target = ConnectionCommon<S>>,
@@ -441,7 +445,11 @@ where
 }
 
 /// Writes an owned buffer's bytes as TLS records.
-async fn write_from<W, C, S, B>(io: &mut W, state: &RefCell<State<C>>, buf: B) -> BufResult<usize, B>
+async fn write_from<W, C, S, B>(
+    io: &mut W,
+    state: &RefCell<State<C>>,
+    buf: B,
+) -> BufResult<usize, B>
 where
     W: AsyncWriteRent,
     C: DerefMut<Target = ConnectionCommon<S>>,
@@ -470,7 +478,8 @@ where
     let res = (|| {
         let mut st = state.borrow_mut();
         // SAFETY: the iovec array and what it points to are valid while `buf` is owned here.
-        let iovs = unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) };
+        let iovs =
+            unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) };
         for v in iovs {
             let room = MAX_PLAINTEXT_PER_WRITE - taken;
             // SAFETY: as above.
@@ -628,7 +637,6 @@ where
         !self.state.borrow().has_input() && self.io.is_quiet()
     }
 }
-
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]

@@ -61,11 +61,13 @@ async fn exchange(
     timeout: std::time::Duration,
     tls: Option<&TlsTarget>,
 ) -> Result<u16, Failure> {
-    let mut conn = connect(addr, timeout, tls).await.map_err(|e| match e.kind {
-        UpstreamErrorKind::ConnectTimeout => Failure::Timeout,
-        UpstreamErrorKind::Tls => Failure::Tls,
-        _ => Failure::Connect(std::io::ErrorKind::ConnectionRefused),
-    })?;
+    let mut conn = connect(addr, timeout, tls)
+        .await
+        .map_err(|e| match e.kind {
+            UpstreamErrorKind::ConnectTimeout => Failure::Timeout,
+            UpstreamErrorKind::Tls => Failure::Tls,
+            _ => Failure::Connect(std::io::ErrorKind::ConnectionRefused),
+        })?;
     let (res, _) = conn.write_all(request).await;
     res.map_err(|_| Failure::Closed)?;
     let mut head = Vec::new();
