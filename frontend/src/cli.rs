@@ -1,6 +1,8 @@
 //! The command line of DESIGN.md "CLI" (clap). Flags override the file; the file overrides the embedded
 //! default.
 
+use std::sync::Arc;
+
 use clap::{Parser, Subcommand};
 use edge_core::config::{IoDriverSetting, LogFormat, Overrides, TlsOverride, Workers};
 
@@ -93,7 +95,10 @@ impl Cli {
 
 /// The health URL of a configuration: its traffic listener (loopback when unspecified) and health_path.
 pub fn health_url(r: &edge_core::config::Resolved) -> String {
-    let mut addr = r.listen;
+    let (scheme, mut addr) = match (r.plain_listener, r.tls_listen) {
+        (false, Some(tls)) => ("https", tls),
+        _ => ("http", r.listen),
+    };
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() {
             std::net::Ipv4Addr::LOCALHOST.into()
@@ -101,22 +106,30 @@ pub fn health_url(r: &edge_core::config::Resolved) -> String {
             std::net::Ipv6Addr::LOCALHOST.into()
         });
     }
-    format!("http://{addr}{}", r.config.server.health_path)
+    format!("{scheme}://{addr}{}", r.config.server.health_path)
 }
 
-/// `edge healthcheck`: GET the URL with a 2 s budget; `Ok(200)` or the status received.
+/// `edge healthcheck`: GET the URL with a 2 s budget; `Ok(200)` or the status received. An `https://`
+/// URL is fetched over TLS without verifying the certificate: the check asks whether this edge is
+/// ready, usually at 127.0.0.1, where its certificate's names never match.
 ///
 /// # Errors
-/// An unsupported URL, or a connect/read failure, in words.
+/// An unsupported URL, or a connect/read/TLS failure, in words.
 pub fn healthcheck(url: &str) -> Result<u16, String> {
     use std::{
         io::{Read, Write},
         net::{TcpStream, ToSocketAddrs},
         time::Duration,
     };
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+    let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
+            return Err(format!(
+                "{url}: only http:// and https:// URLs are supported"
+            ))
+        }
+    };
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let addr = authority
@@ -124,20 +137,51 @@ pub fn healthcheck(url: &str) -> Result<u16, String> {
         .map_err(|e| format!("{authority}: {e}"))?
         .next()
         .ok_or_else(|| format!("{authority}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("{addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    tcp.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    tcp.set_write_timeout(Some(Duration::from_secs(2))).ok();
+    let mut s: Box<dyn ReadWrite> = if tls {
+        Box::new(unverified_tls(tcp, authority)?)
+    } else {
+        Box::new(tcp)
+    };
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| format!("{url}: {e}"))?;
     let mut head = [0u8; 12];
     s.read_exact(&mut head).map_err(|e| format!("{url}: {e}"))?;
     std::str::from_utf8(&head[9..12])
         .ok()
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("{url}: not an HTTP response"))
+}
+
+/// A blocking byte stream (`edge healthcheck` only, not the proxy path).
+trait ReadWrite: std::io::Read + std::io::Write {}
+impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
+
+/// A TLS client stream over `tcp` that accepts any certificate ([`healthcheck`]).
+fn unverified_tls(
+    tcp: std::net::TcpStream,
+    authority: &str,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>, String> {
+    let provider = edge_core::tls::provider();
+    let verifier = Arc::new(edge_core::tls::AcceptAnyServerCert(provider.clone()));
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| format!("{authority}: {e}"))?;
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    Ok(rustls::StreamOwned::new(conn, tcp))
 }
 
 #[cfg(test)]

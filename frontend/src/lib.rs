@@ -11,6 +11,7 @@
 pub mod admin;
 #[cfg(feature = "count-alloc")]
 pub mod alloc_count;
+pub mod cert_watch;
 pub mod cli;
 pub mod discovery;
 pub mod evict;

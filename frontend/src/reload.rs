@@ -4,7 +4,8 @@
 //! requests in flight finish on the configuration they started with.
 //!
 //! Reloadable: routes, upstreams, timeouts, limits, health path, trusted proxies, per-connection request
-//! cap and the slow/access log settings. Settings fixed at start (listeners, workers, pinning, io driver,
+//! cap, the slow/access log settings, and TLS certificates and settings (rotation, DESIGN.md "TLS"; also
+//! on a file change, [`crate::cert_watch`]). Settings fixed at start (listeners, workers, pinning, io driver,
 //! backlog, max_connections, upgrade socket, log format and level) must not change: such a file is
 //! rejected as a whole, with a `config.rejected` line per key, and the running configuration stays, as it
 //! does for a file that does not parse or validate.
@@ -41,12 +42,18 @@ pub struct Refused {
 pub fn fixed_changes(old: &Resolved, new: &Resolved) -> Vec<Refused> {
     let (o, n) = (&old.config, &new.config);
     // (key, what it is, old value, new value), compared as their Debug text.
-    let fixed: [(&'static str, &str, String, String); 10] = [
+    let fixed: [(&'static str, &str, String, String); 11] = [
         (
             "server.listen",
             "the traffic listener",
             dbg(&o.server.listen),
             dbg(&n.server.listen),
+        ),
+        (
+            "server.tls.listen",
+            "the TLS listener",
+            dbg(&o.server.tls.as_ref().map(|t| &t.listen)),
+            dbg(&n.server.tls.as_ref().map(|t| &t.listen)),
         ),
         (
             "admin.listen",
@@ -119,20 +126,24 @@ fn dbg(v: &impl std::fmt::Debug) -> String {
     format!("{v:?}")
 }
 
-/// Handles one SIGHUP: reads, validates and resolves the configuration again and publishes it, or logs
+/// Handles one reload (`cause`: "SIGHUP", or the certificate files changed): reads, validates and resolves the configuration again and publishes it, or logs
 /// `config.rejected` (file, key, reason) for each problem and keeps the running configuration. Returns
 /// whether the new configuration was published.
-pub fn reload(shared: &Shared, source: &ConfigSource) -> bool {
+pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
     let file = source.file();
     tracing::info!(
         event = "config.reloading",
         file,
-        "SIGHUP: reading the configuration again"
+        cause,
+        "reading the configuration again"
     );
     let new = match crate::load_config(source.path.as_deref(), &source.overrides) {
         Ok(r) => r,
         Err(errors) => {
             for e in &errors {
+                if e.key.starts_with("server.tls.certificates") || e.key.contains(".tls_") {
+                    tracing::error!(event = "tls.reload_failed", file = %e.file, key = %e.key, reason = %e.reason, "certificate files rejected; the running certificates stay");
+                }
                 tracing::error!(event = "config.rejected", file = %e.file, key = %e.key, reason = %e.reason, "configuration rejected; the running configuration stays");
             }
             return false;
@@ -150,6 +161,7 @@ pub fn reload(shared: &Shared, source: &ConfigSource) -> bool {
         let eps: Vec<String> = u.endpoints.iter().map(ToString::to_string).collect();
         tracing::info!(event = "config.upstream", name = %u.config.name, endpoints = %eps.join(","));
     }
+    crate::cert_watch::announce(&new);
     let (upstreams, routes) = (new.upstreams.len(), new.routes.len());
     let generation = shared.config.publish(new);
     tracing::info!(

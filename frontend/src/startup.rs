@@ -66,6 +66,12 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     };
     let prom = install_recorder()?;
     let shared = publish(resolved, traffic.workers, max_connections, driver);
+    if let Some(a) = traffic.tls_bound {
+        shared
+            .tls_port
+            .store(a.port(), std::sync::atomic::Ordering::Relaxed);
+    }
+    crate::cert_watch::announce(resolved);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
@@ -235,7 +241,12 @@ fn adopt_listeners(i: &mut upgrade::Inherited, resolved: &Resolved, file: &str) 
     let (planned, _) = runtime::cpus::plan(cfg.server.workers, cfg.server.pin_workers);
     let workers = plain.len().max(tls.len());
     if (!plain.is_empty() && plain.len() != workers) || (!tls.is_empty() && tls.len() != workers) {
-        tracing::error!(event = "startup.failed", plain = plain.len(), tls = tls.len(), "--upgrade: the running edge handed over unequal numbers of plain and TLS listeners");
+        tracing::error!(
+            event = "startup.failed",
+            plain = plain.len(),
+            tls = tls.len(),
+            "--upgrade: the running edge handed over unequal numbers of plain and TLS listeners"
+        );
         return Err(EXIT_RUNTIME);
     }
     if planned != workers {
@@ -268,7 +279,11 @@ fn adopted_address(
         return Ok(None);
     };
     let Some(bound) = first.local_addr().ok().and_then(|a| a.as_socket()) else {
-        tracing::error!(event = "startup.failed", key, "--upgrade: the inherited socket has no address");
+        tracing::error!(
+            event = "startup.failed",
+            key,
+            "--upgrade: the inherited socket has no address"
+        );
         return Err(EXIT_RUNTIME);
     };
     match want {

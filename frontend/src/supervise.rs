@@ -125,10 +125,11 @@ pub fn supervise(
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
     let mut discovery = start_discovery();
+    let mut certs = crate::cert_watch::CertWatch::start(shared);
     let stop = loop {
         match wait_signal(Duration::from_millis(100), true) {
             Some(libc::SIGHUP) => {
-                reload::reload(shared, source);
+                reload::reload(shared, source, "SIGHUP");
                 continue;
             }
             Some(s) => break Stop::Signal(s),
@@ -136,11 +137,13 @@ pub fn supervise(
         }
         if let Some(offer) = &handover.offer {
             let admin = handover.admin.as_ref().map(AsRawFd::as_raw_fd);
-            if let upgrade::Handover::Done(pid) = offer.poll(listeners.plain, listeners.tls, admin) {
+            if let upgrade::Handover::Done(pid) = offer.poll(listeners.plain, listeners.tls, admin)
+            {
                 break Stop::Upgraded(pid);
             }
         }
         sup.check();
+        certs.tick(shared, source);
         if let Some(d) = &mut discovery {
             d.tick(shared);
         }

@@ -70,9 +70,8 @@ pub fn take_over(path: &str) -> Result<Inherited, String> {
         ));
     }
     let mut fds = fds.into_iter();
-    let mut take = |n| -> Vec<socket2::Socket> {
-        fds.by_ref().take(n).map(socket2::Socket::from).collect()
-    };
+    let mut take =
+        |n| -> Vec<socket2::Socket> { fds.by_ref().take(n).map(socket2::Socket::from).collect() };
     let (traffic, tls) = (take(traffic), take(tls));
     let admin = fds.next().map(std::net::TcpListener::from);
     Ok(Inherited {

@@ -187,7 +187,10 @@ fn id_prefix() -> u32 {
 pub async fn run(env: WorkerEnv) {
     let mut listeners = Vec::new();
     for (kind, l) in env.listeners {
-        match l.set_nonblocking(true).and_then(|()| TcpListener::from_std(l)) {
+        match l
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(l))
+        {
             Ok(l) => listeners.push((kind, l)),
             Err(e) => {
                 let _ = env.ready.send(Err(format!(

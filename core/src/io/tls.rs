@@ -280,8 +280,10 @@ where
     }
 }
 
-/// Reads plaintext into `dst` (at most its length): decrypted bytes first, else more ciphertext.
-/// Returns 0 at EOF (close_notify or the socket's EOF).
+/// Reads plaintext into `dst` (at most its length): decrypted bytes first, then the ciphertext already
+/// read, and only when neither gave anything, more from the socket; so one call fills `dst` from every
+/// record at hand (rustls holds at most 16 KiB of plaintext at a time). Returns 0 at EOF (close_notify
+/// or the socket's EOF).
 async fn read_plain<R, C, S>(
     io: &mut R,
     state: &RefCell<State<C>>,
@@ -293,15 +295,32 @@ where
     C: DerefMut<Target = ConnectionCommon<S>>,
     S: SideData,
 {
+    let mut got = 0;
     loop {
         {
             let mut st = state.borrow_mut();
-            if let Some(r) = st.take_plaintext(dst) {
-                return r;
+            if got < dst.len() {
+                match st.take_plaintext(&mut dst[got..]) {
+                    Some(Ok(0)) => return Ok(got),
+                    Some(Ok(n)) => {
+                        got += n;
+                        continue;
+                    }
+                    Some(Err(e)) if got == 0 => return Err(e),
+                    Some(Err(_)) => return Ok(got),
+                    None => {}
+                }
+            }
+            if got == dst.len() {
+                return Ok(got);
             }
             if st.pending.is_some() {
                 let before = st.pending.as_ref().map(|(_, pos)| *pos);
-                st.feed().map_err(tls_error)?;
+                match st.feed() {
+                    Ok(()) => {}
+                    Err(_) if got > 0 => return Ok(got),
+                    Err(e) => return Err(tls_error(e)),
+                }
                 let stuck = st.plaintext == 0
                     && st.pending.is_some()
                     && st.pending.as_ref().map(|(_, pos)| *pos) == before;
@@ -312,6 +331,9 @@ where
                     ));
                 }
                 continue;
+            }
+            if got > 0 {
+                return Ok(got);
             }
             if st.eof {
                 return Ok(0);
@@ -348,7 +370,11 @@ where
 
 /// Encrypts up to [`MAX_PLAINTEXT_PER_WRITE`] bytes of `data` and writes the records. Returns how many
 /// plaintext bytes were taken.
-async fn write_plain<W, C, S>(io: &mut W, state: &RefCell<State<C>>, data: &[u8]) -> io::Result<usize>
+async fn write_plain<W, C, S>(
+    io: &mut W,
+    state: &RefCell<State<C>>,
+    data: &[u8],
+) -> io::Result<usize>
 where
     W: AsyncWriteRent,
     C: DerefMut<Target = ConnectionCommon<S>>,
@@ -441,7 +467,11 @@ where
 }
 
 /// Writes an owned buffer's bytes as TLS records.
-async fn write_from<W, C, S, B>(io: &mut W, state: &RefCell<State<C>>, buf: B) -> BufResult<usize, B>
+async fn write_from<W, C, S, B>(
+    io: &mut W,
+    state: &RefCell<State<C>>,
+    buf: B,
+) -> BufResult<usize, B>
 where
     W: AsyncWriteRent,
     C: DerefMut<Target = ConnectionCommon<S>>,
@@ -470,7 +500,8 @@ where
     let res = (|| {
         let mut st = state.borrow_mut();
         // SAFETY: the iovec array and what it points to are valid while `buf` is owned here.
-        let iovs = unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) };
+        let iovs =
+            unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) };
         for v in iovs {
             let room = MAX_PLAINTEXT_PER_WRITE - taken;
             // SAFETY: as above.
@@ -628,7 +659,6 @@ where
         !self.state.borrow().has_input() && self.io.is_quiet()
     }
 }
-
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]

@@ -172,7 +172,9 @@ fn plain_http_on_a_tls_socket_is_recognised() {
                 Tls::handshake(s, conn).await.err().map(|(e, _)| e)
             });
             let mut c = TcpStream::connect(addr).await.unwrap();
-            let (r, _) = c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()).await;
+            let (r, _) = c
+                .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec())
+                .await;
             r.unwrap();
             assert!(matches!(server.await, Some(HandshakeError::PlainHttp)));
         })
@@ -192,7 +194,9 @@ fn garbage_fails_the_handshake_with_a_tls_error() {
                 Tls::handshake(s, conn).await.err().map(|(e, _)| e)
             });
             let mut c = TcpStream::connect(addr).await.unwrap();
-            let (r, _) = c.write_all(vec![0x16, 3, 1, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff]).await;
+            let (r, _) = c
+                .write_all(vec![0x16, 3, 1, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff])
+                .await;
             r.unwrap();
             let err = server.await;
             assert!(matches!(err, Some(HandshakeError::Tls(_))), "{err:?}");

@@ -14,7 +14,7 @@ use std::{
     io,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering},
         mpsc, Arc,
     },
     thread,
@@ -147,6 +147,8 @@ pub struct Shared {
     pub config: Published<Resolved>,
     /// Endpoint states of the active health checks, written by the health thread only.
     pub health: health::ActiveHealth,
+    /// The port the TLS listener is bound to (0 without one): where `redirect_plain` sends clients.
+    pub tls_port: AtomicU16,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -174,6 +176,7 @@ impl Shared {
             io_driver,
             config: Published::new(config),
             health: Default::default(),
+            tls_port: AtomicU16::new(0),
         }
     }
 

@@ -28,11 +28,19 @@ pub use sni::SniResolver;
 use crate::config::Config;
 
 /// The crypto provider of every rustls configuration edge builds: aws-lc-rs with its default cipher
-/// suites, key exchange groups and signature algorithms; one instance per process.
+/// suites, key exchange groups and signature algorithms (ring instead in a build with the `tls-ring`
+/// feature, which exists to measure the two side by side: bench/README.md "TLS"); one instance per
+/// process.
 pub fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .get_or_init(|| {
+            #[cfg(feature = "tls-ring")]
+            let p = rustls::crypto::ring::default_provider();
+            #[cfg(not(feature = "tls-ring"))]
+            let p = rustls::crypto::aws_lc_rs::default_provider();
+            Arc::new(p)
+        })
         .clone()
 }
 

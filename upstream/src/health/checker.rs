@@ -39,6 +39,8 @@ type Key = (String, SocketAddr);
 struct Settings {
     check: HealthCheck,
     request: Vec<u8>,
+    /// TLS to the endpoint, for a `tls = true` upstream (probes speak what requests speak).
+    tls: Option<crate::connect::TlsTarget>,
 }
 
 /// One checked endpoint.
@@ -86,9 +88,19 @@ fn apply(checker: &Rc<Checker>, cfg: &Resolved, shared: &Shared) {
         };
         for e in &u.endpoints {
             let text = u.config.endpoints[e.spec].address().to_string();
+            let tls = u.tls.as_ref().and_then(|t| {
+                Some(crate::connect::TlsTarget {
+                    config: t.config.clone(),
+                    server_name: t.server_name(e.spec)?.clone(),
+                    handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
+                })
+            });
+            // DESIGN.md: Host = the endpoint, or `tls_server_name` when set.
+            let host = u.config.tls_server_name.as_deref().unwrap_or(&text);
             let settings = Rc::new(Settings {
-                request: probe::request(check, &text),
+                request: probe::request(check, host),
                 check: check.clone(),
+                tls,
             });
             wanted
                 .entry((u.config.name.clone(), e.addr))
@@ -136,7 +148,13 @@ async fn probe_loop(checker: Rc<Checker>, slot: Rc<Slot>) {
     loop {
         let settings = slot.settings.borrow().clone();
         let started = Instant::now();
-        let verdict = probe::probe(slot.addr, settings.request.clone(), &settings.check).await;
+        let verdict = probe::probe(
+            slot.addr,
+            settings.request.clone(),
+            &settings.check,
+            settings.tls.as_ref(),
+        )
+        .await;
         if slot.retired.get() {
             return;
         }

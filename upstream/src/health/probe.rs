@@ -10,9 +10,11 @@ use edge_core::{
     config::HealthCheck,
     http::head::{parse_response, Fields},
 };
-use monoio::{
-    io::{AsyncReadRent, AsyncWriteRentExt},
-    net::TcpStream,
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+
+use crate::{
+    connect::{connect, TlsTarget},
+    error::UpstreamErrorKind,
 };
 
 use super::tracker::{Failure, Verdict};
@@ -37,8 +39,14 @@ pub fn request(check: &HealthCheck, host: &str) -> Vec<u8> {
 ///
 /// # Cancel safety
 /// Dropping the future drops the connection; nothing outlives it.
-pub async fn probe(addr: SocketAddr, request: Vec<u8>, check: &HealthCheck) -> Verdict {
-    match monoio::time::timeout(check.timeout.0, exchange(addr, request)).await {
+pub async fn probe(
+    addr: SocketAddr,
+    request: Vec<u8>,
+    check: &HealthCheck,
+    tls: Option<&TlsTarget>,
+) -> Verdict {
+    let exchange = exchange(addr, request, check.timeout.0, tls);
+    match monoio::time::timeout(check.timeout.0, exchange).await {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(f)) => Err(f),
         Ok(Ok(status)) if check.expect_status.contains(status) => Ok(status),
@@ -46,15 +54,20 @@ pub async fn probe(addr: SocketAddr, request: Vec<u8>, check: &HealthCheck) -> V
     }
 }
 
-/// Connect, write, read the head; the response status.
-async fn exchange(addr: SocketAddr, request: Vec<u8>) -> Result<u16, Failure> {
-    let mut conn = TcpStream::connect_addr(addr)
+/// Connect (with TLS for a `tls = true` upstream), write, read the head; the response status.
+async fn exchange(
+    addr: SocketAddr,
+    request: Vec<u8>,
+    timeout: std::time::Duration,
+    tls: Option<&TlsTarget>,
+) -> Result<u16, Failure> {
+    let mut conn = connect(addr, timeout, tls)
         .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::TimedOut => Failure::Timeout,
-            kind => Failure::Connect(kind),
+        .map_err(|e| match e.kind {
+            UpstreamErrorKind::ConnectTimeout => Failure::Timeout,
+            UpstreamErrorKind::Tls => Failure::Tls,
+            _ => Failure::Connect(std::io::ErrorKind::ConnectionRefused),
         })?;
-    let _ = conn.set_nodelay(true);
     let (res, _) = conn.write_all(request).await;
     res.map_err(|_| Failure::Closed)?;
     let mut head = Vec::new();

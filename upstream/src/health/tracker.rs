@@ -18,6 +18,8 @@ pub enum Failure {
     BadResponse,
     /// The connection closed, or failed, before a whole response head arrived.
     Closed,
+    /// The TLS handshake or certificate verification failed (`tls = true` upstreams).
+    Tls,
 }
 
 impl fmt::Display for Failure {
@@ -28,6 +30,7 @@ impl fmt::Display for Failure {
             Failure::Status(s) => write!(f, "status {s}"),
             Failure::BadResponse => f.write_str("bad response head"),
             Failure::Closed => f.write_str("closed before the response head"),
+            Failure::Tls => f.write_str("TLS handshake failed"),
         }
     }
 }

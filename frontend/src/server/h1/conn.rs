@@ -404,6 +404,19 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         Some(a) => Some(&buf[a.clone()]),
         None => info.host.map(|i| c.fields[i].value(buf)),
     };
+    if !c.https
+        && live
+            .cfg
+            .config
+            .server
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.redirect_plain)
+    {
+        let port = w.shared.tls_port.load(Ordering::Relaxed);
+        let location = local::Redirect { host, target, port }.location();
+        return local::redirect(w, c, head.len, info.body, location, close, started).await;
+    }
     let Some(route) = live.router.find(target, host) else {
         c.rb.consume(head.len);
         return fail_after_head(w, c, Failure::NoRoute, info.body, deadline, started).await;

@@ -98,6 +98,63 @@ pub(super) async fn last_hop<T: Transport>(
     .await
 }
 
+/// Where `redirect_plain` sends a plain request (DESIGN.md "TLS"): `https://` + the request's host
+/// (without its port) + `:port` unless 443 + the target as received (path and query).
+pub(super) struct Redirect<'a> {
+    /// The Host (or absolute-form authority); `None`: the TLS listener's own address is not known to
+    /// the client either, so `localhost` is used.
+    pub host: Option<&'a [u8]>,
+    /// The origin-form target.
+    pub target: &'a [u8],
+    /// The TLS listener's port.
+    pub port: u16,
+}
+
+impl Redirect<'_> {
+    /// The `Location` value.
+    pub(super) fn location(&self) -> Vec<u8> {
+        let mut location = Vec::with_capacity(64 + self.target.len());
+        location.extend_from_slice(b"https://");
+        let host = self.host.unwrap_or(b"localhost");
+        // Strip a port; a bracketed IPv6 literal keeps its brackets.
+        let name = match host.iter().rposition(|&b| b == b':') {
+            Some(i) if !host[i..].contains(&b']') => &host[..i],
+            _ => host,
+        };
+        location.extend_from_slice(name);
+        if self.port != 443 && self.port != 0 {
+            location.extend_from_slice(format!(":{}", self.port).as_bytes());
+        }
+        location.extend_from_slice(self.target);
+        location
+    }
+}
+
+/// Answers a request on the plain listener with `redirect_plain = true`: 308 Permanent Redirect (RFC
+/// 9110 §15.4.9: the method and body are kept) to `location` (its https URL, [`Redirect::location`]).
+/// The health path is answered before this, never redirected.
+pub(super) async fn redirect<T: Transport>(
+    w: &Worker,
+    c: &mut Conn<T>,
+    head_len: usize,
+    body: Body,
+    location: Vec<u8>,
+    close: bool,
+    started: Instant,
+) -> Next {
+    answer_locally(w, c, head_len, body, close, started, move |out, close| {
+        out.extend_from_slice(b"HTTP/1.1 308 Permanent Redirect\r\nLocation: ");
+        out.extend_from_slice(&location);
+        out.extend_from_slice(b"\r\nContent-Length: 0\r\nCache-Control: no-store\r\n");
+        if close {
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        308
+    })
+    .await
+}
+
 /// A request edge answers itself: its body is discarded (up to the `request` deadline), `write` builds
 /// the response (given whether it closes) and returns its status, which is counted like any other.
 /// A connection that closes with input possibly unread gets a lingering close.
