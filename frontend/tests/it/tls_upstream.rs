@@ -14,7 +14,6 @@ const UP_HANDSHAKES: &str = "edge_upstream_tls_handshakes_total";
 /// An origin CA and a leaf for `origin.test`, `localhost` and `127.0.0.1`, files in a temp dir.
 struct Origin {
     dir: TempDir,
-    ca: Ca,
     leaf: Pem,
     ca_file: PathBuf,
 }
@@ -27,7 +26,7 @@ impl Origin {
         let ca_file = ca.write(&dir, "origin-ca");
         Origin {
             dir,
-            ca,
+
             leaf,
             ca_file,
         }
