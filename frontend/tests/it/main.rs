@@ -42,6 +42,7 @@ mod reload;
 mod smuggling;
 mod strictness;
 mod tls;
+mod tls_cli;
 mod tls_upstream;
 mod upgrade;
 mod upstream;

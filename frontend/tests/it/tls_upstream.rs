@@ -24,12 +24,7 @@ impl Origin {
         let ca = Ca::new("origin CA");
         let leaf = ca.leaf("origin", &["origin.test", "localhost", "127.0.0.1"]);
         let ca_file = ca.write(&dir, "origin-ca");
-        Origin {
-            dir,
-
-            leaf,
-            ca_file,
-        }
+        Origin { dir, leaf, ca_file }
     }
 }
 

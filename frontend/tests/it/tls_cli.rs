@@ -1,0 +1,170 @@
+//! TLS with outside tools and the CLI (DESIGN.md "TLS"): curl and `openssl s_client` verify edge's
+//! certificate against the test CA and negotiate http/1.1; `edge --check` reports a key that does not
+//! match its certificate, an expired certificate and a chain in the wrong order, naming the file.
+
+use std::{process::Command, time::Duration};
+
+use crate::harness::{Cfg, Driver, Edge, Origin, Site, TempDir};
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// Whether `bin` runs here; prints why a test is skipped when it does not.
+fn have(bin: &str) -> bool {
+    let arg = if bin == "openssl" {
+        "version"
+    } else {
+        "--version"
+    };
+    let ok = Command::new(bin).arg(arg).output().is_ok();
+    if !ok {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("SKIP: {bin} is not installed\n").as_bytes(),
+        );
+    }
+    ok
+}
+
+both_drivers!(curl_verifies_and_fetches_over_tls, |d| {
+    if !have("curl") {
+        return;
+    }
+    let origin = Origin::fixed(b"through curl");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let port = edge.tls_addr().port();
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&site.ca_file)
+        .arg("--resolve")
+        .arg(format!("localhost:{port}:127.0.0.1"))
+        .args(["-w", "\n%{http_code} %{http_version}"])
+        .arg(format!("https://localhost:{port}/c"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "curl failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "through curl\n200 1.1");
+    assert_eq!(origin.last().header("x-forwarded-proto"), Some("https"));
+});
+
+both_drivers!(openssl_s_client_verifies_and_negotiates_http11, |d| {
+    if !have("openssl") {
+        return;
+    }
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect"])
+        .arg(edge.tls_addr().to_string())
+        .args(["-servername", "localhost", "-alpn", "http/1.1", "-CAfile"])
+        .arg(&site.ca_file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A request with `Connection: close`; stdin stays open, so s_client exits when edge closes after
+    // the response (bounded: killed after 15 s).
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(
+        &mut stdin,
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let exited = crate::harness::wait_until(15 * SEC, || matches!(child.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = child.kill();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        exited,
+        "s_client did not exit after edge's close: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(text.contains("ALPN protocol: http/1.1"), "{text}");
+    assert!(text.contains("HTTP/1.1 200"), "{text}");
+});
+
+/// `edge --check` on `cfg`; (exit code, stderr).
+fn check(cfg: &Cfg, dir: &TempDir) -> (Option<i32>, String) {
+    let path = dir.0.join("check.toml");
+    std::fs::write(&path, cfg.render()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_accepts_a_good_certificate_and_a_chain_leaf_first() {
+    let site = Site::new();
+    let chain = site.ca.chain("chained", &["localhost"]);
+    let (c, k) = chain.write(&site.dir, "chain");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&site.cert, &site.key), (&c, &k)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn check_reports_a_key_that_does_not_match_its_certificate() {
+    let site = Site::new();
+    let other = site.ca.leaf("other", &["localhost"]);
+    let (_, other_key) = other.write(&site.dir, "other");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&site.cert, &other_key)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&other_key.display().to_string()),
+        "names the key file: {err}"
+    );
+    assert!(err.contains("does not match"), "{err}");
+}
+
+#[test]
+fn check_reports_an_expired_certificate() {
+    let site = Site::new();
+    let old = site.ca.expired_leaf("old", &["localhost"]);
+    let (c, k) = old.write(&site.dir, "expired");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&c, &k)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&c.display().to_string()),
+        "names the cert file: {err}"
+    );
+    assert!(err.contains("expired"), "{err}");
+}
+
+#[test]
+fn check_reports_a_chain_in_the_wrong_order() {
+    let site = Site::new();
+    let bad = site.ca.wrong_order_chain("reversed", &["localhost"]);
+    let (c, k) = bad.write(&site.dir, "reversed");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&c, &k)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&c.display().to_string()),
+        "names the cert file: {err}"
+    );
+    assert!(err.contains("wrong order"), "{err}");
+}
