@@ -43,6 +43,7 @@ mod smuggling;
 mod strictness;
 mod tls;
 mod tls_cli;
+mod tls_reload;
 mod tls_upstream;
 mod upgrade;
 mod upstream;

@@ -1,0 +1,204 @@
+//! Certificate rotation (DESIGN.md "TLS"): at SIGHUP, and when `reload_check` sees a certificate or
+//! key file change, new handshakes get the new certificate while open connections keep working; a
+//! replacement that does not load keeps the old certificate and logs `tls.reload_failed`; a client
+//! looping through rotations sees no failed request.
+
+use std::{
+    path::Path,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    thread,
+    time::Duration,
+};
+
+use crate::harness::{wait_until, Edge, Origin, Pem, Site, TlsConn, TlsOpts};
+
+const SEC: Duration = Duration::from_secs(1);
+const SIGHUP: i32 = 1;
+
+/// Replaces `path`'s contents with `text` atomically (a new file renamed over it).
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Replaces the site's certificate and key files with `pem` (key first, then certificate).
+fn install(site: &Site, pem: &Pem) {
+    replace(&site.key, &pem.key);
+    replace(&site.cert, &pem.cert);
+}
+
+/// The leaf a new handshake with `localhost` is served.
+fn served(edge: &Edge, site: &Site) -> Vec<u8> {
+    TlsConn::connect(edge.tls_addr(), &site.client(), "localhost")
+        .unwrap()
+        .peer_cert()
+}
+
+/// Sends SIGHUP and waits for the `n`th `config.reloaded` line.
+fn sighup_and_wait(edge: &Edge, n: usize) {
+    edge.signal(SIGHUP);
+    assert!(
+        wait_until(5 * SEC, || edge.count_log("config.reloaded") >= n),
+        "no reload #{n} after SIGHUP"
+    );
+}
+
+both_drivers!(sighup_rotates_the_certificate_for_new_handshakes, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).tls("reload_check", "none"));
+    let mut kept = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    assert_eq!(kept.get("/").body, b"ok");
+    assert!(kept.peer_cert() == site.leaf.der);
+
+    let next = site.ca.leaf("edge-test-2", &["localhost", "127.0.0.1"]);
+    install(&site, &next);
+    sighup_and_wait(&edge, 1);
+    assert!(
+        served(&edge, &site) == next.der,
+        "a new handshake got the old certificate"
+    );
+    // The connection opened before the rotation keeps working, on its certificate.
+    assert_eq!(kept.get("/after").body, b"ok");
+    assert!(kept.peer_cert() == site.leaf.der);
+    assert_eq!(edge.count_log("tls.reload_failed"), 0);
+});
+
+both_drivers!(
+    reload_check_picks_up_a_changed_certificate_without_a_signal,
+    |d| {
+        let origin = Origin::fixed(b"ok");
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr).tls("reload_check", "1s"));
+        assert!(served(&edge, &site) == site.leaf.der);
+        let next = site.ca.leaf("edge-test-2", &["localhost", "127.0.0.1"]);
+        install(&site, &next);
+        // Polled every second: within ~10 s a new handshake gets the new certificate.
+        assert!(
+            wait_until(10 * SEC, || served(&edge, &site) == next.der),
+            "the changed files were not picked up; log:\n{}",
+            edge.log().join("\n")
+        );
+        assert!(edge.wait_log("tls.files_changed", SEC).is_some());
+    }
+);
+
+both_drivers!(a_broken_replacement_keeps_the_old_certificate, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).tls("reload_check", "none"));
+    replace(
+        &site.cert,
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n",
+    );
+    edge.signal(SIGHUP);
+    let line = edge
+        .wait_log("tls.reload_failed", 5 * SEC)
+        .expect("a tls.reload_failed line");
+    assert!(
+        line.contains(&site.cert.display().to_string()),
+        "names the file: {line}"
+    );
+    assert!(
+        served(&edge, &site) == site.leaf.der,
+        "the old certificate must stay"
+    );
+
+    // A key that does not match the new certificate is refused too.
+    let next = site.ca.leaf("edge-test-2", &["localhost"]);
+    let other = site.ca.leaf("edge-test-3", &["localhost"]);
+    replace(&site.cert, &next.cert);
+    replace(&site.key, &other.key);
+    let before = edge.count_log("tls.reload_failed");
+    edge.signal(SIGHUP);
+    assert!(
+        wait_until(5 * SEC, || edge.count_log("tls.reload_failed") > before),
+        "no tls.reload_failed for a mismatched key"
+    );
+    assert!(
+        served(&edge, &site) == site.leaf.der,
+        "the old certificate must stay"
+    );
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    assert_eq!(c.get("/").body, b"ok");
+});
+
+both_drivers!(rotations_under_load_fail_no_request, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Arc::new(Site::new());
+    let edge = Edge::start(
+        &site
+            .cfg(d, origin.addr)
+            .workers(2)
+            .tls("reload_check", "none"),
+    );
+    let addr = edge.tls_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    // Two loaders: one makes a new connection (full or resumed handshake) per request, one keeps a
+    // connection alive and sends request after request on it.
+    let loaders: Vec<_> = [true, false]
+        .into_iter()
+        .map(|fresh| {
+            let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
+            let cfg = TlsOpts::trusting(site.ca.cert_der()).build();
+            thread::spawn(move || {
+                let mut kept: Option<TlsConn> = None;
+                while !stop.load(Ordering::SeqCst) {
+                    if fresh || kept.is_none() {
+                        match TlsConn::connect(addr, &cfg, "localhost") {
+                            Ok(c) => kept = Some(c),
+                            Err(e) => {
+                                failures.lock().unwrap().push(format!("handshake: {e}"));
+                                continue;
+                            }
+                        }
+                    }
+                    match kept.as_mut().unwrap().try_get("/") {
+                        Some(r) if r.status == 200 && r.body == b"ok" => {
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                        other => {
+                            failures.lock().unwrap().push(format!("{other:?}"));
+                            kept = None;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    assert!(
+        wait_until(5 * SEC, || done.load(Ordering::SeqCst) >= 20),
+        "the loaders made no progress"
+    );
+    for i in 0..4 {
+        let next = site
+            .ca
+            .leaf(&format!("rotated-{i}"), &["localhost", "127.0.0.1"]);
+        install(&site, &next);
+        sighup_and_wait(&edge, i + 1);
+        let at = done.load(Ordering::SeqCst);
+        assert!(
+            wait_until(5 * SEC, || done.load(Ordering::SeqCst) >= at + 20),
+            "requests stalled after rotation {i}"
+        );
+        assert!(served(&edge, &site) == next.der, "rotation {i} not served");
+    }
+    stop.store(true, Ordering::SeqCst);
+    for l in loaders {
+        l.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failed requests during rotations: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert_eq!(edge.count_log("tls.reload_failed"), 0);
+});
