@@ -168,3 +168,39 @@ fn check_reports_a_chain_in_the_wrong_order() {
     );
     assert!(err.contains("wrong order"), "{err}");
 }
+
+#[test]
+fn healthcheck_subcommand_probes_a_tls_only_edge_over_https() {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let cfg = site.cfg(Driver::Epoll, origin.addr).server("listen", "");
+    let edge = Edge::start(&cfg);
+    let url = format!("https://{}/_health", edge.tls_addr());
+    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
+        .args(["healthcheck", "--url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without --url: a config with no plain listener is probed on its TLS listener.
+    let dir = TempDir::new();
+    let path = dir.0.join("hc.toml");
+    let fixed = cfg.tls("listen", edge.tls_addr());
+    std::fs::write(&path, fixed.render()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
+        .arg("healthcheck")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -246,3 +246,85 @@ both_drivers!(a_fresh_upstream_connection_resumes_the_session, |d| {
     assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"full\""]), 1.0);
     assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"resumed\""]), 2.0);
 });
+
+/// Answers `/healthz` with 200 `healthy`, everything else as [`answer`].
+fn with_health(req: &crate::harness::Seen) -> Reply {
+    match req.target.as_str() {
+        "/healthz" => Reply::ok(b"healthy"),
+        _ => answer(req),
+    }
+}
+
+/// Checks every 100 ms on `/healthz`, 2 failures or passes to change state.
+fn checked(cfg: Cfg) -> Cfg {
+    cfg.health_check("path", "/healthz")
+        .health_check("interval", "100ms")
+        .health_check("timeout", "500ms")
+        .health_check("unhealthy_threshold", 2)
+        .health_check("healthy_threshold", 2)
+}
+
+both_drivers!(active_health_checks_speak_tls_to_a_tls_upstream, |d| {
+    let o = Origin::new();
+    let tls = TlsOrigin::start(&o.leaf, None, with_health);
+    let edge = Edge::start(&checked(
+        tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"),
+    ));
+    let passes = edge.wait_metric_where(
+        "edge_upstream_health_checks_total",
+        &["result=\"pass\""],
+        5 * SEC,
+        |v| v >= 2.0,
+    );
+    assert!(passes >= 2.0, "{passes} passing TLS probes");
+    assert_eq!(
+        edge.metric("edge_upstream_health_checks_total", &["result=\"fail\""]),
+        0.0
+    );
+    let probe = tls
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|s| s.target == "/healthz")
+        .cloned()
+        .expect("the origin saw a probe");
+    assert_eq!(
+        probe.header("host"),
+        Some("origin.test"),
+        "Host = tls_server_name"
+    );
+    assert_eq!(probe.header("user-agent"), Some("edge-health"));
+    assert!(
+        tls.handshakes()
+            .iter()
+            .all(|h| h.failed.is_none() && h.sni.as_deref() == Some("origin.test")),
+        "{:?}",
+        tls.handshakes()
+    );
+    assert_eq!(Client::connect(edge.addr).get("/x").text(), "upstream:/x");
+});
+
+both_drivers!(a_tls_probe_that_does_not_verify_fails_the_endpoint, |d| {
+    let o = Origin::new();
+    let tls = TlsOrigin::start(&o.leaf, None, with_health);
+    let wrong_ca = Ca::new("some other CA").write(&o.dir, "wrong-ca");
+    let edge = Edge::start(&checked(
+        tls_cfg(d, &tls, &wrong_ca).upstream_field("tls_server_name", "origin.test"),
+    ));
+    let label = format!("endpoint=\"{}\"", tls.addr);
+    assert_eq!(
+        edge.wait_metric_where("edge_upstream_endpoint_healthy", &[&label], 5 * SEC, |v| v
+            == 0.0),
+        0.0,
+        "the endpoint stayed healthy though its certificate does not verify"
+    );
+    assert!(edge.metric("edge_upstream_health_checks_total", &["result=\"fail\""]) >= 2.0);
+    assert!(edge
+        .wait_log_all(&["upstream.unhealthy", &tls.addr.to_string()], 2 * SEC)
+        .is_some());
+    assert!(
+        tls.seen.lock().unwrap().is_empty(),
+        "a probe got through an unverified handshake"
+    );
+});
