@@ -231,6 +231,32 @@ impl TlsConn {
         Some(r)
     }
 
+    /// How long until the server ends the connection (EOF, close_notify, an error), reading and
+    /// discarding, at most `limit`; `None` when it is still open then.
+    pub fn time_until_closed(&mut self, limit: Duration) -> Option<Duration> {
+        let start = std::time::Instant::now();
+        let mut tmp = [0u8; 16384];
+        loop {
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return None;
+            }
+            self.s.sock.set_read_timeout(Some(left)).unwrap();
+            match self.s.read(&mut tmp) {
+                Ok(0) => return Some(start.elapsed()),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => return Some(start.elapsed()),
+            }
+        }
+    }
+
     /// Whether the server ended the connection (EOF, close_notify or an error) within the read timeout.
     pub fn closed_by_peer(&mut self) -> bool {
         let mut b = [0u8; 1];
