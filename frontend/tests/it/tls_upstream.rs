@@ -319,7 +319,14 @@ both_drivers!(a_tls_probe_that_does_not_verify_fails_the_endpoint, |d| {
         0.0,
         "the endpoint stayed healthy though its certificate does not verify"
     );
-    assert!(edge.metric("edge_upstream_health_checks_total", &["result=\"fail\""]) >= 2.0);
+    // The counter may trail the state change by a moment: waited on, not read once.
+    let fails = edge.wait_metric_where(
+        "edge_upstream_health_checks_total",
+        &["result=\"fail\""],
+        2 * SEC,
+        |v| v >= 2.0,
+    );
+    assert!(fails >= 2.0, "{fails} failed probes counted");
     assert!(edge
         .wait_log_all(&["upstream.unhealthy", &tls.addr.to_string()], 2 * SEC)
         .is_some());
