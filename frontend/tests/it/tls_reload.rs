@@ -87,6 +87,27 @@ both_drivers!(
     }
 );
 
+// Regression for a missed rotation: the watcher must compare against the files as they were when the
+// running configuration was loaded. A change made after a SIGHUP reload but before the watcher's next
+// poll was absorbed: the poll saw a new generation, re-read the stamps (already the changed files) and
+// found "no change", so the new certificate was never loaded.
+both_drivers!(
+    a_change_soon_after_a_sighup_reload_is_still_picked_up,
+    |d| {
+        let origin = Origin::fixed(b"ok");
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr).tls("reload_check", "5s"));
+        sighup_and_wait(&edge, 1);
+        let next = site.ca.leaf("edge-test-2", &["localhost", "127.0.0.1"]);
+        install(&site, &next);
+        // The next poll is at most 5 s away; allow two.
+        assert!(
+        wait_until(12 * SEC, || served(&edge, &site) == next.der),
+        "a certificate changed right after a SIGHUP reload was never picked up (reload_check = 5s)"
+    );
+    }
+);
+
 both_drivers!(a_broken_replacement_keeps_the_old_certificate, |d| {
     let origin = Origin::fixed(b"ok");
     let site = Site::new();
