@@ -95,6 +95,42 @@ both_drivers!(get_and_post_through_tls_are_byte_exact, |d| {
     assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 1.0);
 });
 
+both_drivers!(pipelined_requests_over_tls_are_answered_in_order, |d| {
+    let origin = echo_or_big();
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    // Two requests in one write: both answered, in order.
+    c.send(
+        b"POST /a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n\r\none\
+          POST /b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n\r\ntwo",
+    )
+    .unwrap();
+    assert_eq!(c.read_response().unwrap().body, b"one");
+    assert_eq!(c.read_response().unwrap().body, b"two");
+});
+
+// Regression: a TLS connection edge closes after `Connection: close` must end with close_notify
+// (RFC 8446 §6.1: each party MUST send close_notify before closing its write side), so a client can
+// tell the end of the data from a truncation; edge closed with a bare TCP FIN.
+both_drivers!(a_connection_close_response_ends_with_close_notify, |d| {
+    let origin = echo_or_big();
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    c.send(b"GET /c HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let r = c.read_response().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    let mut b = [0u8; 1];
+    c.s.sock.set_read_timeout(Some(5 * SEC)).unwrap();
+    match std::io::Read::read(&mut c.s, &mut b) {
+        Ok(0) => {}
+        other => panic!("expected close_notify then EOF, got {other:?}"),
+    }
+});
+
 both_drivers!(sni_picks_exact_then_wildcard_then_the_first, |d| {
     let origin = Origin::fixed(b"ok");
     let site = Site::new();

@@ -335,3 +335,35 @@ both_drivers!(a_tls_probe_that_does_not_verify_fails_the_endpoint, |d| {
         "a probe got through an unverified handshake"
     );
 });
+
+both_drivers!(
+    a_pooled_tls_connection_the_origin_closes_is_not_reused,
+    |d| {
+        let o = Origin::new();
+        // Each answer keeps the connection open by its headers (so edge pools it), then the origin sends
+        // close_notify and closes while it sits idle in the pool.
+        let tls = TlsOrigin::start(&o.leaf, None, |req| {
+            let mut r = answer(req);
+            r.close = true;
+            r
+        });
+        let edge = Edge::start(
+            &tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"),
+        );
+        let mut c = Client::connect(edge.addr);
+        assert_eq!(c.get("/1").text(), "upstream:/1");
+        // The idle pooled connection is watched: once the origin's close arrives it leaves the pool.
+        assert_eq!(
+            edge.wait_metric("edge_upstream_connections", &["state=\"idle\""], 0.0),
+            0.0,
+            "the closed TLS connection stayed in the pool"
+        );
+        assert_eq!(c.get("/2").text(), "upstream:/2");
+        assert_eq!(tls.accepted(), 2);
+        assert_eq!(
+            edge.metric("edge_upstream_retries_total", &[]),
+            0.0,
+            "a closed pooled connection was handed out (and the request retried)"
+        );
+    }
+);
