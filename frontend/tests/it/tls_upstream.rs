@@ -367,3 +367,70 @@ both_drivers!(
         );
     }
 );
+
+both_drivers!(a_close_delimited_tls_response_is_forwarded_whole, |d| {
+    let o = Origin::new();
+    // No Content-Length: the body ends with the origin's close_notify and close.
+    let tls = TlsOrigin::start(&o.leaf, None, |_| {
+        Reply::raw(b"HTTP/1.1 200 OK\r\n\r\nuntil the close over tls", true)
+    });
+    let edge =
+        Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"));
+    let mut c = Client::connect(edge.addr);
+    let r = c.get("/cd");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.chunked,
+        "forwarded chunked to an HTTP/1.1 client: {:?}",
+        r.headers
+    );
+    assert_eq!(r.text(), "until the close over tls");
+    assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+    assert_eq!(c.get("/again").text(), "until the close over tls");
+});
+
+both_drivers!(
+    a_reload_drops_tls_pools_only_when_tls_settings_change,
+    |d| {
+        let o = Origin::new();
+        let tls = TlsOrigin::start(&o.leaf, None, answer);
+        let good = tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test");
+        let edge = Edge::start(&good);
+        let mut c = Client::connect(edge.addr);
+        assert_eq!(c.get("/1").text(), "upstream:/1");
+
+        // The same TLS settings: the pooled connection is kept.
+        edge.rewrite_config(&good.clone().log("slow_request", "7s"));
+        edge.signal(1);
+        assert!(crate::harness::wait_until(5 * SEC, || edge
+            .count_log("config.reloaded")
+            >= 1));
+        assert_eq!(c.get("/2").text(), "upstream:/2");
+        assert_eq!(
+            tls.accepted(),
+            1,
+            "the pool was dropped by a reload that kept the TLS settings"
+        );
+
+        // A CA that does not verify the origin: the verified pooled connection must not be reused.
+        let wrong_ca = Ca::new("some other CA").write(&o.dir, "wrong-ca");
+        edge.rewrite_config(
+            &tls_cfg(d, &tls, &wrong_ca).upstream_field("tls_server_name", "origin.test"),
+        );
+        edge.signal(1);
+        assert!(crate::harness::wait_until(5 * SEC, || edge
+            .count_log("config.reloaded")
+            >= 2));
+        let r = c.get("/3");
+        assert_eq!(
+            r.status,
+            502,
+            "a pooled connection verified under the old CA was reused: {}",
+            r.text()
+        );
+        assert_eq!(
+            edge.wait_metric("edge_upstream_errors_total", &["kind=\"tls\""], 1.0),
+            1.0
+        );
+    }
+);
