@@ -93,6 +93,10 @@ both_drivers!(get_and_post_through_tls_are_byte_exact, |d| {
         r.body.len()
     );
     assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 1.0);
+    assert_eq!(
+        edge.metric("edge_tls_handshake_duration_seconds_count", &[]),
+        1.0
+    );
 });
 
 both_drivers!(pipelined_requests_over_tls_are_answered_in_order, |d| {
@@ -217,6 +221,17 @@ both_drivers!(alpn_offers_http11_and_not_h2, |d| {
         edge.wait_metric(HANDSHAKES, &["result=\"failed\""], before + 1.0),
         before + 1.0
     );
+    drop(edge);
+
+    // `alpn = []`: nothing is offered, and a client offering http/1.1 gets no ALPN.
+    let edge = Edge::start(
+        &site
+            .cfg(d, origin.addr)
+            .tls("alpn", crate::harness::Value::Strs(Vec::new())),
+    );
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    assert_eq!(c.alpn(), None);
+    assert_eq!(c.get("/").body, b"ok");
 });
 
 both_drivers!(tls12_and_tls13_work_and_min_version_13_refuses_12, |d| {
@@ -282,11 +297,17 @@ both_drivers!(sessions_resume_with_tls13_and_tls12, |d| {
         3,
         "TLS 1.2",
     );
+    let ids = site
+        .opts()
+        .versions(Versions::Tls12)
+        .session_id_only()
+        .build();
+    assert_resumes(addr, &ids, 3, "TLS 1.2 by session id");
     assert_eq!(
-        edge.wait_metric(HANDSHAKES, &["result=\"resumed\""], 4.0),
-        4.0
+        edge.wait_metric(HANDSHAKES, &["result=\"resumed\""], 6.0),
+        6.0
     );
-    assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 2.0);
+    assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 3.0);
 });
 
 both_drivers!(sessions_resume_on_whichever_worker_accepts, |d| {

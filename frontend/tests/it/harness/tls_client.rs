@@ -57,6 +57,8 @@ pub struct TlsOpts {
     pub versions: Versions,
     /// (chain PEM, key PEM)
     pub client_cert: Option<(String, String)>,
+    /// TLS 1.2 resumption by session id only (no tickets).
+    pub session_id_only: bool,
 }
 
 impl TlsOpts {
@@ -67,6 +69,7 @@ impl TlsOpts {
             alpn: vec![b"http/1.1".to_vec()],
             versions: Versions::Both,
             client_cert: None,
+            session_id_only: false,
         }
     }
 
@@ -77,11 +80,18 @@ impl TlsOpts {
             alpn: vec![b"http/1.1".to_vec()],
             versions: Versions::Both,
             client_cert: None,
+            session_id_only: false,
         }
     }
 
     pub fn alpn(mut self, protos: &[&str]) -> TlsOpts {
         self.alpn = protos.iter().map(|p| p.as_bytes().to_vec()).collect();
+        self
+    }
+
+    /// TLS 1.2 resumes by session id only, never by ticket.
+    pub fn session_id_only(mut self) -> TlsOpts {
+        self.session_id_only = true;
         self
     }
 
@@ -121,6 +131,12 @@ impl TlsOpts {
         };
         cfg.alpn_protocols = self.alpn.clone();
         cfg.resumption = Resumption::store(Arc::new(ClientSessionMemoryCache::new(64)));
+        if self.session_id_only {
+            cfg.resumption = cfg
+                .resumption
+                .clone()
+                .tls12_resumption(rustls::client::Tls12Resumption::SessionIdOnly);
+        }
         Arc::new(cfg)
     }
 }
