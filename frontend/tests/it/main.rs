@@ -44,6 +44,7 @@ mod strictness;
 mod tls;
 mod tls_cli;
 mod tls_reload;
+mod tls_session;
 mod tls_upstream;
 mod upgrade;
 mod upstream;

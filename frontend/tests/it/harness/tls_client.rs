@@ -206,10 +206,10 @@ impl TlsConn {
         self.read_response()
     }
 
-    /// Reads one response (Content-Length, chunked or close-delimited body); `None` on EOF before a
-    /// head.
-    pub fn read_response(&mut self) -> Option<Response> {
-        let mut r = loop {
+    /// Reads the next response head, interim (1xx) ones included; its body stays buffered. `None` on
+    /// EOF before a head.
+    pub fn read_any_head(&mut self) -> Option<Response> {
+        loop {
             let mut headers = [httparse::EMPTY_HEADER; 128];
             let mut res = httparse::Response::new(&mut headers);
             if let Ok(httparse::Status::Complete(n)) = res.parse(&self.buf) {
@@ -220,12 +220,25 @@ impl TlsConn {
                     ..Response::default()
                 };
                 self.buf.drain(..n);
-                if (100..200).contains(&r.status) {
-                    continue;
-                }
-                break r;
+                return Some(r);
             }
             fill(&mut self.s, &mut self.buf)?;
+        }
+    }
+
+    /// Takes the bytes received but not consumed by a parsed response yet.
+    pub fn take_buffered(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Reads one response (1xx skipped; Content-Length, chunked or close-delimited body); `None` on
+    /// EOF before a head.
+    pub fn read_response(&mut self) -> Option<Response> {
+        let mut r = loop {
+            let r = self.read_any_head()?;
+            if !(100..200).contains(&r.status) {
+                break r;
+            }
         };
         if r.status == 204 || r.status == 304 {
             return Some(r);
