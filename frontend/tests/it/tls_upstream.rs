@@ -33,6 +33,17 @@ fn answer(req: &crate::harness::Seen) -> Reply {
     Reply::ok(format!("upstream:{}", req.target).as_bytes())
 }
 
+/// Like [`answer`], with `Connection: close`, and the origin closes (close_notify) after it: each
+/// request needs a new TLS connection.
+fn answer_and_close(req: &crate::harness::Seen) -> Reply {
+    let body = format!("upstream:{}", req.target);
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    Reply::raw(format!("{head}{body}").as_bytes(), true)
+}
+
 /// The harness config pointed at `tls` with `tls = true` and `tls_ca`.
 fn tls_cfg(d: Driver, tls: &TlsOrigin, ca_file: &std::path::Path) -> Cfg {
     Cfg::new(d, tls.addr)
@@ -223,14 +234,7 @@ both_drivers!(
 both_drivers!(a_fresh_upstream_connection_resumes_the_session, |d| {
     let o = Origin::new();
     // Every response closes its connection, so each request needs a fresh TLS connection.
-    let tls = TlsOrigin::start(&o.leaf, None, |req| {
-        let body = format!("upstream:{}", req.target);
-        let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        Reply::raw(format!("{head}{body}").as_bytes(), true)
-    });
+    let tls = TlsOrigin::start(&o.leaf, None, answer_and_close);
     let edge =
         Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"));
     let mut c = Client::connect(edge.addr);
@@ -434,3 +438,67 @@ both_drivers!(
         );
     }
 );
+
+both_drivers!(
+    a_rotated_tls_ca_file_applies_to_new_upstream_handshakes,
+    |d| {
+        let o = Origin::new();
+        // Every response closes, so each request makes a new TLS handshake.
+        let tls = TlsOrigin::start(&o.leaf, None, |req| {
+            let body = format!("upstream:{}", req.target);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            Reply::raw(format!("{head}{body}").as_bytes(), true)
+        });
+        let ca_file = o.dir.0.join("rotating-ca.pem");
+        std::fs::copy(&o.ca_file, &ca_file).unwrap();
+        let edge = Edge::start(
+            &tls_cfg(d, &tls, &ca_file).upstream_field("tls_server_name", "origin.test"),
+        );
+        assert_eq!(Client::connect(edge.addr).get("/1").status, 200);
+
+        // The CA file now holds a CA that did not issue the origin's certificate: after the reload, new
+        // handshakes must verify against it and fail.
+        let other = Ca::new("some other CA");
+        let tmp = ca_file.with_extension("new");
+        std::fs::write(&tmp, &other.pem).unwrap();
+        std::fs::rename(&tmp, &ca_file).unwrap();
+        edge.signal(1);
+        assert!(crate::harness::wait_until(5 * SEC, || edge
+            .count_log("config.reloaded")
+            >= 1));
+        let r = Client::connect(edge.addr).get("/2");
+        assert_eq!(
+            r.status,
+            502,
+            "a new upstream handshake still trusted the CA the file no longer holds: {}",
+            r.text()
+        );
+    }
+);
+
+both_drivers!(a_tls12_only_origin_is_reached_and_resumed, |d| {
+    let o = Origin::new();
+    let tls = TlsOrigin::start_versions(&o.leaf, None, true, answer_and_close);
+    let edge =
+        Edge::start(&tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"));
+    let mut c = Client::connect(edge.addr);
+    for i in 0..2 {
+        let r = c.get(&format!("/v{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), format!("upstream:/v{i}"));
+    }
+    let hs = tls.handshakes();
+    assert!(
+        hs.iter()
+            .all(|h| h.version == Some(rustls::ProtocolVersion::TLSv1_2)),
+        "{hs:?}"
+    );
+    assert_eq!(
+        hs.iter().map(|h| h.resumed).collect::<Vec<_>>(),
+        [false, true],
+        "{hs:?}"
+    );
+});

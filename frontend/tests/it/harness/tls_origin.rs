@@ -25,6 +25,7 @@ use super::{read_request, tls_client::provider, Ca, Pem, Reply, Seen};
 #[derive(Clone, Debug, Default)]
 pub struct Handshake {
     pub sni: Option<String>,
+    pub version: Option<rustls::ProtocolVersion>,
     pub resumed: bool,
     pub client_cert: bool,
     /// `Some(reason)` when the handshake failed.
@@ -48,12 +49,27 @@ impl TlsOrigin {
         client_ca: Option<&Ca>,
         handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static,
     ) -> TlsOrigin {
+        Self::start_versions(cert, client_ca, false, handler)
+    }
+
+    /// Like [`TlsOrigin::start`]; `tls12_only` refuses TLS 1.3.
+    pub fn start_versions(
+        cert: &Pem,
+        client_ca: Option<&Ca>,
+        tls12_only: bool,
+        handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static,
+    ) -> TlsOrigin {
         let chain = CertificateDer::pem_slice_iter(cert.cert.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
         let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
+        let versions: Vec<&'static rustls::SupportedProtocolVersion> = if tls12_only {
+            vec![&rustls::version::TLS12]
+        } else {
+            vec![&rustls::version::TLS13, &rustls::version::TLS12]
+        };
         let builder = ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .with_protocol_versions(&versions)
             .unwrap();
         let builder = match client_ca {
             Some(ca) => {
@@ -96,6 +112,7 @@ impl TlsOrigin {
                     }
                     hs.lock().unwrap().push(Handshake {
                         sni: conn.server_name().map(str::to_string),
+                        version: conn.protocol_version(),
                         resumed: conn.handshake_kind() == Some(HandshakeKind::Resumed),
                         client_cert: conn.peer_certificates().is_some_and(|c| !c.is_empty()),
                         failed: None,
