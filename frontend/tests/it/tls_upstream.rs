@@ -444,14 +444,7 @@ both_drivers!(
     |d| {
         let o = Origin::new();
         // Every response closes, so each request makes a new TLS handshake.
-        let tls = TlsOrigin::start(&o.leaf, None, |req| {
-            let body = format!("upstream:{}", req.target);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            Reply::raw(format!("{head}{body}").as_bytes(), true)
-        });
+        let tls = TlsOrigin::start(&o.leaf, None, answer_and_close);
         let ca_file = o.dir.0.join("rotating-ca.pem");
         std::fs::copy(&o.ca_file, &ca_file).unwrap();
         let edge = Edge::start(
