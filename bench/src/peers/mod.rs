@@ -6,4 +6,5 @@ pub mod http;
 pub mod load;
 pub mod origin;
 pub mod stop;
+pub mod tls_stream;
 pub mod wire;

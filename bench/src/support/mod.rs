@@ -2,6 +2,7 @@
 //! (origin + edge), the blocking probe client, edge's admin metrics and log events, `/proc`
 //! readings, machine facts and result tables.
 
+pub mod certs;
 pub mod edge_config;
 pub mod edge_proc;
 pub mod host;
@@ -9,4 +10,5 @@ pub mod metrics;
 pub mod probe;
 pub mod procfs;
 pub mod stack;
+pub mod tls_probe;
 pub mod table;
