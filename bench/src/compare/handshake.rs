@@ -83,11 +83,7 @@ pub fn run_handshakes(
     let result = to_result(&tally, duration)?;
     println!(
         "  loader: {} of {} handshakes resumed, errors connect {} tls/io {} timeout {}",
-        tally.resumed,
-        result.requests,
-        tally.errors[0],
-        tally.errors[1],
-        tally.errors[2]
+        tally.resumed, result.requests, tally.errors[0], tally.errors[1], tally.errors[2]
     );
     Ok(WrkRun { result, wall })
 }
@@ -152,7 +148,8 @@ async fn exchange(
     let tcp = TcpStream::connect(addr).await.map_err(|e| (0, e))?;
     let _ = tcp.set_nodelay(true);
     let name = ServerName::try_from("localhost").map_err(|e| (1, io::Error::other(e)))?;
-    let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| (1, io::Error::other(e)))?;
+    let conn = rustls::ClientConnection::new(config.clone(), name)
+        .map_err(|e| (1, io::Error::other(e)))?;
     let mut tls = TlsStream::new(tcp, conn);
     let (res, _) = tls.write_all(request).await;
     res.map_err(|e| (1, e))?;

@@ -58,11 +58,11 @@ use crate::compare::run::WorkloadRun;
 use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
 use crate::compare::target::{check_tls, closes_after_request, Binaries, Target, TargetKind};
 use crate::compare::tls::TlsSetup;
-use crate::support::certs::CertFiles;
 use crate::compare::workload::{OriginKind, Workload};
 use crate::compare::wrk::wrk_seconds;
 use crate::peers::origin::child::{start_origin, start_origin_with};
 use crate::peers::origin::LOAD_PATH;
+use crate::support::certs::CertFiles;
 use crate::support::edge_proc::{EdgeProcess, STOP_GRACE};
 use crate::support::host::{pin_current_thread, version_of};
 use crate::support::procfs::cpus_allowed;
@@ -184,7 +184,8 @@ pub fn run(args: &Args) -> io::Result<bool> {
     let mut closes = Vec::new();
     let mut ran: Vec<TargetKind> = Vec::new();
     let versions = versions(args, &plan.bins, &plan.kinds);
-    let tls_dir = std::env::temp_dir().join(format!("edge-bench-compare-{}-tls", std::process::id()));
+    let tls_dir =
+        std::env::temp_dir().join(format!("edge-bench-compare-{}-tls", std::process::id()));
     let tls = match plan.workloads.iter().any(|w| w.is_tls()) {
         true => Some(TlsSetup::create(&tls_dir)?),
         false => None,
@@ -200,13 +201,18 @@ pub fn run(args: &Args) -> io::Result<bool> {
             continue;
         }
         let (mut origin, origin_addr) = start_origin_of(origin_kind, &plan)?;
-        let tls_here = tls.as_ref().filter(|_| workloads.iter().any(|w| w.is_tls()));
+        let tls_here = tls
+            .as_ref()
+            .filter(|_| workloads.iter().any(|w| w.is_tls()));
         let mut tls_origin = match tls_here {
-            Some(t) if plan.kinds.contains(&TargetKind::Direct) => Some(start_tls_origin(&plan, t)?),
+            Some(t) if plan.kinds.contains(&TargetKind::Direct) => {
+                Some(start_tls_origin(&plan, t)?)
+            }
             _ => None,
         };
         let tls_targets = tls_here.map(|t| (&t.certs, tls_origin.as_ref().map(|o| o.1)));
-        let mut targets = start_targets(&plan, origin_addr, origin_kind, tls_targets, &mut failures);
+        let mut targets =
+            start_targets(&plan, origin_addr, origin_kind, tls_targets, &mut failures);
         let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
         print!("{placement}");
         placements.push_str(&placement);
@@ -311,7 +317,10 @@ fn start_origin_of(
 ///
 /// # Errors
 /// The origin does not start or does not answer over TLS.
-fn start_tls_origin(plan: &Plan, tls: &TlsSetup) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
+fn start_tls_origin(
+    plan: &Plan,
+    tls: &TlsSetup,
+) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
     let certs = &tls.certs;
     let (origin, addr) = start_origin_with(
         &plan.load_list,
@@ -344,7 +353,15 @@ fn start_targets(
     };
     let mut targets = Vec::new();
     for &k in &plan.kinds {
-        match Target::start(k, &plan.bins, origin, &plan.proxy_list, tag, START_TIMEOUT, tls) {
+        match Target::start(
+            k,
+            &plan.bins,
+            origin,
+            &plan.proxy_list,
+            tag,
+            START_TIMEOUT,
+            tls,
+        ) {
             Ok(t) => targets.push(t),
             Err(e) => {
                 eprintln!("{e}");

@@ -207,7 +207,12 @@ pub fn nginx_origin_config(dir: &Path, listen: SocketAddr) -> String {
 
 /// The nginx configuration: one worker, upstream keepalive, everything under `dir`; with `tls`, a
 /// second listener with TLS.
-pub fn nginx_config(dir: &Path, listen: SocketAddr, origin: SocketAddr, tls: TlsListen<'_>) -> String {
+pub fn nginx_config(
+    dir: &Path,
+    listen: SocketAddr,
+    origin: SocketAddr,
+    tls: TlsListen<'_>,
+) -> String {
     let preamble = nginx_preamble(dir);
     let tls_lines = tls.map_or(String::new(), |(l, c)| nginx_tls_lines(l, c));
     format!(

@@ -6,11 +6,11 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::compare::handshake::{run_handshakes, HandshakeSpec};
 use crate::compare::report::Sample;
 use crate::compare::target::Target;
-use crate::compare::workload::Workload;
-use crate::compare::handshake::{run_handshakes, HandshakeSpec};
 use crate::compare::tls::TlsSetup;
+use crate::compare::workload::Workload;
 use crate::compare::wrk::{run_wrk, wrk_seconds, WrkRun, WrkSpec};
 use crate::compare::{Args, SETTLE};
 use crate::support::edge_proc::EdgeProcess;
@@ -63,9 +63,9 @@ impl WorkloadRun<'_> {
         duration: Duration,
         before: impl FnOnce(),
     ) -> io::Result<WrkRun> {
-        let base = self.base_url(t).ok_or_else(|| {
-            io::Error::other(format!("{} has no TLS listener", t.kind.name()))
-        })?;
+        let base = self
+            .base_url(t)
+            .ok_or_else(|| io::Error::other(format!("{} has no TLS listener", t.kind.name())))?;
         match (self.workload.handshake_loader(), self.tls, t.tls_addr) {
             (Some(resume), Some(tls), Some(addr)) => {
                 let spec = HandshakeSpec {
@@ -171,7 +171,11 @@ impl WorkloadRun<'_> {
     /// The load's command line, printed before the workload's runs.
     fn print_command(&self, targets: &[Target]) {
         let (args, w) = (self.args, self.workload);
-        let order = targets.iter().map(|t| t.kind.name()).collect::<Vec<_>>().join(" ");
+        let order = targets
+            .iter()
+            .map(|t| t.kind.name())
+            .collect::<Vec<_>>()
+            .join(" ");
         let c = w.connections(args.connections);
         let d = wrk_seconds(args.duration);
         let load = match (w.handshake_loader(), self.tls) {
@@ -193,7 +197,11 @@ impl WorkloadRun<'_> {
                 w.path()
             ),
         };
-        println!("\n{}: {load}; {} round(s), targets in order: {order}", w.name(), args.rounds);
+        println!(
+            "\n{}: {load}; {} round(s), targets in order: {order}",
+            w.name(),
+            args.rounds
+        );
     }
 }
 

@@ -207,7 +207,11 @@ impl Target {
         )?);
         if let Some((addr, certs)) = tls_listen {
             check_tls(addr, certs).map_err(|e| {
-                let out = target.process.as_ref().map(|p| p.output()).unwrap_or_default();
+                let out = target
+                    .process
+                    .as_ref()
+                    .map(|p| p.output())
+                    .unwrap_or_default();
                 io::Error::new(
                     e.kind(),
                     format!("{}: TLS listener {addr}: {e}\n{out}", kind.name()),
@@ -321,7 +325,13 @@ pub fn check_tls(addr: SocketAddr, certs: &CertFiles) -> io::Result<()> {
     let config = crate::support::certs::client_config(&certs.ca, false, false)?;
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     loop {
-        match crate::support::tls_probe::tls_get(addr, &config, "localhost", "/fast", Duration::from_secs(2)) {
+        match crate::support::tls_probe::tls_get(
+            addr,
+            &config,
+            "localhost",
+            "/fast",
+            Duration::from_secs(2),
+        ) {
             Ok(a) if a.status == 200 => {
                 println!("TLS check {addr}: 200 over {} {}", a.protocol, a.suite);
                 return Ok(());

@@ -146,14 +146,18 @@ mod tests {
 
     #[test]
     fn configs_name_the_listener_and_the_files() {
-        let dir = std::env::temp_dir().join(format!("edge-bench-compare-tls-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("edge-bench-compare-tls-{}", std::process::id()));
         let setup = TlsSetup::create(&dir).unwrap();
         let l: SocketAddr = "127.0.0.1:1443".parse().unwrap();
         let e = edge_tls_toml(l, &setup.certs);
         assert!(e.contains("[server.tls]\nlisten = \"127.0.0.1:1443\""));
         assert!(e.contains("alpn = [\"http/1.1\"]") && e.contains("cert.pem"));
         let n = nginx_tls_lines(l, &setup.certs);
-        assert!(n.contains("listen 127.0.0.1:1443 ssl;") && n.contains("Ciphersuites TLS_AES_128_GCM_SHA256"));
+        assert!(
+            n.contains("listen 127.0.0.1:1443 ssl;")
+                && n.contains("Ciphersuites TLS_AES_128_GCM_SHA256")
+        );
         assert!(haproxy_tls_bind(l, &setup.certs).contains("combined.pem"));
         let o = fs::read_to_string(setup.openssl_conf_for(true)).unwrap();
         assert!(o.contains("MaxProtocol = TLSv1.2"));

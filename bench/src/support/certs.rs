@@ -213,7 +213,11 @@ pub fn root_store(ca: &Path) -> io::Result<rustls::RootCertStore> {
 ///
 /// # Errors
 /// Unreadable or bad CA PEM.
-pub fn client_config(ca: &Path, tls12: bool, resume: bool) -> io::Result<Arc<rustls::ClientConfig>> {
+pub fn client_config(
+    ca: &Path,
+    tls12: bool,
+    resume: bool,
+) -> io::Result<Arc<rustls::ClientConfig>> {
     let mut config = rustls::ClientConfig::builder_with_provider(aes128_provider())
         .with_protocol_versions(versions(tls12))
         .map_err(io::Error::other)?
@@ -237,7 +241,10 @@ pub fn serial_of(der: &[u8]) -> Option<Vec<u8>> {
             return Some((tag, 2, usize::from(first)));
         }
         let n = usize::from(first & 0x7f);
-        let len = rest.get(..n)?.iter().fold(0usize, |a, &x| (a << 8) | usize::from(x));
+        let len = rest
+            .get(..n)?
+            .iter()
+            .fold(0usize, |a, &x| (a << 8) | usize::from(x));
         Some((tag, 2 + n, len))
     }
     let (_, h, _) = header(der)?; // Certificate

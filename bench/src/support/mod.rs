@@ -10,5 +10,5 @@ pub mod metrics;
 pub mod probe;
 pub mod procfs;
 pub mod stack;
-pub mod tls_probe;
 pub mod table;
+pub mod tls_probe;

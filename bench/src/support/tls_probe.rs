@@ -68,7 +68,10 @@ pub fn tls_get(
         .conn
         .negotiated_cipher_suite()
         .map_or("?".into(), |s| format!("{:?}", s.suite()));
-    let resumed = matches!(tls.conn.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
+    let resumed = matches!(
+        tls.conn.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed)
+    );
     let serial = tls
         .conn
         .peer_certificates()

@@ -22,10 +22,8 @@ pub fn server_config_of(args: &Args) -> io::Result<Option<Arc<rustls::ServerConf
     let (cert, key) = match (&args.tls_cert, &args.tls_key, args.tls) {
         (Some(c), Some(k), _) => (c.clone(), k.clone()),
         (_, _, true) => {
-            let dir = std::env::temp_dir().join(format!(
-                "edge-bench-origin-{}-certs",
-                std::process::id()
-            ));
+            let dir = std::env::temp_dir()
+                .join(format!("edge-bench-origin-{}-certs", std::process::id()));
             let files = write_test_certs(&dir, "edge-bench origin CA", 1)?;
             println!("origin CA: {}", files.ca.display());
             io::stdout().flush()?;
