@@ -160,20 +160,30 @@ upstream = \"origin\"
     )
 }
 
-/// Whether `edge --check` accepts the TLS config.
+/// Whether `edge --check` accepts the TLS config; when not, prints the first line of its complaint
+/// (so a config mistake is not mistaken for a missing feature).
 fn edge_has_tls(bin: &Path, dir: &Path, toml: &str) -> bool {
     let file = dir.join("check.toml");
     if std::fs::write(&file, toml).is_err() {
         return false;
     }
-    std::process::Command::new(bin)
+    match std::process::Command::new(bin)
         .arg("--check")
         .arg("--config")
         .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .output()
+    {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            println!("  edge --check: {}", err.lines().next().unwrap_or("(no output)"));
+            false
+        }
+        Err(e) => {
+            println!("  edge --check: {e}");
+            false
+        }
+    }
 }
 
 /// The first flight of a TLS client (a ClientHello record) for `localhost`.
