@@ -7,7 +7,8 @@
 //! against the run's CA): every one of N connections in turn connects, handshakes, sends `GET
 //! PATH` with `Connection: close`, reads the answer to EOF and closes. `tls-handshake` uses no
 //! session cache (every handshake is full: ECDHE plus the server's ECDSA signature);
-//! `tls-resume` shares one ticket cache between the connections (PSK with ECDHE, no signature).
+//! `tls-resume` gives each connection a ticket cache of its own, so each resumes its previous
+//! session as a wrk connection does (PSK with ECDHE, no signature).
 //! Latency is from the connect to the answer's last byte, in an HDR histogram; the result has
 //! wrk's shape ([`WrkResult`]), so the rest of compare treats both alike.
 
@@ -66,7 +67,8 @@ pub fn run_handshakes(
     let config = crate::support::certs::client_config(spec.ca, false, spec.resume)?;
     let request =
         format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").into_bytes();
-    let (connections, duration) = (spec.connections, spec.duration);
+    let shape = (spec.connections, spec.duration, spec.resume);
+    let duration = spec.duration;
     before();
     let started = Instant::now();
     let tally = std::thread::scope(|s| {
@@ -74,7 +76,7 @@ pub fn run_handshakes(
             let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
                 .enable_timer()
                 .build()?;
-            rt.block_on(load(config, addr, request, connections, duration))
+            rt.block_on(load(config, addr, request, shape))
         })
         .join()
         .map_err(|_| io::Error::other("handshake loader thread panicked"))?
@@ -93,8 +95,7 @@ async fn load(
     config: Arc<rustls::ClientConfig>,
     addr: SocketAddr,
     request: Vec<u8>,
-    connections: usize,
-    duration: Duration,
+    (connections, duration, resume): (usize, Duration, bool),
 ) -> io::Result<Tally> {
     let request = Rc::new(request);
     let tally = Rc::new(RefCell::new(Tally {
@@ -106,7 +107,7 @@ async fn load(
     let end = Instant::now() + duration;
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
-            let (config, request, tally) = (config.clone(), request.clone(), tally.clone());
+            let (config, request, tally) = (own_cache(&config, resume), request.clone(), tally.clone());
             monoio::spawn(async move {
                 while Instant::now() < end {
                     let t0 = Instant::now();
@@ -136,6 +137,19 @@ async fn load(
     Rc::try_unwrap(tally)
         .map(RefCell::into_inner)
         .map_err(|_| io::Error::other("loader tasks still hold the tally"))
+}
+
+/// A copy of `config` with a session cache of its own when it resumes: each connection resumes
+/// its own last session, as each wrk connection does. (One cache shared by all connections runs
+/// dry: rustls keeps 8 tickets per server, and 64 connections finishing together drop the rest,
+/// so only about half of the handshakes resumed.)
+fn own_cache(config: &Arc<rustls::ClientConfig>, resume: bool) -> Arc<rustls::ClientConfig> {
+    if !resume {
+        return config.clone();
+    }
+    let mut c = (**config).clone();
+    c.resumption = rustls::client::Resumption::in_memory_sessions(8);
+    Arc::new(c)
 }
 
 /// One connection: connect, handshake (inside the first write), request, answer to EOF.
