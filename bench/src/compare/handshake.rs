@@ -107,7 +107,8 @@ async fn load(
     let end = Instant::now() + duration;
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
-            let (config, request, tally) = (own_cache(&config, resume), request.clone(), tally.clone());
+            let (config, request, tally) =
+                (own_cache(&config, resume), request.clone(), tally.clone());
             monoio::spawn(async move {
                 while Instant::now() < end {
                     let t0 = Instant::now();

@@ -176,7 +176,10 @@ fn edge_has_tls(bin: &Path, dir: &Path, toml: &str) -> bool {
         Ok(out) if out.status.success() => true,
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
-            println!("  edge --check: {}", err.lines().next().unwrap_or("(no output)"));
+            println!(
+                "  edge --check: {}",
+                err.lines().next().unwrap_or("(no output)")
+            );
             false
         }
         Err(e) => {

@@ -45,6 +45,34 @@ pub fn tls_get(
     path: &str,
     timeout: Duration,
 ) -> io::Result<TlsAnswer> {
+    tls_exchange(addr, config, (name, path), timeout, true).map(|(a, _)| a)
+}
+
+/// A TLS connection of the blocking probe.
+pub type TlsConn = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;
+
+/// Like [`tls_get`] but keep-alive: the connection is returned open after the answer (for
+/// holding idle TLS connections).
+///
+/// # Errors
+/// As [`tls_get`].
+pub fn tls_open(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    name: &str,
+    path: &str,
+    timeout: Duration,
+) -> io::Result<(TlsAnswer, TlsConn)> {
+    tls_exchange(addr, config, (name, path), timeout, false)
+}
+
+fn tls_exchange(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    (name, path): (&str, &str),
+    timeout: Duration,
+    close: bool,
+) -> io::Result<(TlsAnswer, TlsConn)> {
     let deadline = Instant::now() + timeout;
     let started = Instant::now();
     let tcp = crate::support::probe::connect(addr, timeout)?;
@@ -78,13 +106,14 @@ pub fn tls_get(
         .and_then(|c| c.first())
         .and_then(|c| serial_of(c))
         .unwrap_or_default();
+    let connection = if close { "close" } else { "keep-alive" };
     write!(
         tls,
-        "GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: {connection}\r\n\r\n"
     )?;
     tls.flush()?;
     let (status, body) = read_answer(&mut tls, deadline)?;
-    Ok(TlsAnswer {
+    let answer = TlsAnswer {
         status,
         body,
         protocol,
@@ -92,7 +121,8 @@ pub fn tls_get(
         resumed,
         serial,
         handshake,
-    })
+    };
+    Ok((answer, tls))
 }
 
 /// Reads one response (Content-Length, chunked or until close) from `r` before `deadline`.
