@@ -186,10 +186,8 @@ pub fn run(args: &Args) -> io::Result<bool> {
     let versions = versions(args, &plan.bins, &plan.kinds);
     let tls_dir =
         std::env::temp_dir().join(format!("edge-bench-compare-{}-tls", std::process::id()));
-    let tls = match plan.workloads.iter().any(|w| w.is_tls()) {
-        true => Some(TlsSetup::create(&tls_dir)?),
-        false => None,
-    };
+    let any_tls = plan.workloads.iter().any(|w| w.is_tls());
+    let tls = any_tls.then(|| TlsSetup::create(&tls_dir)).transpose()?;
     for origin_kind in [OriginKind::Own, OriginKind::Nginx] {
         let workloads: Vec<Workload> = plan
             .workloads
@@ -234,12 +232,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         )?;
         samples.append(&mut got);
         stop_all(targets);
-        if let Some((mut p, _)) = tls_origin.take() {
-            if let Some(st) = p.exited()? {
-                failures.push(format!("the TLS origin exited during the runs ({st})"));
-            }
-            let _ = p.stop(STOP_GRACE);
-        }
+        stop_tls_origin(tls_origin.take(), &mut failures)?;
         if let Some(st) = origin.exited()? {
             failures.push(format!("the origin exited during the runs ({st})"));
         }
@@ -336,6 +329,23 @@ fn start_tls_origin(
         plan.load_list
     );
     Ok((origin, addr))
+}
+
+/// Stops the TLS origin, recording a failure when it had exited during the runs.
+///
+/// # Errors
+/// Failure to check on it.
+fn stop_tls_origin(
+    origin: Option<(EdgeProcess, std::net::SocketAddr)>,
+    failures: &mut Vec<String>,
+) -> io::Result<()> {
+    if let Some((mut p, _)) = origin {
+        if let Some(st) = p.exited()? {
+            failures.push(format!("the TLS origin exited during the runs ({st})"));
+        }
+        let _ = p.stop(STOP_GRACE);
+    }
+    Ok(())
 }
 
 /// Starts every target of the plan in front of `origin` (those that fail are recorded and left
@@ -464,7 +474,8 @@ fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<(
     Ok(())
 }
 
-/// (program, version line) for wrk, edge, nginx and HAProxy as far as they run.
+/// (program, version line) for wrk, edge, nginx and HAProxy as far as they run, and the TLS
+/// setup when TLS workloads run.
 fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
     let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
     if kinds.iter().any(|k| k.is_edge()) {
@@ -483,6 +494,17 @@ fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, 
     }
     if kinds.contains(&TargetKind::Haproxy) {
         v.push(("haproxy".to_string(), version_of(&bins.haproxy, "-v")));
+    }
+    if args.workloads.iter().any(|w| w.is_tls()) {
+        let openssl = version_of(std::path::Path::new("/usr/bin/openssl"), "version");
+        v.push((
+            "tls".to_string(),
+            format!(
+                "one ECDSA P-256 leaf (rcgen); TLS 1.3 TLS_AES_128_GCM_SHA256, TLS 1.2 \
+                 ECDHE-ECDSA-AES128-GCM-SHA256; wrk on {openssl} via OPENSSL_CONF; origin and \
+                 handshake loader on rustls 0.23 (aws-lc-rs)"
+            ),
+        ));
     }
     v
 }

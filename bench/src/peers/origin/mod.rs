@@ -23,6 +23,7 @@
 //! process, which [`child::start_origin`] starts for `compare` and `scale`.
 
 pub mod child;
+pub mod response;
 pub mod tls;
 
 use std::cell::Cell;
@@ -37,6 +38,8 @@ use std::time::Duration;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use socket2::{Domain, Protocol, Socket, Type};
+
+pub use response::{app_response, build_response};
 
 use crate::peers::http::{parse_request, BodyLen};
 use crate::peers::stop::StopSignal;
@@ -512,48 +515,6 @@ pub fn sized_index(path: &str) -> Option<usize> {
     SIZED_PATHS.iter().position(|&(p, _)| p == path)
 }
 
-/// The complete [`APP_PATH`] response.
-pub fn app_response(close: bool) -> Vec<u8> {
-    let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for (name, value) in APP_FIELDS {
-        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
-    }
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", APP_BODY.len()).as_bytes());
-    out.extend_from_slice(APP_BODY);
-    out
-}
-
-/// The complete response, head and body, as written on the wire.
-pub fn build_response(body_bytes: usize, chunked: bool, close: bool) -> Vec<u8> {
-    let body: Vec<u8> = DEFAULT_BODY
-        .iter()
-        .copied()
-        .cycle()
-        .take(body_bytes)
-        .collect();
-    let mut out = Vec::with_capacity(body_bytes + 128);
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    if chunked {
-        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
-        if !body.is_empty() {
-            out.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
-            out.extend_from_slice(&body);
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"0\r\n\r\n");
-    } else {
-        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
-        out.extend_from_slice(&body);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,26 +546,6 @@ mod tests {
         let r = build_response(SIZED_PATHS[1].1, false, false);
         let info = parse_response(&r, false).unwrap().unwrap();
         assert_eq!(info.body, BodyLen::Length(1024 * 1024));
-    }
-
-    #[test]
-    fn default_response_is_hello_world() {
-        let r = build_response(DEFAULT_BODY.len(), false, false);
-        let info = parse_response(&r, false).unwrap().unwrap();
-        assert_eq!(info.body, BodyLen::Length(13));
-        assert_eq!(&r[info.head_len..], DEFAULT_BODY);
-    }
-
-    #[test]
-    fn chunked_response_frames_the_body() {
-        let r = build_response(30, true, true);
-        let info = parse_response(&r, false).unwrap().unwrap();
-        assert_eq!(info.body, BodyLen::Chunked);
-        assert!(!info.keep_alive);
-        let mut d = crate::peers::chunked::ChunkedSkipper::new();
-        assert_eq!(d.feed(&r[info.head_len..]), Ok(r.len() - info.head_len));
-        assert!(d.is_done());
-        assert_eq!(d.payload_bytes(), 30);
     }
 
     #[test]
