@@ -150,11 +150,12 @@ pub fn aes128_provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+static TLS12_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
 
-/// Which protocol versions a config allows.
-fn versions(tls12: bool) -> &'static [&'static rustls::SupportedProtocolVersion] {
+/// The one protocol version a client config offers.
+fn client_versions(tls12: bool) -> &'static [&'static rustls::SupportedProtocolVersion] {
     if tls12 {
-        rustls::ALL_VERSIONS
+        TLS12_ONLY
     } else {
         TLS13_ONLY
     }
@@ -173,7 +174,7 @@ pub fn server_config(
 ) -> io::Result<Arc<rustls::ServerConfig>> {
     let provider = aes128_provider();
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(versions(true))
+        .with_protocol_versions(rustls::ALL_VERSIONS)
         .map_err(io::Error::other)?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
@@ -207,7 +208,7 @@ pub fn root_store(ca: &Path) -> io::Result<rustls::RootCertStore> {
     Ok(roots)
 }
 
-/// A client config trusting `ca`: AES-128-GCM only, TLS 1.3 only unless `tls12`; `resume` keeps a
+/// A client config trusting `ca`: AES-128-GCM only, TLS 1.3 only, or TLS 1.2 only with `tls12`; `resume` keeps a
 /// session cache (tickets) shared by every connection made with this config, else none (every
 /// handshake is a full one).
 ///
@@ -219,7 +220,7 @@ pub fn client_config(
     resume: bool,
 ) -> io::Result<Arc<rustls::ClientConfig>> {
     let mut config = rustls::ClientConfig::builder_with_provider(aes128_provider())
-        .with_protocol_versions(versions(tls12))
+        .with_protocol_versions(client_versions(tls12))
         .map_err(io::Error::other)?
         .with_root_certificates(root_store(ca)?)
         .with_no_client_auth();

@@ -56,3 +56,62 @@ pub(super) async fn serve_tls(
     serve_conn(&mut tls, rb, worker).await?;
     tls.close().await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::{spawn_origin, OriginOptions, DEFAULT_BODY};
+    use crate::support::certs::{client_config, server_config, write_test_certs};
+    use crate::support::tls_probe::tls_get;
+
+    #[test]
+    fn serves_every_size_over_tls_1_2_and_1_3() {
+        let dir =
+            std::env::temp_dir().join(format!("edge-bench-origin-tls-{}", std::process::id()));
+        let certs = write_test_certs(&dir, "t", 7).unwrap();
+        let origin = spawn_origin(OriginOptions {
+            tls: Some(server_config(&certs.chain, &certs.key, None).unwrap()),
+            ..Default::default()
+        })
+        .unwrap();
+        let t = Duration::from_secs(5);
+        for tls12 in [false, true] {
+            let c = client_config(&certs.ca, tls12, false).unwrap();
+            let a = tls_get(origin.addr(), &c, "localhost", "/fast", t).unwrap();
+            assert_eq!((a.status, a.body.as_slice()), (200, DEFAULT_BODY));
+            assert_eq!(a.serial, vec![7]);
+            let want = if tls12 { "TLSv1_2" } else { "TLSv1_3" };
+            assert_eq!(a.protocol, want);
+            assert!(a.suite.contains("AES_128_GCM"), "{}", a.suite);
+        }
+        let c = client_config(&certs.ca, false, false).unwrap();
+        let big = tls_get(origin.addr(), &c, "127.0.0.1", "/size/1m", t).unwrap();
+        assert_eq!(big.body.len(), 1024 * 1024);
+        origin.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn mutual_tls_refuses_a_client_without_a_certificate() {
+        let dir =
+            std::env::temp_dir().join(format!("edge-bench-origin-mtls-{}", std::process::id()));
+        let certs = write_test_certs(&dir, "t", 8).unwrap();
+        let origin = spawn_origin(OriginOptions {
+            tls: Some(server_config(&certs.chain, &certs.key, Some(&certs.ca)).unwrap()),
+            ..Default::default()
+        })
+        .unwrap();
+        let c = client_config(&certs.ca, false, false).unwrap();
+        let r = tls_get(
+            origin.addr(),
+            &c,
+            "localhost",
+            "/fast",
+            Duration::from_secs(5),
+        );
+        assert!(r.is_err(), "answered without a client certificate: {r:?}");
+        origin.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
