@@ -1,5 +1,6 @@
 //! The bench's own HTTP/1.1 peers on monoio: the test origin edge forwards to and the load
-//! generators that drive it, with the sans-IO framing and buffered reads they share.
+//! generators that drive it, with the sans-IO framing and buffered reads they share, and the
+//! rustls adapter over monoio streams ([`tls_stream`]) the origin's TLS mode runs on.
 
 pub mod chunked;
 pub mod http;

@@ -153,6 +153,9 @@ where
     D: SideData,
 {
     async fn read<T: IoBufMut>(&mut self, mut buf: T) -> BufResult<usize, T> {
+        if buf.bytes_total() == 0 {
+            return (Ok(0), buf);
+        }
         if self.conn.is_handshaking() {
             if let Err(e) = self.handshake().await {
                 return (Err(e), buf);

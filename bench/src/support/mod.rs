@@ -1,6 +1,7 @@
 //! What every job shares: the `edge` child process, its temporary config and the system under test
-//! (origin + edge), the blocking probe client, edge's admin metrics and log events, `/proc`
-//! readings, machine facts and result tables.
+//! (origin + edge), the blocking probe client (and its HTTPS twin, [`tls_probe`]), the test
+//! certificates ([`certs`]), edge's admin metrics and log events, `/proc` readings, machine facts
+//! and result tables.
 
 pub mod certs;
 pub mod edge_config;

@@ -3,7 +3,7 @@
 
 use super::{APP_BODY, APP_FIELDS, DEFAULT_BODY};
 
-/// The complete [`APP_PATH`] response.
+/// The complete [`APP_PATH`](super::APP_PATH) response.
 pub fn app_response(close: bool) -> Vec<u8> {
     let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
     for (name, value) in APP_FIELDS {
