@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Run the HTTP/1.1 test origin until killed.
+    /// Run the HTTP/1.1 test origin until killed (HTTPS with --tls or --tls-cert/--tls-key).
     Origin(origin::Args),
     /// Run a bounded keep-alive load against an HTTP/1.1 server and print the result.
     Load(load::Args),
@@ -45,7 +45,7 @@ enum Cmd {
     Partial(inbound::Args),
     /// A request head dripped one byte per 200 ms: 408 at the deadline, not restarted per read.
     Drip(inbound::Args),
-    /// Every case of DESIGN.md "Fault matrix" (groups a-d) with the invariants after each.
+    /// Every case of DESIGN.md "Fault matrix" (groups a-f; e: the TLS cases) with the invariants after each.
     Matrix(matrix::Args),
     /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
     IdleMemory(idle_memory::Args),

@@ -52,10 +52,15 @@ impl CertWatch {
         }
         let (cfg, generation) = shared.config.get();
         if generation != self.generation {
-            // Reloaded meanwhile (SIGHUP, discovery): watch what the current configuration names.
+            // Reloaded meanwhile (SIGHUP, discovery): watch what the current configuration names. The
+            // same files keep their old stamps: a file that changed after that reload read it must still
+            // count as a change (at worst one reload more).
             self.generation = generation;
-            self.files = watched_files(&cfg.config);
-            self.stamps = fingerprint(&self.files);
+            let files = watched_files(&cfg.config);
+            if files != self.files {
+                self.stamps = fingerprint(&files);
+                self.files = files;
+            }
         }
         let Some(every) = period(&cfg) else {
             self.next = Instant::now() + IDLE_RECHECK;

@@ -14,6 +14,10 @@
 //!   `taskset -c LOAD wrk -t1 -cN -dD --latency -s SCRIPT [-H …] http://TARGET/PATH`;
 //! - before the `close` workload, each target is checked to close after a `Connection: close`
 //!   request;
+//! - the TLS workloads (`tls-…`, [`tls`]) give every target a TLS listener with one generated
+//!   ECDSA P-256 certificate (`direct`: a second origin process in TLS mode); wrk gets an
+//!   `OPENSSL_CONF` that fixes TLS 1.3 (1.2) and AES-128-GCM, and the connection-per-request TLS
+//!   workloads run on edge-bench's own [`handshake`] loader;
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
@@ -30,6 +34,7 @@
 //! the targets, [`run`](mod@run) runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
 //! summarise, [`json`] and [`plot`] write the files.
 
+pub mod handshake;
 pub mod json;
 pub mod plan;
 pub mod plot;
@@ -38,6 +43,7 @@ pub mod report;
 pub mod run;
 pub mod tables;
 pub mod target;
+pub mod tls;
 pub mod workload;
 pub mod wrk;
 
@@ -50,11 +56,13 @@ use crate::compare::proxies::{HAPROXY_BIN, NGINX_BIN};
 use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
 use crate::compare::run::WorkloadRun;
 use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
-use crate::compare::target::{closes_after_request, Binaries, Target, TargetKind};
+use crate::compare::target::{check_tls, closes_after_request, Binaries, Target, TargetKind};
+use crate::compare::tls::TlsSetup;
 use crate::compare::workload::{OriginKind, Workload};
 use crate::compare::wrk::wrk_seconds;
-use crate::peers::origin::child::start_origin;
+use crate::peers::origin::child::{start_origin, start_origin_with};
 use crate::peers::origin::LOAD_PATH;
+use crate::support::certs::CertFiles;
 use crate::support::edge_proc::{EdgeProcess, STOP_GRACE};
 use crate::support::host::{pin_current_thread, version_of};
 use crate::support::procfs::cpus_allowed;
@@ -176,6 +184,10 @@ pub fn run(args: &Args) -> io::Result<bool> {
     let mut closes = Vec::new();
     let mut ran: Vec<TargetKind> = Vec::new();
     let versions = versions(args, &plan.bins, &plan.kinds);
+    let tls_dir =
+        std::env::temp_dir().join(format!("edge-bench-compare-{}-tls", std::process::id()));
+    let any_tls = plan.workloads.iter().any(|w| w.is_tls());
+    let tls = any_tls.then(|| TlsSetup::create(&tls_dir)).transpose()?;
     for origin_kind in [OriginKind::Own, OriginKind::Nginx] {
         let workloads: Vec<Workload> = plan
             .workloads
@@ -187,7 +199,18 @@ pub fn run(args: &Args) -> io::Result<bool> {
             continue;
         }
         let (mut origin, origin_addr) = start_origin_of(origin_kind, &plan)?;
-        let mut targets = start_targets(&plan, origin_addr, origin_kind, &mut failures);
+        let tls_here = tls
+            .as_ref()
+            .filter(|_| workloads.iter().any(|w| w.is_tls()));
+        let mut tls_origin = match tls_here {
+            Some(t) if plan.kinds.contains(&TargetKind::Direct) => {
+                Some(start_tls_origin(&plan, t)?)
+            }
+            _ => None,
+        };
+        let tls_targets = tls_here.map(|t| (&t.certs, tls_origin.as_ref().map(|o| o.1)));
+        let mut targets =
+            start_targets(&plan, origin_addr, origin_kind, tls_targets, &mut failures);
         let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
         print!("{placement}");
         placements.push_str(&placement);
@@ -201,7 +224,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         ran = targets.iter().map(|t| t.kind).collect();
         let mut got = run_workloads(
             args,
-            &workloads,
+            (&workloads, tls_here),
             &plan,
             &mut targets,
             &mut origin,
@@ -209,11 +232,13 @@ pub fn run(args: &Args) -> io::Result<bool> {
         )?;
         samples.append(&mut got);
         stop_all(targets);
+        stop_tls_origin(tls_origin.take(), &mut failures)?;
         if let Some(st) = origin.exited()? {
             failures.push(format!("the origin exited during the runs ({st})"));
         }
         let _ = origin.stop(STOP_GRACE);
     }
+    let _ = std::fs::remove_dir_all(&tls_dir);
     print_summary(&samples, &ran, &plan.workloads);
     print!("{placements}");
     for (k, c) in &closes {
@@ -280,11 +305,56 @@ fn start_origin_of(
     }
 }
 
-/// Starts every target of the plan in front of `origin` (those that fail are recorded and left out).
+/// Starts `edge-bench origin` in TLS mode (the `direct` target of the TLS workloads) on the load
+/// CPUs and checks it with one HTTPS request.
+///
+/// # Errors
+/// The origin does not start or does not answer over TLS.
+fn start_tls_origin(
+    plan: &Plan,
+    tls: &TlsSetup,
+) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
+    let certs = &tls.certs;
+    let (origin, addr) = start_origin_with(
+        &plan.load_list,
+        plan.load_cpus.len(),
+        Some((&certs.cert, &certs.key)),
+        START_TIMEOUT,
+    )?;
+    check_tls(addr, certs)?;
+    println!(
+        "TLS origin: edge-bench origin --tls-cert {} (pid {}, on CPU {}) on {addr}",
+        certs.cert.display(),
+        origin.pid(),
+        plan.load_list
+    );
+    Ok((origin, addr))
+}
+
+/// Stops the TLS origin, recording a failure when it had exited during the runs.
+///
+/// # Errors
+/// Failure to check on it.
+fn stop_tls_origin(
+    origin: Option<(EdgeProcess, std::net::SocketAddr)>,
+    failures: &mut Vec<String>,
+) -> io::Result<()> {
+    if let Some((mut p, _)) = origin {
+        if let Some(st) = p.exited()? {
+            failures.push(format!("the TLS origin exited during the runs ({st})"));
+        }
+        let _ = p.stop(STOP_GRACE);
+    }
+    Ok(())
+}
+
+/// Starts every target of the plan in front of `origin` (those that fail are recorded and left
+/// out); with `tls`, each also gets a TLS listener (`direct`: the TLS origin's address).
 fn start_targets(
     plan: &Plan,
     origin: std::net::SocketAddr,
     kind: OriginKind,
+    tls: Option<(&CertFiles, Option<std::net::SocketAddr>)>,
     failures: &mut Vec<String>,
 ) -> Vec<Target> {
     let tag = match kind {
@@ -293,7 +363,15 @@ fn start_targets(
     };
     let mut targets = Vec::new();
     for &k in &plan.kinds {
-        match Target::start(k, &plan.bins, origin, &plan.proxy_list, tag, START_TIMEOUT) {
+        match Target::start(
+            k,
+            &plan.bins,
+            origin,
+            &plan.proxy_list,
+            tag,
+            START_TIMEOUT,
+            tls,
+        ) {
             Ok(t) => targets.push(t),
             Err(e) => {
                 eprintln!("{e}");
@@ -308,7 +386,7 @@ fn start_targets(
 /// target not already found dead is checked once more. The samples of all workloads.
 fn run_workloads(
     args: &Args,
-    workloads: &[Workload],
+    (workloads, tls): (&[Workload], Option<&TlsSetup>),
     plan: &Plan,
     targets: &mut [Target],
     origin: &mut EdgeProcess,
@@ -329,6 +407,7 @@ fn run_workloads(
             workload: w,
             script: &script,
             load_list: &plan.load_list,
+            tls,
         };
         ctx.run(targets, &mut dead, origin, &mut samples, failures)?;
         print_workload(args, w, &samples[before..], &ran);
@@ -395,7 +474,8 @@ fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<(
     Ok(())
 }
 
-/// (program, version line) for wrk, edge, nginx and HAProxy as far as they run.
+/// (program, version line) for wrk, edge, nginx and HAProxy as far as they run, and the TLS
+/// setup when TLS workloads run.
 fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
     let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
     if kinds.iter().any(|k| k.is_edge()) {
@@ -414,6 +494,17 @@ fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, 
     }
     if kinds.contains(&TargetKind::Haproxy) {
         v.push(("haproxy".to_string(), version_of(&bins.haproxy, "-v")));
+    }
+    if args.workloads.iter().any(|w| w.is_tls()) {
+        let openssl = version_of(std::path::Path::new("/usr/bin/openssl"), "version");
+        v.push((
+            "tls".to_string(),
+            format!(
+                "one ECDSA P-256 leaf (rcgen); TLS 1.3 TLS_AES_128_GCM_SHA256, TLS 1.2 \
+                 ECDHE-ECDSA-AES128-GCM-SHA256; wrk on {openssl} via OPENSSL_CONF; origin and \
+                 handshake loader on rustls 0.23 (aws-lc-rs)"
+            ),
+        ));
     }
     v
 }

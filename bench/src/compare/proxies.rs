@@ -25,14 +25,20 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use super::target::{Binaries, TargetKind};
+use super::tls::{edge_tls_toml, haproxy_tls_bind, nginx_tls_lines, HAPROXY_TLS_GLOBAL};
+use crate::support::certs::CertFiles;
+
+/// A TLS listener for a proxy: its address and the certificate it serves (see [`super::tls`]).
+pub type TlsListen<'a> = Option<(SocketAddr, &'a CertFiles)>;
 
 /// Default nginx executable (Debian package).
 pub const NGINX_BIN: &str = "/usr/sbin/nginx";
 /// Default HAProxy executable (Debian package).
 pub const HAPROXY_BIN: &str = "/usr/sbin/haproxy";
 
-/// The executable and arguments that run proxy `kind` on `listen` in front of `origin`; nginx and
-/// HAProxy get their configuration file written into `dir` first.
+/// The executable and arguments that run proxy `kind` on `listen` (and on `tls`'s listener) in
+/// front of `origin`; nginx and HAProxy get their configuration file written into `dir` first,
+/// edge a `--config` file for its TLS listener.
 ///
 /// # Errors
 /// Config-writing failures.
@@ -45,6 +51,7 @@ pub fn proxy_command(
     dir: &Path,
     listen: SocketAddr,
     origin: SocketAddr,
+    tls: TlsListen<'_>,
 ) -> io::Result<(PathBuf, Vec<String>)> {
     Ok(match kind {
         k @ (TargetKind::EdgeUring
@@ -52,7 +59,7 @@ pub fn proxy_command(
         | TargetKind::BaselineUring
         | TargetKind::BaselineEpoll) => {
             let driver = k.edge_driver().unwrap_or("epoll");
-            let args = [
+            let mut args = [
                 "--listen",
                 &listen.to_string(),
                 "--admin-listen",
@@ -66,6 +73,11 @@ pub fn proxy_command(
             ]
             .map(String::from)
             .to_vec();
+            if let Some((tls_listen, certs)) = tls {
+                let conf = dir.join("edge-tls.toml");
+                fs::write(&conf, edge_tls_toml(tls_listen, certs))?;
+                args.extend(["--config".to_string(), conf.display().to_string()]);
+            }
             let bin = match (k.is_baseline(), &bins.baseline) {
                 (true, Some(b)) => b.clone(),
                 _ => bins.edge.clone(),
@@ -73,12 +85,12 @@ pub fn proxy_command(
             (bin, args)
         }
         TargetKind::Nginx => {
-            let args = nginx_args(dir, &nginx_config(dir, listen, origin))?;
+            let args = nginx_args(dir, &nginx_config(dir, listen, origin, tls))?;
             (bins.nginx.clone(), args)
         }
         TargetKind::Haproxy => {
             let conf = dir.join("haproxy.cfg");
-            fs::write(&conf, haproxy_config(listen, origin))?;
+            fs::write(&conf, haproxy_config(listen, origin, tls))?;
             let args = vec![
                 "-db".to_string(),
                 "-f".to_string(),
@@ -193,9 +205,16 @@ pub fn nginx_origin_config(dir: &Path, listen: SocketAddr) -> String {
     )
 }
 
-/// The nginx configuration: one worker, upstream keepalive, everything under `dir`.
-pub fn nginx_config(dir: &Path, listen: SocketAddr, origin: SocketAddr) -> String {
+/// The nginx configuration: one worker, upstream keepalive, everything under `dir`; with `tls`, a
+/// second listener with TLS.
+pub fn nginx_config(
+    dir: &Path,
+    listen: SocketAddr,
+    origin: SocketAddr,
+    tls: TlsListen<'_>,
+) -> String {
     let preamble = nginx_preamble(dir);
+    let tls_lines = tls.map_or(String::new(), |(l, c)| nginx_tls_lines(l, c));
     format!(
         "# written by edge-bench compare
 {preamble}
@@ -206,7 +225,7 @@ pub fn nginx_config(dir: &Path, listen: SocketAddr, origin: SocketAddr) -> Strin
     }}
     server {{
         listen {listen};
-        location / {{
+{tls_lines}        location / {{
             proxy_pass http://origin;
             proxy_http_version 1.1;
             proxy_set_header Connection \"\";
@@ -219,14 +238,18 @@ pub fn nginx_config(dir: &Path, listen: SocketAddr, origin: SocketAddr) -> Strin
     )
 }
 
-/// The HAProxy configuration: one thread, connection reuse always, keep-alive both sides.
-pub fn haproxy_config(listen: SocketAddr, origin: SocketAddr) -> String {
+/// The HAProxy configuration: one thread, connection reuse always, keep-alive both sides; with
+/// `tls`, a second `bind` with TLS.
+pub fn haproxy_config(listen: SocketAddr, origin: SocketAddr, tls: TlsListen<'_>) -> String {
+    let (global, bind) = tls.map_or((String::new(), String::new()), |(l, c)| {
+        (HAPROXY_TLS_GLOBAL.to_string(), haproxy_tls_bind(l, c))
+    });
     format!(
         "# written by edge-bench compare
 global
     nbthread 1
     maxconn 4000
-
+{global}
 defaults
     mode http
     option http-keep-alive
@@ -237,7 +260,7 @@ defaults
 
 frontend bench
     bind {listen}
-    default_backend origin
+{bind}    default_backend origin
 
 backend origin
     server origin {origin}
@@ -253,7 +276,7 @@ mod tests {
     fn configs_name_origin_and_listener() {
         let l: SocketAddr = "127.0.0.1:1000".parse().unwrap();
         let o: SocketAddr = "127.0.0.1:2000".parse().unwrap();
-        let n = nginx_config(Path::new("/tmp/x"), l, o);
+        let n = nginx_config(Path::new("/tmp/x"), l, o, None);
         assert!(n.contains("listen 127.0.0.1:1000;") && n.contains("server 127.0.0.1:2000;"));
         assert!(n.contains("keepalive 64;") && n.contains("pid /tmp/x/nginx.pid;"));
         assert!(n.contains("worker_processes 1;") && n.contains("daemon off;"));
@@ -267,7 +290,7 @@ mod tests {
         assert!(n.contains("proxy_temp_path /tmp/x/proxy;"));
         // Balanced braces: every block the template opens, it closes.
         assert_eq!(n.matches('{').count(), n.matches('}').count());
-        let h = haproxy_config(l, o);
+        let h = haproxy_config(l, o, None);
         assert!(h.contains("bind 127.0.0.1:1000") && h.contains("server origin 127.0.0.1:2000"));
         assert!(h.contains("nbthread 1") && h.contains("http-reuse always"));
         assert!(h.contains("mode http") && h.contains("option http-keep-alive"));

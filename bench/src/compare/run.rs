@@ -6,10 +6,12 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::compare::handshake::{run_handshakes, HandshakeSpec};
 use crate::compare::report::Sample;
 use crate::compare::target::Target;
+use crate::compare::tls::TlsSetup;
 use crate::compare::workload::Workload;
-use crate::compare::wrk::{run_wrk, wrk_seconds, WrkSpec};
+use crate::compare::wrk::{run_wrk, wrk_seconds, WrkRun, WrkSpec};
 use crate::compare::{Args, SETTLE};
 use crate::support::edge_proc::EdgeProcess;
 use crate::support::procfs::clock_ticks_per_sec;
@@ -24,6 +26,8 @@ pub(crate) struct WorkloadRun<'a> {
     pub script: &'a Path,
     /// `taskset -c` list of the load CPUs.
     pub load_list: &'a str,
+    /// The run's TLS material, when it has TLS workloads.
+    pub tls: Option<&'a TlsSetup>,
 }
 
 impl WorkloadRun<'_> {
@@ -35,6 +39,48 @@ impl WorkloadRun<'_> {
             duration,
             script: Some(self.script),
             headers: self.workload.headers(),
+            openssl_conf: self
+                .tls
+                .filter(|_| self.workload.is_tls())
+                .map(|t| t.openssl_conf_for(self.workload.tls12())),
+        }
+    }
+
+    /// Where a run against `t` connects: `http://ADDR` or, for TLS workloads, `https://TLS_ADDR`
+    /// (`None` when the target has no TLS listener).
+    fn base_url(&self, t: &Target) -> Option<String> {
+        if !self.workload.is_tls() {
+            return Some(format!("http://{}", t.addr));
+        }
+        t.tls_addr.map(|a| format!("https://{a}"))
+    }
+
+    /// One run of `duration` against `t`: wrk, or the handshake loader for the
+    /// connection-per-request TLS workloads.
+    fn load_once(
+        &self,
+        t: &Target,
+        duration: Duration,
+        before: impl FnOnce(),
+    ) -> io::Result<WrkRun> {
+        let base = self
+            .base_url(t)
+            .ok_or_else(|| io::Error::other(format!("{} has no TLS listener", t.kind.name())))?;
+        match (self.workload.handshake_loader(), self.tls, t.tls_addr) {
+            (Some(resume), Some(tls), Some(addr)) => {
+                let spec = HandshakeSpec {
+                    connections: self.workload.connections(self.args.connections),
+                    duration,
+                    resume,
+                    ca: &tls.certs.ca,
+                };
+                run_handshakes(&spec, addr, self.workload.path(), before)
+            }
+            _ => run_wrk(
+                &self.spec(duration),
+                &format!("{base}{}", self.workload.path()),
+                before,
+            ),
         }
     }
 
@@ -51,29 +97,14 @@ impl WorkloadRun<'_> {
         failures: &mut Vec<String>,
     ) -> io::Result<()> {
         let (args, w) = (self.args, self.workload);
-        let path = w.path();
-        println!(
-            "\n{}: taskset -c {} {} -t1 -c{} -d{}s --latency -s {}{} http://TARGET{path}; {} round(s), targets in order: {}",
-            w.name(),
-            self.load_list,
-            args.wrk_bin.display(),
-            w.connections(args.connections),
-            wrk_seconds(args.duration),
-            self.script.display(),
-            w.headers().iter().map(|h| format!(" -H \"{h}\"")).collect::<String>(),
-            args.rounds,
-            targets.iter().map(|t| t.kind.name()).collect::<Vec<_>>().join(" ")
-        );
+        self.print_command(targets);
         if !args.warmup.is_zero() {
-            let warm = self.spec(args.warmup);
             for t in targets.iter() {
-                let url = format!("http://{}{path}", t.addr);
-                if let Err(e) = run_wrk(&warm, &url, || {}) {
+                if let Err(e) = self.load_once(t, args.warmup, || {}) {
                     failures.push(format!("{} {w} warm-up: {e}", t.kind.name()));
                 }
             }
         }
-        let measured = self.spec(args.duration);
         let hz = clock_ticks_per_sec();
         for round in 1..=args.rounds {
             if let Some(st) = origin.exited()? {
@@ -90,9 +121,8 @@ impl WorkloadRun<'_> {
                     dead[i] = true;
                     continue;
                 }
-                let url = format!("http://{}{path}", t.addr);
                 let mut before = Ok(None);
-                let run = run_wrk(&measured, &url, || {
+                let run = self.load_once(t, args.duration, || {
                     t.reset_peak_rss();
                     before = t.usage();
                 });
@@ -134,6 +164,44 @@ impl WorkloadRun<'_> {
             }
         }
         Ok(())
+    }
+}
+
+impl WorkloadRun<'_> {
+    /// The load's command line, printed before the workload's runs.
+    fn print_command(&self, targets: &[Target]) {
+        let (args, w) = (self.args, self.workload);
+        let order = targets
+            .iter()
+            .map(|t| t.kind.name())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let c = w.connections(args.connections);
+        let d = wrk_seconds(args.duration);
+        let load = match (w.handshake_loader(), self.tls) {
+            (Some(resume), _) => format!(
+                "edge-bench's handshake loader (TLS 1.3, {}) on CPU {}, -c{c} -d{d}s, GET {} with Connection: close",
+                if resume { "sessions resumed" } else { "full handshakes" },
+                self.load_list,
+                w.path()
+            ),
+            (None, tls) => format!(
+                "{}taskset -c {} {} -t1 -c{c} -d{d}s --latency -s {}{} {}://TARGET{}",
+                tls.filter(|_| w.is_tls())
+                    .map_or(String::new(), |t| format!("OPENSSL_CONF={} ", t.openssl_conf_for(w.tls12()).display())),
+                self.load_list,
+                args.wrk_bin.display(),
+                self.script.display(),
+                w.headers().iter().map(|h| format!(" -H \"{h}\"")).collect::<String>(),
+                if w.is_tls() { "https" } else { "http" },
+                w.path()
+            ),
+        };
+        println!(
+            "\n{}: {load}; {} round(s), targets in order: {order}",
+            w.name(),
+            args.rounds
+        );
     }
 }
 

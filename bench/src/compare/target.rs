@@ -25,6 +25,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::proxies::proxy_command;
+use crate::support::certs::CertFiles;
 use crate::support::edge_proc::{start_pinned_proxy, EdgeProcess};
 use crate::support::procfs::{children_of, proc_stat, run_wait_ns, status_kib};
 
@@ -135,6 +136,8 @@ pub struct Target {
     pub kind: TargetKind,
     /// Where wrk connects.
     pub addr: SocketAddr,
+    /// Where the TLS workloads connect (none when the run has no TLS workload).
+    pub tls_addr: Option<SocketAddr>,
     /// The proxy process (none for `direct`).
     pub process: Option<EdgeProcess>,
     /// Scratch directory with configs, pid and logs (removed on drop).
@@ -142,11 +145,12 @@ pub struct Target {
 }
 
 impl Target {
-    /// The `direct` target: load straight at the origin.
-    pub fn direct(origin: SocketAddr) -> Target {
+    /// The `direct` target: load straight at the origin (and at the origin in TLS mode).
+    pub fn direct(origin: SocketAddr, tls_origin: Option<SocketAddr>) -> Target {
         Target {
             kind: TargetKind::Direct,
             addr: origin,
+            tls_addr: tls_origin,
             process: None,
             dir: None,
         }
@@ -154,11 +158,12 @@ impl Target {
 
     /// Starts proxy `kind` on a free loopback port in front of `origin`, pinned to `cpus`, and
     /// waits until `GET /fast` through it answers 200. `tag` tells apart the scratch directories of the
-    /// target sets of different origins.
+    /// target sets of different origins. With `tls`, the proxy also gets a TLS listener serving
+    /// that certificate (`direct` gets `tls_origin`), checked with one HTTPS `GET /fast`.
     ///
     /// # Errors
     /// Config-writing and spawn failures; the proxy exiting or not answering within `timeout`
-    /// (its captured output is in the message).
+    /// (its captured output is in the message), or its TLS listener not answering 200.
     pub fn start(
         kind: TargetKind,
         bins: &Binaries,
@@ -166,11 +171,16 @@ impl Target {
         cpus: &str,
         tag: &str,
         timeout: Duration,
+        tls: Option<(&CertFiles, Option<SocketAddr>)>,
     ) -> io::Result<Target> {
         if !kind.is_proxy() {
-            return Ok(Target::direct(origin));
+            return Ok(Target::direct(origin, tls.and_then(|(_, o)| o)));
         }
         let listen = crate::support::stack::free_port()?;
+        let tls_listen = match tls {
+            Some((certs, _)) => Some((crate::support::stack::free_port()?, certs)),
+            None => None,
+        };
         let dir = std::env::temp_dir().join(format!(
             "edge-bench-compare-{}-{}{tag}",
             std::process::id(),
@@ -181,10 +191,11 @@ impl Target {
         let mut target = Target {
             kind,
             addr: listen,
+            tls_addr: tls_listen.map(|(a, _)| a),
             process: None,
             dir: Some(dir.clone()),
         };
-        let (bin, args) = proxy_command(kind, bins, &dir, listen, origin)?;
+        let (bin, args) = proxy_command(kind, bins, &dir, listen, origin, tls_listen)?;
         target.process = Some(start_pinned_proxy(
             kind.name(),
             &bin,
@@ -194,6 +205,19 @@ impl Target {
             &dir,
             timeout,
         )?);
+        if let Some((addr, certs)) = tls_listen {
+            check_tls(addr, certs).map_err(|e| {
+                let out = target
+                    .process
+                    .as_ref()
+                    .map(|p| p.output())
+                    .unwrap_or_default();
+                io::Error::new(
+                    e.kind(),
+                    format!("{}: TLS listener {addr}: {e}\n{out}", kind.name()),
+                )
+            })?;
+        }
         Ok(target)
     }
 
@@ -290,6 +314,33 @@ pub struct Usage {
     pub cpu_ticks: u64,
     /// Time runnable but waiting on a run queue (`/proc/PID/task/*/schedstat`, live threads), ns.
     pub wait_ns: u64,
+}
+
+/// One HTTPS `GET /fast` to a TLS listener (TLS 1.3, full handshake, trusting the run's CA),
+/// retried for up to 3 s while it starts; prints what was negotiated.
+///
+/// # Errors
+/// The last attempt's error, or a non-200 answer.
+pub fn check_tls(addr: SocketAddr, certs: &CertFiles) -> io::Result<()> {
+    let config = crate::support::certs::client_config(&certs.ca, false, false)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        match crate::support::tls_probe::tls_get(
+            addr,
+            &config,
+            "localhost",
+            "/fast",
+            Duration::from_secs(2),
+        ) {
+            Ok(a) if a.status == 200 => {
+                println!("TLS check {addr}: 200 over {} {}", a.protocol, a.suite);
+                return Ok(());
+            }
+            Ok(a) => return Err(io::Error::other(format!("answered {}", a.status))),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }
 
 /// Whether the server at `addr` closes the connection after answering `GET path` sent with

@@ -53,6 +53,17 @@ pub enum Workload {
     HeadsNginx,
     /// [`Workload::Close`] against the nginx origin.
     CloseNginx,
+    /// `GET /fast` over TLS 1.3 (AES-128-GCM), keep-alive, 64 connections (wrk `https://`).
+    TlsGet64,
+    /// `GET /size/1m` over TLS 1.3, keep-alive.
+    TlsGet1m,
+    /// A new TLS 1.3 connection with a full handshake per request (edge-bench's handshake loader,
+    /// no session cache: wrk resumes sessions on reconnect, so it cannot make full handshakes).
+    TlsHandshake,
+    /// A new TLS 1.3 connection per request resuming a session (the loader with a ticket cache).
+    TlsResume,
+    /// `GET /fast` over TLS 1.2 (ECDHE-ECDSA-AES128-GCM-SHA256), keep-alive, 64 connections.
+    Tls12Get64,
 }
 
 /// Which origin a workload's targets proxy to.
@@ -84,7 +95,7 @@ pub const BROWSER_FIELDS: [(&str, &str); 13] = [
 
 impl Workload {
     /// Every workload, in the default order.
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 16] = [
         Workload::Get64,
         Workload::Get256,
         Workload::Get16k,
@@ -96,7 +107,41 @@ impl Workload {
         Workload::Get256Nginx,
         Workload::HeadsNginx,
         Workload::CloseNginx,
+        Workload::TlsGet64,
+        Workload::TlsGet1m,
+        Workload::TlsHandshake,
+        Workload::TlsResume,
+        Workload::Tls12Get64,
     ];
+
+    /// The TLS workloads (DESIGN.md "Benchmark method": TLS), in their default order.
+    pub const TLS: [Workload; 5] = [
+        Workload::TlsGet64,
+        Workload::TlsGet1m,
+        Workload::TlsHandshake,
+        Workload::TlsResume,
+        Workload::Tls12Get64,
+    ];
+
+    /// Whether the load goes to the targets' TLS listeners.
+    pub fn is_tls(self) -> bool {
+        Workload::TLS.contains(&self)
+    }
+
+    /// Whether the client is limited to TLS 1.2.
+    pub fn tls12(self) -> bool {
+        self == Workload::Tls12Get64
+    }
+
+    /// For the connection-per-request TLS workloads, run by edge-bench's handshake loader rather
+    /// than wrk: `Some(true)` resumes sessions, `Some(false)` makes every handshake a full one.
+    pub fn handshake_loader(self) -> Option<bool> {
+        match self {
+            Workload::TlsHandshake => Some(false),
+            Workload::TlsResume => Some(true),
+            _ => None,
+        }
+    }
 
     /// The origin its targets proxy to.
     pub fn origin(self) -> OriginKind {
@@ -134,6 +179,11 @@ impl Workload {
             Workload::Get256Nginx => "get-256@nginx",
             Workload::HeadsNginx => "heads@nginx",
             Workload::CloseNginx => "close@nginx",
+            Workload::TlsGet64 => "tls-get-64",
+            Workload::TlsGet1m => "tls-get-1m",
+            Workload::TlsHandshake => "tls-handshake",
+            Workload::TlsResume => "tls-resume",
+            Workload::Tls12Get64 => "tls12-get-64",
         }
     }
 
@@ -155,6 +205,15 @@ impl Workload {
             Workload::Close => {
                 format!("new connection per request (Connection: close), {c} connections")
             }
+            Workload::TlsGet64 => format!("small keep-alive GETs over TLS 1.3, {c} connections"),
+            Workload::Tls12Get64 => format!("small keep-alive GETs over TLS 1.2, {c} connections"),
+            Workload::TlsGet1m => format!("1 MiB responses over TLS 1.3, keep-alive, {c} connections"),
+            Workload::TlsHandshake => format!(
+                "new TLS 1.3 connection per request, full handshake, {c} connections"
+            ),
+            Workload::TlsResume => format!(
+                "new TLS 1.3 connection per request, session resumed, {c} connections"
+            ),
             _ => format!(
                 "realistic heads (browser-like request, application-like response), keep-alive, {c} connections"
             ),
@@ -164,7 +223,7 @@ impl Workload {
     /// wrk connections: fixed for the small-GET pair, else `default`.
     pub fn connections(self, default: usize) -> usize {
         match self.load() {
-            Workload::Get64 => 64,
+            Workload::Get64 | Workload::TlsGet64 | Workload::Tls12Get64 => 64,
             Workload::Get256 => 256,
             _ => default,
         }
@@ -175,7 +234,7 @@ impl Workload {
         match self.load() {
             Workload::Heads => crate::peers::origin::APP_PATH,
             Workload::Get16k => "/size/16k",
-            Workload::Get1m => "/size/1m",
+            Workload::Get1m | Workload::TlsGet1m => "/size/1m",
             _ => "/fast",
         }
     }
@@ -266,6 +325,18 @@ mod tests {
         assert_eq!(Workload::Get256.connections(64), 256);
         assert_eq!(Workload::Get1m.connections(32), 32);
         assert_eq!(Workload::Close.headers(), ["Connection: close"]);
+    }
+
+    #[test]
+    fn tls_workloads() {
+        for w in Workload::TLS {
+            assert!(w.is_tls() && w.origin() == OriginKind::Own, "{w}");
+        }
+        assert!(!Workload::Get64.is_tls() && Workload::Tls12Get64.tls12());
+        assert_eq!(Workload::TlsHandshake.handshake_loader(), Some(false));
+        assert_eq!(Workload::TlsResume.handshake_loader(), Some(true));
+        assert_eq!(Workload::TlsGet1m.path(), "/size/1m");
+        assert_eq!(Workload::TlsGet64.connections(8), 64);
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct WrkSpec<'a> {
     pub script: Option<&'a Path>,
     /// Extra request headers (`-H`).
     pub headers: &'a [&'a str],
+    /// `OPENSSL_CONF` for wrk (limits its TLS versions and suites; see `compare::tls`).
+    pub openssl_conf: Option<&'a Path>,
 }
 
 /// wrk's `-d` argument for `d`: whole seconds, rounded, at least 1.
@@ -125,6 +127,9 @@ pub fn run_wrk(spec: &WrkSpec<'_>, url: &str, before: impl FnOnce()) -> io::Resu
         cmd.arg("-H").arg(h);
     }
     cmd.arg(url).stdin(Stdio::null());
+    if let Some(conf) = spec.openssl_conf {
+        cmd.env("OPENSSL_CONF", conf);
+    }
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {

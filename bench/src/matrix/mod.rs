@@ -1,4 +1,4 @@
-//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a, b, c, d, f) against the
+//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a-f; of e the TLS cases) against the
 //! real `edge` binary and scripted origins, each with its expected client-visible outcome, and the
 //! invariants checked around every case:
 //!
@@ -14,7 +14,8 @@
 //!
 //! This module owns the command line, the group order and the report; the case runner is in
 //! [`runner`], the invariants in [`invariants`], the cases in [`sender`] (group a), [`upstream`]
-//! (group b), [`capacity`] (group c), [`lifecycle`] (group d) and [`discovery`] (group f), the scripted
+//! (group b), [`capacity`] (group c), [`lifecycle`] (group d), [`tls`] (group e, the TLS cases;
+//! skipped while edge has no TLS) and [`discovery`] (group f), the scripted
 //! origin and raw
 //! client in [`origin`].
 
@@ -27,6 +28,7 @@ pub mod origin;
 pub mod proxy_header;
 pub mod runner;
 pub mod sender;
+pub mod tls;
 pub mod upstream;
 
 use std::io::{self, Write};
@@ -40,8 +42,9 @@ use runner::Row;
 /// Command line of `edge-bench matrix`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Groups to run (comma-separated among a, b, c, d, f).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,f")]
+    /// Groups to run (comma-separated among a, b, c, d, e, f; e, the TLS cases, is skipped while
+    /// edge has no TLS).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f")]
     pub groups: Vec<String>,
     /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
     #[arg(long)]
@@ -92,10 +95,11 @@ pub fn run(opts: &Args) -> io::Result<bool> {
             "b" => upstream::group_b(&bin, &driver, "b"),
             "c" => capacity::group_c(&bin, &driver),
             "d" => lifecycle::group_d(&bin, &faults_bin, &driver),
+            "e" => tls::group_e_tls(&bin, &driver),
             "f" => discovery::group_f(&bin, &faults_bin, &driver),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("unknown group {other:?} (a, b, c, d, f)"),
+                format!("unknown group {other:?} (a, b, c, d, e, f)"),
             )),
         }?;
         println!("group {g}: {:.1} s", t.elapsed().as_secs_f64());

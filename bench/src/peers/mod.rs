@@ -1,9 +1,11 @@
 //! The bench's own HTTP/1.1 peers on monoio: the test origin edge forwards to and the load
-//! generators that drive it, with the sans-IO framing and buffered reads they share.
+//! generators that drive it, with the sans-IO framing and buffered reads they share, and the
+//! rustls adapter over monoio streams ([`tls_stream`]) the origin's TLS mode runs on.
 
 pub mod chunked;
 pub mod http;
 pub mod load;
 pub mod origin;
 pub mod stop;
+pub mod tls_stream;
 pub mod wire;

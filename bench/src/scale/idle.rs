@@ -14,6 +14,8 @@ use super::target::{Proxy, ScaleTarget};
 use super::{first_line, Setup};
 use crate::peers::origin::LOAD_PATH;
 use crate::support::probe;
+use crate::support::tls_probe::{tls_open, TlsConn};
+use std::sync::Arc;
 
 /// Runs the part over every target and prints its table; a target that fails is recorded in
 /// `failures` and the others still run.
@@ -21,12 +23,19 @@ pub(super) fn part(setup: &Setup, report: &mut ScaleReport, failures: &mut Vec<S
     let mut counts = setup.args.idle.clone();
     counts.sort_unstable();
     counts.dedup();
+    let modes: &[bool] = if setup.tls.is_some() {
+        &[false, true]
+    } else {
+        &[false]
+    };
     for &t in &setup.targets {
-        match idle_run(setup, t, &counts) {
-            Ok(rows) => report.idle.extend(rows),
-            Err(e) => {
-                eprintln!("{}: {e}", t.name());
-                failures.push(format!("{} idle: {}", t.name(), first_line(&e.to_string())));
+        for &tls in modes {
+            match idle_run(setup, t, &counts, tls) {
+                Ok(rows) => report.idle.extend(rows),
+                Err(e) => {
+                    eprintln!("{}: {e}", t.name());
+                    failures.push(format!("{} idle: {}", t.name(), first_line(&e.to_string())));
+                }
             }
         }
     }
@@ -74,9 +83,29 @@ fn open_one(addr: SocketAddr, host: &str, path: &str) -> io::Result<TcpStream> {
     Ok(s)
 }
 
+/// An idle connection edge-bench holds (never read: holding it keeps the socket open).
+enum Held {
+    Plain(#[allow(dead_code)] TcpStream),
+    Tls(#[allow(dead_code)] Box<TlsConn>),
+}
+
+/// Opens one keep-alive TLS 1.3 connection that has served `GET path` (a full handshake).
+fn open_one_tls(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    path: &str,
+) -> io::Result<TlsConn> {
+    let (answer, conn) = tls_open(addr, config, "localhost", path, Duration::from_secs(5))?;
+    if answer.status != 200 {
+        return Err(io::Error::other(format!("status {}", answer.status)));
+    }
+    Ok(conn)
+}
+
 /// A fresh proxy; RSS before, then with each count of idle connections held (opened
-/// incrementally, each having served `GET /fast` through to the origin).
-fn idle_run(setup: &Setup, t: ScaleTarget, counts: &[u64]) -> io::Result<Vec<IdleRow>> {
+/// incrementally, each having served `GET /fast` through to the origin); with `tls`, over the
+/// proxy's TLS listener (rows named `TARGET tls`).
+fn idle_run(setup: &Setup, t: ScaleTarget, counts: &[u64], tls: bool) -> io::Result<Vec<IdleRow>> {
     let (args, hard) = (setup.args, setup.hard);
     let most = counts.iter().copied().max().unwrap_or(0);
     let max_conns = edge_max_connections_for(most);
@@ -85,21 +114,34 @@ fn idle_run(setup: &Setup, t: ScaleTarget, counts: &[u64]) -> io::Result<Vec<Idl
         &setup.bin_of(t),
         setup.origin,
         &setup.proxy_list,
-        max_conns,
-        hard,
+        (max_conns, hard),
+        setup.tls.as_ref().filter(|_| tls),
     )?;
+    let client = match (&setup.tls, tls) {
+        (Some(c), true) => Some(crate::support::certs::client_config(&c.ca, false, false)?),
+        _ => None,
+    };
+    let name = if tls {
+        format!("{} tls", t.name())
+    } else {
+        t.name().to_string()
+    };
     // Let start-up settle (first request served by wait_healthy, timers) before the baseline.
     std::thread::sleep(Duration::from_secs(1));
     let baseline = p.rss()?;
     let host = p.addr.to_string();
-    let mut held: Vec<TcpStream> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
     let mut rows = Vec::new();
     for &requested in counts {
         let (n, mut note) = idle_count(t, requested, max_conns, hard);
         let t0 = Instant::now();
         let mut first_err = None;
         while (held.len() as u64) < n {
-            match open_one(p.addr, &host, LOAD_PATH) {
+            let opened = match (&client, p.tls_addr) {
+                (Some(c), Some(a)) => open_one_tls(a, c, LOAD_PATH).map(|s| Held::Tls(Box::new(s))),
+                _ => open_one(p.addr, &host, LOAD_PATH).map(Held::Plain),
+            };
+            match opened {
                 Ok(s) => held.push(s),
                 Err(e) => {
                     first_err = Some(e.to_string());
@@ -118,15 +160,15 @@ fn idle_run(setup: &Setup, t: ScaleTarget, counts: &[u64]) -> io::Result<Vec<Idl
         let rss = p.rss()?;
         let reached = held.len() as u64;
         println!(
-            "idle {:<14} {reached:>6} connections (opened in {:.1} s): VmRSS {} -> {} bytes",
-            t.name(),
+            "idle {:<18} {reached:>6} connections (opened in {:.1} s): VmRSS {} -> {} bytes",
+            name,
             t0.elapsed().as_secs_f64(),
             baseline,
             rss
         );
         let _ = io::stdout().flush();
         rows.push(IdleRow {
-            target: t.name().into(),
+            target: name.clone(),
             requested,
             reached,
             note: note.clone(),

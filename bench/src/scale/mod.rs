@@ -74,6 +74,10 @@ pub struct Args {
     /// `idle`: idle keep-alive connection counts (ascending; opened incrementally).
     #[arg(long, value_delimiter = ',', default_value = "1000,10000,50000")]
     pub idle: Vec<u64>,
+    /// `idle`: also measure idle TLS connections (TLS 1.3 with one generated ECDSA P-256
+    /// certificate; each did one keep-alive HTTPS GET), in rows `TARGET tls` beside the plain ones.
+    #[arg(long)]
+    pub tls: bool,
     /// Length of each measured run (rate and connections).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -113,6 +117,8 @@ struct Setup<'a> {
     load_cpus: Vec<usize>,
     /// RLIMIT_NOFILE hard limit (edge-bench, edge and nginx run at it).
     hard: u64,
+    /// Certificates for the TLS idle rows (`--tls`).
+    tls: Option<crate::support::certs::CertFiles>,
 }
 
 impl Setup<'_> {
@@ -167,6 +173,14 @@ pub fn run(args: &Args) -> io::Result<bool> {
         proxy_list,
         load_cpus,
         hard,
+        tls: match args.tls {
+            true => Some(crate::support::certs::write_test_certs(
+                &std::env::temp_dir().join(format!("edge-bench-scale-{}-tls", std::process::id())),
+                "edge-bench scale CA",
+                1,
+            )?),
+            false => None,
+        },
     };
 
     let mut failures = Vec::new();
@@ -278,8 +292,8 @@ fn busy_parts(
             &setup.bin_of(t),
             setup.origin,
             &setup.proxy_list,
-            max_conns,
-            hard,
+            (max_conns, hard),
+            None,
         ) {
             Ok(p) => running.push(p),
             Err(e) => {

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::certs::CertFiles;
 use crate::support::edge_proc::{start_pinned_proxy, EdgeProcess};
 use crate::support::procfs::{children_of, proc_stat, read_rss};
 
@@ -79,6 +80,8 @@ pub struct Proxy {
     pub target: ScaleTarget,
     /// Its traffic listener.
     pub addr: SocketAddr,
+    /// Its TLS listener (with `scale --tls`).
+    pub tls_addr: Option<SocketAddr>,
     process: EdgeProcess,
     dir: PathBuf,
 }
@@ -143,10 +146,14 @@ impl Proxy {
         bin: &Path,
         origin: SocketAddr,
         cpus: &str,
-        max_connections: u64,
-        fd_limit: u64,
+        (max_connections, fd_limit): (u64, u64),
+        tls: Option<&CertFiles>,
     ) -> io::Result<Proxy> {
         let listen = crate::support::stack::free_port()?;
+        let tls_listen = match tls {
+            Some(c) => Some((crate::support::stack::free_port()?, c)),
+            None => None,
+        };
         let dir = std::env::temp_dir().join(format!(
             "edge-bench-scale-{}-{}",
             std::process::id(),
@@ -162,7 +169,10 @@ impl Proxy {
                     "epoll"
                 };
                 let conf = dir.join("edge.toml");
-                fs::write(&conf, edge_config(driver, max_connections))?;
+                let tls_toml = tls_listen.map_or(String::new(), |(l, c)| {
+                    crate::compare::tls::edge_tls_toml(l, c)
+                });
+                fs::write(&conf, edge_config(driver, max_connections) + &tls_toml)?;
                 [
                     "--config",
                     &conf.display().to_string(),
@@ -178,7 +188,13 @@ impl Proxy {
             }
             ScaleTarget::Nginx => {
                 let conf = dir.join("nginx.conf");
-                fs::write(&conf, nginx_config(&dir, listen, origin, fd_limit))?;
+                let mut text = nginx_config(&dir, listen, origin, fd_limit);
+                if let Some((l, c)) = tls_listen {
+                    let lines = crate::compare::tls::nginx_tls_lines(l, c);
+                    let at = format!("        listen {listen} backlog=4096;\n");
+                    text = text.replace(&at, &format!("{at}{lines}"));
+                }
+                fs::write(&conf, text)?;
                 let d = dir.display().to_string();
                 vec![
                     "-p".into(),
@@ -202,6 +218,7 @@ impl Proxy {
         Ok(Proxy {
             target,
             addr: listen,
+            tls_addr: tls_listen.map(|(a, _)| a),
             process,
             dir,
         })

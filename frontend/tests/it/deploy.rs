@@ -1,7 +1,9 @@
 //! deploy/ checks (DESIGN.md "Layout", deploy/): every JSON and YAML file parses; every metric the alerts and the dashboard name
 //! exists in a running edge's /metrics; the embedded config and the Kubernetes ConfigMap's edge.toml pass
-//! `edge --check`; stop timeouts cover drain_delay + drain + 5 s; the systemd unit passes
-//! `systemd-analyze verify` where that tool exists.
+//! `edge --check` (the ConfigMap's `[server.tls]` with a self-signed certificate made here in place of the
+//! Secret's files); the TLS pieces of the manifests agree (certificate paths under the Secret mount, ports);
+//! stop timeouts cover drain_delay + drain + 5 s; the systemd unit passes `systemd-analyze verify` where
+//! that tool exists.
 
 use std::{
     path::{Path, PathBuf},
@@ -138,15 +140,81 @@ fn metric_names(text: &str) -> Vec<String> {
     out
 }
 
+/// A self-signed certificate for `localhost` (rcgen's default validity) written as `cert` and `key` in
+/// `dir`; returns their paths.
+fn self_signed(dir: &Path, cert: &str, key: &str) -> (PathBuf, PathBuf) {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (c, k) = (dir.join(cert), dir.join(key));
+    std::fs::write(&c, made.cert.pem()).unwrap();
+    std::fs::write(&k, made.signing_key.serialize_pem()).unwrap();
+    (c, k)
+}
+
+/// The TLS listener's address from edge's `startup.ready` line (`tls=ADDR`).
+fn tls_addr(edge: &Edge) -> String {
+    let ready = edge
+        .log()
+        .into_iter()
+        .find(|l| l.contains("startup.ready"))
+        .expect("startup.ready line");
+    let at = ready.find("tls=").expect("tls= in startup.ready") + "tls=".len();
+    let addr = ready[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_matches('"');
+    assert!(addr.parse::<std::net::SocketAddr>().is_ok(), "tls={addr}");
+    addr.to_string()
+}
+
 #[test]
 fn every_metric_in_the_alerts_and_the_dashboard_is_exported() {
     let origin = Origin::fixed(b"fine");
-    // With a health check, so the per-endpoint health series exist.
-    let edge = Edge::start(&Cfg::new(Driver::Epoll, origin.addr).health_check("path", "/"));
+    // With a health check, so the per-endpoint health series exist, and with a TLS listener, so the
+    // certificate expiry gauge (exported only for served certificates) exists.
+    let dir = TempDir::new();
+    let (cert, key) = self_signed(&dir.0, "cert.pem", "key.pem");
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let edge = Edge::start_args(
+        &Cfg::new(Driver::Epoll, origin.addr).health_check("path", "/"),
+        &[
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+        ],
+    );
     // One proxied request so histograms have samples.
     assert_eq!(Client::connect(edge.addr).get("/").status, 200);
-    edge.wait_metric("edge_requests_total", &[], 1.0);
+    // One TLS handshake, made by `edge healthcheck` (https:// without verification), for the handshake
+    // counters and histogram.
+    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
+        .args(["healthcheck", "--url"])
+        .arg(format!("https://{}/_health", tls_addr(&edge)))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "edge healthcheck over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at_least_one = |v: f64| v >= 1.0;
+    let limit = Duration::from_secs(5);
+    edge.wait_metric_where("edge_requests_total", &[], limit, at_least_one);
+    let full = ["result=\"full\""];
+    let handshakes =
+        edge.wait_metric_where("edge_tls_handshakes_total", &full, limit, at_least_one);
+    assert!(handshakes >= 1.0, "no full TLS handshake counted");
     edge.wait_metric("edge_upstream_endpoint_healthy", &[], 1.0);
+    let expiry = edge.metric("edge_tls_certificate_expiry_timestamp_seconds", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(expiry > now, "certificate expiry {expiry} not after {now}");
     let text = edge.metrics();
     let exported = |name: &str| {
         text.lines().any(|l| {
@@ -189,16 +257,141 @@ fn configmap_toml() -> String {
         .to_string()
 }
 
+/// Where the Deployment mounts the `edge-tls` Secret.
+const TLS_MOUNT: &str = "/etc/edge/tls";
+
 #[test]
 fn the_embedded_and_the_configmap_config_pass_check() {
     check(None);
     // The upstream is a cluster DNS name that resolves only inside the cluster: checked with that host
-    // replaced by localhost (same port), everything else as shipped.
-    let text = configmap_toml().replace("app.default.svc.cluster.local", "localhost");
+    // replaced by localhost (same port). The certificate and key are the Secret's files in the pod:
+    // checked with a self-signed pair of the same names in a temp dir (`--check` loads and validates them).
+    // Everything else as shipped.
     let dir = TempDir::new();
+    self_signed(&dir.0, "tls.crt", "tls.key");
+    let shipped = configmap_toml();
+    assert!(
+        shipped.contains(&format!("{TLS_MOUNT}/")),
+        "the ConfigMap's edge.toml names no file under {TLS_MOUNT}"
+    );
+    let text = shipped
+        .replace("app.default.svc.cluster.local", "localhost")
+        .replace(&format!("{TLS_MOUNT}/"), &format!("{}/", dir.0.display()));
     let path = dir.0.join("edge.toml");
     std::fs::write(&path, text).unwrap();
     check(Some(&path));
+}
+
+/// The port of a `host:port` listener address.
+fn port(addr: &str) -> u64 {
+    addr.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+#[test]
+fn the_tls_setup_agrees_across_the_deploy_files() {
+    // Kubernetes: the ConfigMap's [server.tls] serves files of the Secret volume, on the container port
+    // named https, which the Service's 443 targets.
+    let c = Config::parse(&configmap_toml(), "configmap edge.toml").unwrap();
+    let tls = c
+        .server
+        .tls
+        .as_ref()
+        .expect("[server.tls] in the ConfigMap");
+    let dep = &yaml_docs(&read("k8s/deployment.yaml"))[0];
+    let pod = &dep["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some(TLS_MOUNT))
+        .expect("a volumeMount at /etc/edge/tls");
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the tls volume");
+    let secret = &volume["secret"];
+    assert!(
+        secret["secretName"].is_string(),
+        "the tls volume is a Secret"
+    );
+    let files: Vec<String> = secret["items"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|i| format!("{TLS_MOUNT}/{}", i["path"].as_str().unwrap()))
+        .collect();
+    for cert in &tls.certificates {
+        for f in [&cert.cert, &cert.key] {
+            assert!(
+                files.contains(f),
+                "{f} is not a file of the Secret: {files:?}"
+            );
+        }
+    }
+    let https = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some("https"))
+        .expect("a container port named https");
+    assert_eq!(https["containerPort"].as_u64(), Some(port(&tls.listen)));
+    let svc = &yaml_docs(&read("k8s/service.yaml"))[0];
+    assert!(
+        svc["spec"]["ports"].as_sequence().unwrap().iter().any(|p| {
+            p["port"].as_u64() == Some(443) && p["targetPort"].as_str() == Some("https")
+        }),
+        "the Service has no 443 -> https"
+    );
+
+    // ECS: --tls-listen's port is mapped, and the certificate files are on a mounted volume.
+    let ecs: serde_json::Value = serde_json::from_str(&read("ecs/task-definition.json")).unwrap();
+    let edge = &ecs["containerDefinitions"][0];
+    let args: Vec<&str> = edge["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let flag = |name: &str| {
+        let i = args
+            .iter()
+            .position(|a| *a == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        args[i + 1]
+    };
+    let mapped: Vec<u64> = edge["portMappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["containerPort"].as_u64().unwrap())
+        .collect();
+    assert!(
+        mapped.contains(&port(flag("--tls-listen"))),
+        "ECS maps {mapped:?}"
+    );
+    let mounts = edge["mountPoints"].as_array().expect("ECS mountPoints");
+    for f in [flag("--tls-cert"), flag("--tls-key")] {
+        assert!(
+            mounts
+                .iter()
+                .any(|m| { f.starts_with(&format!("{}/", m["containerPath"].as_str().unwrap())) }),
+            "ECS: {f} is on no mounted volume"
+        );
+    }
+
+    // Docker: the image exposes the TLS port the examples use.
+    let docker = read("Dockerfile");
+    let expose = docker
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPOSE "))
+        .expect("EXPOSE");
+    assert!(
+        expose.split_whitespace().any(|p| p == "8443"),
+        "EXPOSE {expose}"
+    );
 }
 
 /// drain_delay + drain + 5 s of the ConfigMap's config, seconds.

@@ -24,8 +24,22 @@ pub fn start_origin(
     workers: usize,
     timeout: Duration,
 ) -> io::Result<(EdgeProcess, SocketAddr)> {
+    start_origin_with(cpus, workers, None, timeout)
+}
+
+/// [`start_origin`], or with `tls` = (certificate chain, key) the origin in TLS mode; then the
+/// health check is left to the caller (it needs the CA), and this returns once the address is printed.
+///
+/// # Errors
+/// As [`start_origin`].
+pub fn start_origin_with(
+    cpus: &str,
+    workers: usize,
+    tls: Option<(&Path, &Path)>,
+    timeout: Duration,
+) -> io::Result<(EdgeProcess, SocketAddr)> {
     let exe = std::env::current_exe()?;
-    let args = [
+    let mut args = [
         "-c",
         cpus,
         &exe.display().to_string(),
@@ -37,7 +51,16 @@ pub fn start_origin(
         "--cpus",
         cpus,
     ]
-    .map(String::from);
+    .map(String::from)
+    .to_vec();
+    if let Some((cert, key)) = tls {
+        args.extend([
+            "--tls-cert".to_string(),
+            cert.display().to_string(),
+            "--tls-key".to_string(),
+            key.display().to_string(),
+        ]);
+    }
     let mut p = EdgeProcess::start(Path::new("taskset"), &args)?;
     let deadline = std::time::Instant::now() + timeout;
     let addr = loop {
@@ -59,7 +82,9 @@ pub fn start_origin(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    p.wait_healthy(addr, LOAD_PATH, timeout)?;
+    if tls.is_none() {
+        p.wait_healthy(addr, LOAD_PATH, timeout)?;
+    }
     Ok((p, addr))
 }
 

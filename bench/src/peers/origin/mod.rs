@@ -23,6 +23,8 @@
 //! process, which [`child::start_origin`] starts for `compare` and `scale`.
 
 pub mod child;
+pub mod response;
+pub mod tls;
 
 use std::cell::Cell;
 use std::io::{self, Write};
@@ -33,9 +35,11 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use monoio::io::AsyncWriteRentExt;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use socket2::{Domain, Protocol, Socket, Type};
+
+pub use response::{app_response, build_response};
 
 use crate::peers::http::{parse_request, BodyLen};
 use crate::peers::stop::StopSignal;
@@ -115,6 +119,18 @@ pub struct Args {
     /// Pin workers to these CPUs (comma-separated, worker i gets the i-th, wrapping).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+    #[arg(long, requires = "tls_key", conflicts_with = "tls")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Serve HTTPS with a generated CA and leaf (localhost, 127.0.0.1); prints the CA's path.
+    #[arg(long)]
+    pub tls: bool,
+    /// With TLS: require a client certificate signed by this CA (PEM), i.e. mutual TLS.
+    #[arg(long)]
+    pub tls_client_ca: Option<std::path::PathBuf>,
 }
 
 /// Runs `edge-bench origin` until killed, printing `origin listening on ADDR` first (what
@@ -123,6 +139,7 @@ pub struct Args {
 /// # Errors
 /// Bind failures and failures writing to stdout.
 pub fn run(args: &Args) -> io::Result<bool> {
+    let tls = tls::server_config_of(args)?;
     let origin = spawn_origin(OriginOptions {
         listen: args.listen,
         delay: args.delay,
@@ -130,6 +147,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         chunked: args.chunked,
         workers: args.workers,
         cpus: args.cpus.clone(),
+        tls,
     })?;
     println!("origin listening on {}", origin.addr());
     io::stdout().flush()?;
@@ -152,6 +170,8 @@ pub struct OriginOptions {
     pub workers: usize,
     /// CPUs to pin workers to (worker i gets `cpus[i % len]`); empty leaves them unpinned.
     pub cpus: Vec<usize>,
+    /// Serve HTTPS (HTTP/1.1 over TLS, same behaviours) with this config instead of plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for OriginOptions {
@@ -163,6 +183,7 @@ impl Default for OriginOptions {
             chunked: false,
             workers: 1,
             cpus: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -301,6 +322,8 @@ struct Worker {
     sized: Vec<(SharedBytes, SharedBytes)>,
     /// [`APP_PATH`]: keep-alive and close responses.
     app: (SharedBytes, SharedBytes),
+    /// Set in TLS mode.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// One worker thread: build the runtime, register the listener, accept until stopped.
@@ -340,6 +363,7 @@ fn worker_main(
             })
             .collect(),
         app: (Rc::new(app_response(false)), Rc::new(app_response(true))),
+        tls: opts.tls.clone(),
     });
     rt.block_on(async move {
         // from_std registers the fd with this thread's driver, so it must run inside the runtime.
@@ -391,13 +415,25 @@ fn worker_main(
     });
 }
 
-/// Serves one connection until the client closes, asks to close, or misbehaves.
+/// Serves one connection until the client closes, asks to close, or misbehaves; in TLS mode,
+/// after the handshake, over [`TlsStream`](crate::peers::tls_stream::TlsStream).
 async fn serve(mut stream: TcpStream, worker: Rc<Worker>) {
     let mut rb = ReadBuf::with_capacity(READ_BUF);
-    let _ = serve_conn(&mut stream, &mut rb, &worker).await;
+    match &worker.tls {
+        None => {
+            let _ = serve_conn(&mut stream, &mut rb, &worker).await;
+        }
+        Some(config) => {
+            let _ = tls::serve_tls(stream, config.clone(), &mut rb, &worker).await;
+        }
+    }
 }
 
-async fn serve_conn(stream: &mut TcpStream, rb: &mut ReadBuf, worker: &Worker) -> io::Result<()> {
+async fn serve_conn<S: AsyncReadRent + AsyncWriteRent>(
+    stream: &mut S,
+    rb: &mut ReadBuf,
+    worker: &Worker,
+) -> io::Result<()> {
     loop {
         let (head_len, body, keep_alive, expect_continue, http10, delay, sized) = loop {
             match parse_request(rb.data()) {
@@ -479,48 +515,6 @@ pub fn sized_index(path: &str) -> Option<usize> {
     SIZED_PATHS.iter().position(|&(p, _)| p == path)
 }
 
-/// The complete [`APP_PATH`] response.
-pub fn app_response(close: bool) -> Vec<u8> {
-    let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for (name, value) in APP_FIELDS {
-        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
-    }
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", APP_BODY.len()).as_bytes());
-    out.extend_from_slice(APP_BODY);
-    out
-}
-
-/// The complete response, head and body, as written on the wire.
-pub fn build_response(body_bytes: usize, chunked: bool, close: bool) -> Vec<u8> {
-    let body: Vec<u8> = DEFAULT_BODY
-        .iter()
-        .copied()
-        .cycle()
-        .take(body_bytes)
-        .collect();
-    let mut out = Vec::with_capacity(body_bytes + 128);
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    if chunked {
-        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
-        if !body.is_empty() {
-            out.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
-            out.extend_from_slice(&body);
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"0\r\n\r\n");
-    } else {
-        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
-        out.extend_from_slice(&body);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -552,26 +546,6 @@ mod tests {
         let r = build_response(SIZED_PATHS[1].1, false, false);
         let info = parse_response(&r, false).unwrap().unwrap();
         assert_eq!(info.body, BodyLen::Length(1024 * 1024));
-    }
-
-    #[test]
-    fn default_response_is_hello_world() {
-        let r = build_response(DEFAULT_BODY.len(), false, false);
-        let info = parse_response(&r, false).unwrap().unwrap();
-        assert_eq!(info.body, BodyLen::Length(13));
-        assert_eq!(&r[info.head_len..], DEFAULT_BODY);
-    }
-
-    #[test]
-    fn chunked_response_frames_the_body() {
-        let r = build_response(30, true, true);
-        let info = parse_response(&r, false).unwrap().unwrap();
-        assert_eq!(info.body, BodyLen::Chunked);
-        assert!(!info.keep_alive);
-        let mut d = crate::peers::chunked::ChunkedSkipper::new();
-        assert_eq!(d.feed(&r[info.head_len..]), Ok(r.len() - info.head_len));
-        assert!(d.is_done());
-        assert_eq!(d.payload_bytes(), 30);
     }
 
     #[test]
