@@ -120,3 +120,64 @@ both_drivers!(an_upgrade_over_tls_tunnels_bytes_both_ways, |d| {
         got.clear();
     }
 });
+
+both_drivers!(a_slow_but_reading_tls_client_is_not_cut_off, |d| {
+    const BIG: usize = 8 << 20;
+    let body: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    let origin = Origin::start(move |_| Reply::ok(&body));
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).timeout("send", "1s"));
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    c.send(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    // `send` bounds lack of progress, not the whole response: reading 1 MiB every 200 ms takes about
+    // 1.6 s in all and must not be cut off.
+    let t = Instant::now();
+    let r = c.read_any_head().expect("response head");
+    assert_eq!(r.status, 200);
+    let mut got = c.take_buffered();
+    let mut buf = vec![0u8; 1 << 16];
+    while got.len() < BIG {
+        std::thread::sleep(Duration::from_millis(200));
+        let target = (got.len() + (1 << 20)).min(BIG);
+        while got.len() < target {
+            let want = buf.len().min(target - got.len());
+            let n = c.s.read(&mut buf[..want]).expect("read");
+            assert!(
+                n > 0,
+                "connection closed after {} of {BIG} body bytes",
+                got.len()
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    assert!(
+        got.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
+        "body bytes differ"
+    );
+    assert!(
+        t.elapsed() > SEC,
+        "the slow read took only {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        edge.metric("edge_inbound_timeouts_total", &["phase=\"send\""]),
+        0.0
+    );
+});
+
+both_drivers!(a_request_in_one_byte_tls_records_is_reassembled, |d| {
+    let origin = Origin::start(|req| Reply::ok(&req.body));
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr));
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    let req = b"POST /bytes HTTP/1.1\r\nHost: localhost\r\nContent-Length: 11\r\n\r\nhello bytes";
+    for b in req {
+        // One write and flush per byte: each byte is a TLS record of its own.
+        c.send(std::slice::from_ref(b)).unwrap();
+    }
+    let r = c.read_response().expect("response");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello bytes");
+    assert_eq!(origin.last().target, "/bytes");
+});

@@ -495,3 +495,41 @@ both_drivers!(a_tls12_only_origin_is_reached_and_resumed, |d| {
         "{hs:?}"
     );
 });
+
+both_drivers!(
+    a_1mib_upload_and_download_through_a_tls_upstream_are_byte_exact,
+    |d| {
+        const MIB: usize = 1 << 20;
+        let o = Origin::new();
+        // Echoes the request body, or answers 1 MiB for /big.
+        let tls = TlsOrigin::start(&o.leaf, None, |req| match req.target.as_str() {
+            "/big" => Reply::ok(&(0..MIB).map(|i| (i % 249) as u8).collect::<Vec<_>>()),
+            _ => Reply::ok(&req.body),
+        });
+        let edge = Edge::start(
+            &tls_cfg(d, &tls, &o.ca_file).upstream_field("tls_server_name", "origin.test"),
+        );
+        let mut c = Client::connect(edge.addr);
+        let body: Vec<u8> = (0..MIB).map(|i| (i * 13 % 256) as u8).collect();
+        let mut req = format!("POST /up HTTP/1.1\r\nHost: test\r\nContent-Length: {MIB}\r\n\r\n")
+            .into_bytes();
+        req.extend_from_slice(&body);
+        c.send(&req);
+        let r = c.read_response(false).expect("upload response");
+        assert_eq!(r.status, 200);
+        assert!(
+            r.body == body,
+            "echoed body differs ({} bytes)",
+            r.body.len()
+        );
+        assert!(tls.last().body == body, "the origin's body differs");
+        let r = c.get("/big");
+        assert_eq!(r.status, 200);
+        assert!(
+            r.body == (0..MIB).map(|i| (i % 249) as u8).collect::<Vec<_>>(),
+            "downloaded body differs ({} bytes)",
+            r.body.len()
+        );
+        assert_eq!(tls.accepted(), 1);
+    }
+);
