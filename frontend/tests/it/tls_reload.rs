@@ -1,7 +1,8 @@
 //! Certificate rotation (DESIGN.md "TLS"): at SIGHUP, and when `reload_check` sees a certificate or
 //! key file change, new handshakes get the new certificate while open connections keep working; a
 //! replacement that does not load keeps the old certificate and logs `tls.reload_failed`; a client
-//! looping through rotations sees no failed request.
+//! looping through rotations sees no failed request; a binary upgrade (`edge --upgrade`) hands the TLS
+//! listener over with no failed TLS request.
 
 use std::{
     path::Path,
@@ -170,29 +171,7 @@ both_drivers!(rotations_under_load_fail_no_request, |d| {
         .map(|fresh| {
             let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
             let cfg = TlsOpts::trusting(site.ca.cert_der()).build();
-            thread::spawn(move || {
-                let mut kept: Option<TlsConn> = None;
-                while !stop.load(Ordering::SeqCst) {
-                    if fresh || kept.is_none() {
-                        match TlsConn::connect(addr, &cfg, "localhost") {
-                            Ok(c) => kept = Some(c),
-                            Err(e) => {
-                                failures.lock().unwrap().push(format!("handshake: {e}"));
-                                continue;
-                            }
-                        }
-                    }
-                    match kept.as_mut().unwrap().try_get("/") {
-                        Some(r) if r.status == 200 && r.body == b"ok" => {
-                            done.fetch_add(1, Ordering::SeqCst);
-                        }
-                        other => {
-                            failures.lock().unwrap().push(format!("{other:?}"));
-                            kept = None;
-                        }
-                    }
-                }
-            })
+            thread::spawn(move || tls_load(addr, cfg, fresh, stop, done, failures))
         })
         .collect();
     assert!(
@@ -224,4 +203,92 @@ both_drivers!(rotations_under_load_fail_no_request, |d| {
         &failures[..failures.len().min(5)]
     );
     assert_eq!(edge.count_log("tls.reload_failed"), 0);
+});
+
+/// A TLS load loop until `stop`: a new connection per request (`fresh`) or one kept alive (a new one
+/// after `Connection: close`); counts successes in `done` and describes failures in `failures`.
+fn tls_load(
+    addr: std::net::SocketAddr,
+    cfg: Arc<rustls::ClientConfig>,
+    fresh: bool,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+) {
+    let mut kept: Option<TlsConn> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let mut c = match kept.take() {
+            Some(c) => c,
+            None => match TlsConn::connect(addr, &cfg, "localhost") {
+                Ok(c) => c,
+                Err(e) => {
+                    failures.lock().unwrap().push(format!("handshake: {e}"));
+                    continue;
+                }
+            },
+        };
+        match c.try_get("/") {
+            Some(r) if r.status == 200 && r.body == b"ok" => {
+                done.fetch_add(1, Ordering::SeqCst);
+                if !fresh && r.header("connection") != Some("close") {
+                    kept = Some(c);
+                }
+            }
+            other => failures.lock().unwrap().push(format!(
+                "{} connection: {other:?}",
+                if fresh { "new" } else { "kept-alive" }
+            )),
+        }
+    }
+}
+
+both_drivers!(a_binary_upgrade_hands_the_tls_listener_over, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let sock = site.dir.0.join("upgrade.sock");
+    let cfg = site
+        .cfg(d, origin.addr)
+        .workers(2)
+        .server("upgrade_socket", sock.display().to_string())
+        .timeout("drain", "10s");
+    let mut old = Edge::start(&cfg);
+    let addr = old.tls_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let loaders: Vec<_> = [true, true, false, false]
+        .into_iter()
+        .map(|fresh| {
+            let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
+            let cfg = TlsOpts::trusting(site.ca.cert_der()).build();
+            thread::spawn(move || tls_load(addr, cfg, fresh, stop, done, failures))
+        })
+        .collect();
+    assert!(wait_until(5 * SEC, || done.load(Ordering::SeqCst) > 100));
+
+    let new = Edge::start_args(&cfg, &["--upgrade"]);
+    assert_eq!(new.tls, old.tls, "the new process serves the same TLS port");
+    assert!(new.wait_log("upgrade.done", 5 * SEC).is_some());
+    assert_eq!(old.wait_exit(10 * SEC), Some(0), "the old process exits 0");
+    let after_exit = done.load(Ordering::SeqCst);
+    assert!(
+        wait_until(5 * SEC, || done.load(Ordering::SeqCst) > after_exit + 100),
+        "TLS load made no progress against the new process"
+    );
+    stop.store(true, Ordering::SeqCst);
+    for l in loaders {
+        l.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failed TLS requests of {}: {:?}",
+        failures.len(),
+        done.load(Ordering::SeqCst),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(
+        new.metric("edge_tls_handshakes_total", &[]) > 0.0,
+        "the new process handshook nothing"
+    );
 });
