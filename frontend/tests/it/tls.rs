@@ -473,6 +473,53 @@ both_drivers!(
     }
 );
 
+both_drivers!(
+    busy_at_the_limit_a_tls_client_is_shed_with_503_but_health_answers,
+    |d| {
+        const MAX: usize = 16;
+        // Slow requests hold every slot: nothing is evictable.
+        let origin = Origin::start(|req| match req.target.as_str() {
+            "/slow" => Reply::ok(b"slow").delayed(3 * SEC),
+            _ => Reply::ok(b"fast"),
+        });
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr).server("max_connections", MAX));
+        let busy: Vec<Client> = (0..MAX)
+            .map(|_| {
+                let mut c = Client::connect(edge.plain.unwrap());
+                c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+                c
+            })
+            .collect();
+        assert!(
+            origin.wait_until(5 * SEC, |o| o.seen_count() >= MAX),
+            "the slow requests did not all reach the origin ({})",
+            origin.seen_count()
+        );
+        let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+        let r = c.get("/x");
+        crate::harness::assert_error_response("TLS over the limit", &r, 503, true);
+        assert_eq!(r.header("retry-after"), Some("1"));
+        let mut h = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+        let r = h.get("/_health");
+        assert_eq!(
+            r.status,
+            200,
+            "TLS health probe at the limit: {:?}",
+            r.text()
+        );
+        assert!(
+            edge.wait_metric_where(
+                "edge_connections_shed_total",
+                &["reason=\"limit\""],
+                2 * SEC,
+                |v| v >= 1.0
+            ) >= 1.0
+        );
+        drop(busy);
+    }
+);
+
 both_drivers!(plain_http_to_the_tls_port_gets_a_plain_400, |d| {
     let origin = Origin::fixed(b"ok");
     let site = Site::new();
