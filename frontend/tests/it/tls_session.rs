@@ -1,15 +1,180 @@
-//! The HTTP/1.1 session over the TLS transport (DESIGN.md "TLS", "Inbound deadlines", "HTTP/1.1
-//! rules"): the `request` and `send` deadlines hold over TLS as over plain TCP, and Expect:
-//! 100-continue and Upgrade (a byte tunnel) work through TLS.
+//! Deadlines, capacity and the HTTP/1.1 session over the TLS transport (DESIGN.md "TLS", "Inbound
+//! deadlines", "Capacity", "HTTP/1.1 rules"): `handshake_timeout` from accept, then `idle`; unfinished
+//! handshakes at `max_connections` do not stop health probes, and a TLS client over a busy limit is
+//! shed; the `request` and `send` deadlines hold over TLS as over plain TCP; Expect: 100-continue and
+//! Upgrade (a byte tunnel) work through TLS.
 
 use std::{
     io::{Read, Write},
+    net::TcpStream,
     time::{Duration, Instant},
 };
 
-use crate::harness::{assert_about, read_request, Edge, Origin, Reply, Site, TlsConn};
+use crate::harness::{
+    assert_about, read_request, Client, Drip, Edge, Origin, Reply, Site, TlsConn,
+};
 
 const SEC: Duration = Duration::from_secs(1);
+const HANDSHAKES: &str = "edge_tls_handshakes_total";
+
+/// A real ClientHello for `localhost` (the bytes a rustls client sends first).
+fn client_hello(site: &Site) -> Vec<u8> {
+    let mut conn =
+        rustls::ClientConnection::new(site.client(), "localhost".try_into().unwrap()).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+both_drivers!(handshake_timeout_closes_silent_and_dripping_sockets, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(&site.cfg(d, origin.addr).tls("handshake_timeout", "1s"));
+    let addr = edge.tls_addr();
+    let active = || edge.metric("edge_connections_active", &[]);
+    assert_eq!(edge.wait_metric("edge_connections_active", &[], 0.0), 0.0);
+
+    // Connects and sends nothing.
+    let started = Instant::now();
+    let mut silent = Client::connect(addr);
+    let took = silent
+        .time_until_closed(5 * SEC)
+        .expect("silent socket closed");
+    assert_about("silent socket closed", took, SEC, SEC);
+
+    // Drips a real ClientHello, one byte every 300 ms: the deadline runs from accept, not per read.
+    let hello = client_hello(&site);
+    let mut drip = Client::connect(addr);
+    let dripping = Drip::start(&drip.s, hello.clone(), 1, Duration::from_millis(300));
+    let took = drip
+        .time_until_closed(5 * SEC)
+        .expect("dripping socket closed");
+    let written = dripping.stop();
+    assert_about("dripping socket closed", took, SEC, SEC);
+    assert!(
+        written < hello.len(),
+        "the whole hello went out ({written} bytes)"
+    );
+
+    assert_eq!(
+        edge.wait_metric(HANDSHAKES, &["result=\"timeout\""], 2.0),
+        2.0
+    );
+    assert_eq!(
+        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"handshake\""], 2.0),
+        2.0
+    );
+    assert_eq!(edge.wait_metric("edge_connections_active", &[], 0.0), 0.0);
+    assert!(started.elapsed() < 10 * SEC);
+    // A client that completes its handshake in time is served.
+    let mut c = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    assert_eq!(c.get("/").body, b"ok");
+    drop(c);
+    assert_eq!(
+        edge.wait_metric("edge_connections_active", &[], 0.0),
+        0.0,
+        "{}",
+        active()
+    );
+});
+
+both_drivers!(
+    unfinished_handshakes_at_the_limit_do_not_stop_health_probes,
+    |d| {
+        let origin = Origin::fixed(b"ok");
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr).server("max_connections", 16));
+        let addr = edge.tls_addr();
+        let hello = client_hello(&site);
+        // 20 TLS sockets that never finish: each sent the first half of a ClientHello.
+        let stuck: Vec<TcpStream> = (0..20)
+            .map(|_| {
+                let s = TcpStream::connect(addr).unwrap();
+                std::io::Write::write_all(&mut &s, &hello[..hello.len() / 2]).unwrap();
+                s
+            })
+            .collect();
+        assert!(
+            crate::harness::wait_until(5 * SEC, || edge.metric("edge_connections_active", &[])
+                >= 15.0),
+            "the stuck sockets were not accepted"
+        );
+        let mut plain = Client::connect(edge.plain.unwrap());
+        let r = plain.get("/_health");
+        assert_eq!(r.status, 200, "plain health probe: {:?}", r.text());
+        let mut tls = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+        let r = tls.get("/_health");
+        assert_eq!(r.status, 200, "TLS health probe: {:?}", r.text());
+        // The 4 sockets over the limit were evicted, shed or timed out (over capacity a handshake gets
+        // 1 s), and the process settles back within the limit.
+        let made_room = || {
+            edge.metric("edge_connections_evicted_total", &[])
+                + edge.metric("edge_connections_shed_total", &[])
+                + edge.metric(HANDSHAKES, &["result=\"timeout\""])
+        };
+        assert!(
+            crate::harness::wait_until(5 * SEC, || made_room() >= 4.0),
+            "only {} connections evicted, shed or timed out",
+            made_room()
+        );
+        assert!(
+            crate::harness::wait_until(5 * SEC, || edge.metric("edge_connections_active", &[])
+                <= 16.0),
+            "{} connections active against max_connections = 16",
+            edge.metric("edge_connections_active", &[])
+        );
+        drop(stuck);
+    }
+);
+
+both_drivers!(
+    busy_at_the_limit_a_tls_client_is_shed_with_503_but_health_answers,
+    |d| {
+        const MAX: usize = 16;
+        // Slow requests hold every slot: nothing is evictable.
+        let origin = Origin::start(|req| match req.target.as_str() {
+            "/slow" => Reply::ok(b"slow").delayed(3 * SEC),
+            _ => Reply::ok(b"fast"),
+        });
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr).server("max_connections", MAX));
+        let busy: Vec<Client> = (0..MAX)
+            .map(|_| {
+                let mut c = Client::connect(edge.plain.unwrap());
+                c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+                c
+            })
+            .collect();
+        assert!(
+            origin.wait_until(5 * SEC, |o| o.seen_count() >= MAX),
+            "the slow requests did not all reach the origin ({})",
+            origin.seen_count()
+        );
+        let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+        let r = c.get("/x");
+        crate::harness::assert_error_response("TLS over the limit", &r, 503, true);
+        assert_eq!(r.header("retry-after"), Some("1"));
+        let mut h = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+        let r = h.get("/_health");
+        assert_eq!(
+            r.status,
+            200,
+            "TLS health probe at the limit: {:?}",
+            r.text()
+        );
+        assert!(
+            edge.wait_metric_where(
+                "edge_connections_shed_total",
+                &["reason=\"limit\""],
+                2 * SEC,
+                |v| v >= 1.0
+            ) >= 1.0
+        );
+        drop(busy);
+    }
+);
 
 both_drivers!(
     a_stalled_head_over_tls_gets_408_at_the_request_deadline,
