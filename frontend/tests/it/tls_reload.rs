@@ -2,7 +2,7 @@
 //! key file change, new handshakes get the new certificate while open connections keep working; a
 //! replacement that does not load keeps the old certificate and logs `tls.reload_failed`; a client
 //! looping through rotations sees no failed request; a binary upgrade (`edge --upgrade`) hands the TLS
-//! listener over with no failed TLS request.
+//! listener over with no failed TLS request; SIGTERM drains TLS connections like plain ones.
 
 use std::{
     path::Path,
@@ -291,4 +291,42 @@ both_drivers!(a_binary_upgrade_hands_the_tls_listener_over, |d| {
         new.metric("edge_tls_handshakes_total", &[]) > 0.0,
         "the new process handshook nothing"
     );
+});
+
+both_drivers!(sigterm_drains_tls_connections_then_exits_0, |d| {
+    let origin = Origin::start(|req| match req.target.as_str() {
+        "/slow" => crate::harness::Reply::ok(b"slow").delayed(2 * SEC),
+        _ => crate::harness::Reply::ok(b"fast"),
+    });
+    let site = Site::new();
+    let mut edge = Edge::start(
+        &site
+            .cfg(d, origin.addr)
+            .timeout("drain_delay", "1s")
+            .timeout("drain", "10s"),
+    );
+    let addr = edge.tls_addr();
+    let mut idle = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    assert_eq!(idle.get("/fast").body, b"fast");
+    let mut slow = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    slow.send(b"GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    assert!(origin.wait_until(5 * SEC, |o| o.seen_count() >= 2));
+    edge.signal(15);
+    assert!(edge.wait_log("server.draining", 2 * SEC).is_some());
+    // During drain_delay: TLS health is 503, requests are served with Connection: close.
+    let mut probe = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    assert_eq!(probe.get("/_health").status, 503);
+    let mut c = TlsConn::connect(addr, &site.client(), "localhost").unwrap();
+    let r = c.get("/fast");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    // The in-flight request finishes; the idle kept-alive connection is closed.
+    let r = slow.read_response().expect("the in-flight TLS response");
+    assert_eq!(r.body, b"slow");
+    assert!(
+        idle.time_until_closed(5 * SEC).is_some(),
+        "idle TLS connection left open"
+    );
+    assert_eq!(edge.wait_exit(10 * SEC), Some(0));
 });
