@@ -1,6 +1,7 @@
 //! TLS with outside tools and the CLI (DESIGN.md "TLS"): curl and `openssl s_client` verify edge's
 //! certificate against the test CA and negotiate http/1.1; `edge --check` reports a key that does not
-//! match its certificate, an expired certificate and a chain in the wrong order, naming the file.
+//! match its certificate, an expired certificate and a chain in the wrong order, naming the file;
+//! `edge healthcheck` over https; P-384, Ed25519 and SEC1 (openssl-converted) keys load and serve.
 
 use std::{process::Command, time::Duration};
 
@@ -203,4 +204,67 @@ fn healthcheck_subcommand_probes_a_tls_only_edge_over_https() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+both_drivers!(p384_ed25519_and_sec1_keys_are_served, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let p384 = site
+        .ca
+        .leaf_with("p384", &["p384.test"], &rcgen::PKCS_ECDSA_P384_SHA384);
+    let ed = site.ca.leaf_with("ed", &["ed.test"], &rcgen::PKCS_ED25519);
+    let (p_cert, p_key) = p384.write(&site.dir, "p384");
+    let (e_cert, e_key) = ed.write(&site.dir, "ed");
+    let mut certs = vec![
+        (site.cert.clone(), site.key.clone()),
+        (p_cert, p_key),
+        (e_cert, e_key),
+    ];
+    // A leaf whose key is in SEC1 form ("EC PRIVATE KEY"), converted by openssl when it is here.
+    if have("openssl") {
+        let sec1_leaf = site.ca.leaf("sec1", &["sec1.test"]);
+        let (c, k) = sec1_leaf.write(&site.dir, "sec1");
+        let out = Command::new("openssl")
+            .args(["ec", "-in"])
+            .arg(&k)
+            .arg("-out")
+            .arg(&k)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&k).unwrap();
+        assert!(text.contains("BEGIN EC PRIVATE KEY"), "not SEC1: {text}");
+        certs.push((c, k));
+        let edge = start_with(d, &origin, &certs);
+        let any = crate::harness::TlsOpts::any_cert().build();
+        let c = crate::harness::TlsConn::connect(edge.tls_addr(), &any, "sec1.test").unwrap();
+        assert!(
+            c.peer_cert() == sec1_leaf.der,
+            "SEC1 key: its certificate is served"
+        );
+    }
+    let edge = start_with(d, &origin, &certs);
+    let verifying = site.client();
+    for (name, want) in [("p384.test", &p384.der), ("ed.test", &ed.der)] {
+        let mut c = crate::harness::TlsConn::connect(edge.tls_addr(), &verifying, name).unwrap();
+        assert!(c.peer_cert() == *want, "{name}");
+        assert_eq!(c.get("/").body, b"ok", "{name}");
+    }
+});
+
+/// Edge serving `certs` (cert, key) in order.
+fn start_with(
+    d: Driver,
+    origin: &Origin,
+    certs: &[(std::path::PathBuf, std::path::PathBuf)],
+) -> Edge {
+    let pairs: Vec<(&std::path::Path, &std::path::Path)> = certs
+        .iter()
+        .map(|(c, k)| (c.as_path(), k.as_path()))
+        .collect();
+    Edge::start(&Cfg::new(d, origin.addr).tls_certs(&pairs))
 }

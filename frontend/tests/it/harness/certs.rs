@@ -83,6 +83,16 @@ impl Ca {
         self.issue(cn, names, false, false)
     }
 
+    /// A server leaf like [`Ca::leaf`] with a key of algorithm `alg` (e.g. `rcgen::PKCS_ED25519`).
+    pub fn leaf_with(
+        &self,
+        cn: &str,
+        names: &[&str],
+        alg: &'static rcgen::SignatureAlgorithm,
+    ) -> Pem {
+        self.issue_with(cn, names, false, false, alg)
+    }
+
     /// A server leaf like [`Ca::leaf`] that expired in 2001.
     pub fn expired_leaf(&self, cn: &str, names: &[&str]) -> Pem {
         self.issue(cn, names, false, true)
@@ -108,6 +118,17 @@ impl Ca {
     }
 
     fn issue(&self, cn: &str, names: &[&str], client: bool, expired: bool) -> Pem {
+        self.issue_with(cn, names, client, expired, &rcgen::PKCS_ECDSA_P256_SHA256)
+    }
+
+    fn issue_with(
+        &self,
+        cn: &str,
+        names: &[&str],
+        client: bool,
+        expired: bool,
+        alg: &'static rcgen::SignatureAlgorithm,
+    ) -> Pem {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.subject_alt_names = names
             .iter()
@@ -126,7 +147,7 @@ impl Ca {
             params.not_before = rcgen::date_time_ymd(2000, 1, 1);
             params.not_after = rcgen::date_time_ymd(2001, 1, 1);
         }
-        let key = KeyPair::generate().unwrap();
+        let key = KeyPair::generate_for(alg).unwrap();
         let issuer = Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(&key, &issuer).unwrap();
         Pem {
