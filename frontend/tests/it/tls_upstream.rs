@@ -533,3 +533,27 @@ both_drivers!(
         assert_eq!(tls.accepted(), 1);
     }
 );
+
+both_drivers!(
+    an_upstream_that_never_answers_the_client_hello_is_a_504_at_connect_timeout,
+    |d| {
+        let o = Origin::new();
+        // Accepts TCP, reads the ClientHello, never answers.
+        let silent = crate::harness::Origin::silent();
+        let edge = Edge::start(
+            &Cfg::new(d, silent.addr)
+                .upstream_field("tls", true)
+                .upstream_field("tls_ca", o.ca_file.display().to_string())
+                .upstream_field("connect_timeout", "1s"),
+        );
+        let t = std::time::Instant::now();
+        let r = Client::connect(edge.addr).get("/hang");
+        crate::harness::assert_about("TLS connect timeout", t.elapsed(), SEC, SEC);
+        crate::harness::assert_error_response("TLS handshake never answered", &r, 504, false);
+        assert_eq!(
+            edge.wait_metric("edge_upstream_timeouts_total", &["phase=\"connect\""], 1.0),
+            1.0
+        );
+        assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"timeout\""]), 1.0);
+    }
+);
