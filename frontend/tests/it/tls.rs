@@ -93,6 +93,26 @@ both_drivers!(get_and_post_through_tls_are_byte_exact, |d| {
     );
 });
 
+both_drivers!(a_trusted_proxy_keeps_its_x_forwarded_proto_over_tls, |d| {
+    let origin = echo_or_big();
+    let site = Site::new();
+    let edge = Edge::start(
+        &site
+            .cfg(d, origin.addr)
+            .server("trusted_proxies", ["127.0.0.1/32"]),
+    );
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    c.send(b"GET /t HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-Proto: https\r\nX-Forwarded-For: 10.1.2.3\r\n\r\n")
+        .unwrap();
+    assert_eq!(c.read_response().unwrap().status, 200);
+    let seen = origin.last();
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(seen.header("x-forwarded-for"), Some("10.1.2.3, 127.0.0.1"));
+    // Without one, edge adds its own.
+    assert_eq!(c.get("/u").status, 200);
+    assert_eq!(origin.last().header("x-forwarded-proto"), Some("https"));
+});
+
 both_drivers!(pipelined_requests_over_tls_are_answered_in_order, |d| {
     let origin = echo_or_big();
     let site = Site::new();
