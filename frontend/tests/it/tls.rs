@@ -392,6 +392,11 @@ both_drivers!(plain_http_to_the_tls_port_gets_a_plain_400, |d| {
         "request.invalid",
     );
     assert_eq!(origin.seen_count(), 0, "forwarded");
+    assert_eq!(
+        edge.wait_metric("edge_connections_active", &[], 0.0),
+        0.0,
+        "the connection is still counted"
+    );
 });
 
 both_drivers!(a_tls_only_edge_serves_tls_and_nothing_plain, |d| {

@@ -346,3 +346,45 @@ both_drivers!(a_request_in_one_byte_tls_records_is_reassembled, |d| {
     assert_eq!(r.body, b"hello bytes");
     assert_eq!(origin.last().target, "/bytes");
 });
+
+both_drivers!(
+    garbage_and_cut_hellos_count_as_failed_but_a_bare_connect_does_not,
+    |d| {
+        let origin = Origin::fixed(b"ok");
+        let site = Site::new();
+        let edge = Edge::start(&site.cfg(d, origin.addr));
+        let addr = edge.tls_addr();
+        let failed = || edge.metric(HANDSHAKES, &["result=\"failed\""]);
+
+        // Connects and closes without a byte (a TCP health check): no failed handshake.
+        drop(TcpStream::connect(addr).unwrap());
+        // Bytes that are neither TLS nor HTTP: a TLS alert, then close; counted as failed.
+        let mut g = Client::connect(addr);
+        g.send(&[0x00, 0x01, 0x02, 0x03, 0xff, 0xfe, 0x10, 0x20]);
+        assert!(g.time_until_closed(5 * SEC).is_some(), "garbage left open");
+        assert_eq!(
+            edge.wait_metric(HANDSHAKES, &["result=\"failed\""], 1.0),
+            1.0
+        );
+        // Half a ClientHello, then the client closes: a handshake started and failed.
+        let hello = client_hello(&site);
+        let mut cut = TcpStream::connect(addr).unwrap();
+        cut.write_all(&hello[..hello.len() / 2]).unwrap();
+        drop(cut);
+        assert_eq!(
+            edge.wait_metric(HANDSHAKES, &["result=\"failed\""], 2.0),
+            2.0
+        );
+        assert_eq!(
+            edge.wait_metric("edge_connections_active", &[], 0.0),
+            0.0,
+            "a failed handshake left its connection counted"
+        );
+        assert_eq!(
+            failed(),
+            2.0,
+            "the bare connect was counted as a failed handshake"
+        );
+        assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 0.0);
+    }
+);
