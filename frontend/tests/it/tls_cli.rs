@@ -268,3 +268,35 @@ fn start_with(
         .collect();
     Edge::start(&Cfg::new(d, origin.addr).tls_certs(&pairs))
 }
+
+#[test]
+fn check_reports_a_missing_certificate_file_and_redirect_plain_without_a_plain_listener() {
+    let site = Site::new();
+    let missing = site.dir.0.join("nowhere.pem");
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&missing, &site.key)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&missing.display().to_string()),
+        "names the file: {err}"
+    );
+    assert!(
+        err.contains("server.tls.certificates[0].cert"),
+        "names the key: {err}"
+    );
+
+    let cfg = site
+        .cfg(Driver::Epoll, o)
+        .server("listen", "")
+        .tls("redirect_plain", true);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("redirect_plain"), "{err}");
+
+    // No [server.tls] and no plain listener: nothing to serve.
+    let cfg = Cfg::new(Driver::Epoll, o).server("listen", "");
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("server.listen"), "{err}");
+}

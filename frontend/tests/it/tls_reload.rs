@@ -330,3 +330,23 @@ both_drivers!(sigterm_drains_tls_connections_then_exits_0, |d| {
     );
     assert_eq!(edge.wait_exit(10 * SEC), Some(0));
 });
+
+both_drivers!(a_reload_that_moves_the_tls_listener_is_rejected, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let cfg = site.cfg(d, origin.addr);
+    let edge = Edge::start(&cfg);
+    let elsewhere = crate::harness::refused_addr();
+    edge.rewrite_config(&cfg.clone().tls("listen", elsewhere));
+    edge.signal(SIGHUP);
+    let line = edge
+        .wait_log("config.rejected", 5 * SEC)
+        .expect("config.rejected logged");
+    assert!(line.contains("server.tls.listen"), "names the key: {line}");
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    assert_eq!(c.get("/").body, b"ok", "the TLS listener keeps serving");
+    assert!(
+        std::net::TcpStream::connect(elsewhere).is_err(),
+        "a listener moved to {elsewhere}"
+    );
+});
