@@ -156,10 +156,15 @@ both_drivers!(sni_picks_exact_then_wildcard_then_the_first, |d| {
     let wild = site.ca.leaf("wild-test", &["*.wild.test"]);
     let (a_cert, a_key) = a.write(&site.dir, "a");
     let (w_cert, w_key) = wild.write(&site.dir, "wild");
+    // A later certificate naming a.test exactly and x.wild.test exactly: the first naming a.test wins,
+    // and an exact name beats the wildcard.
+    let later = site.ca.leaf("later", &["a.test", "x.wild.test"]);
+    let (l_cert, l_key) = later.write(&site.dir, "later");
     let cfg = Cfg::new(d, origin.addr).tls_certs(&[
         (&site.cert, &site.key),
         (&a_cert, &a_key),
         (&w_cert, &w_key),
+        (&l_cert, &l_key),
     ]);
     let edge = Edge::start(&cfg);
     let any = TlsOpts::any_cert().build();
@@ -173,7 +178,11 @@ both_drivers!(sni_picks_exact_then_wildcard_then_the_first, |d| {
         served("A.Test") == a.der,
         "A.Test: names are case-insensitive"
     );
-    assert!(served("x.wild.test") == wild.der, "x.wild.test: wildcard");
+    assert!(served("y.wild.test") == wild.der, "y.wild.test: wildcard");
+    assert!(
+        served("x.wild.test") == later.der,
+        "x.wild.test: an exact name beats a wildcard"
+    );
     assert!(served("localhost") == site.leaf.der, "localhost: the first");
     assert!(
         served("unknown.test") == site.leaf.der,
