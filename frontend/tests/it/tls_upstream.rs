@@ -557,3 +557,42 @@ both_drivers!(
         assert_eq!(edge.metric(UP_HANDSHAKES, &["result=\"timeout\""]), 1.0);
     }
 );
+
+both_drivers!(
+    a_rotated_client_certificate_is_sent_on_new_connections,
+    |d| {
+        let o = Origin::new();
+        let clients = Ca::new("client CA");
+        // Mutual TLS, and each response closes: every request is a new handshake.
+        let tls = TlsOrigin::start(&o.leaf, Some(&clients), answer_and_close);
+        let first = clients.client("edge-client-1");
+        let (cert, key) = first.write(&o.dir, "client");
+        let edge = Edge::start(
+            &tls_cfg(d, &tls, &o.ca_file)
+                .upstream_field("tls_server_name", "origin.test")
+                .upstream_field("tls_client_cert", cert.display().to_string())
+                .upstream_field("tls_client_key", key.display().to_string()),
+        );
+        assert_eq!(Client::connect(edge.addr).get("/1").status, 200);
+        let sent =
+            |hs: Vec<crate::harness::Handshake>| hs.last().and_then(|h| h.client_cert_der.clone());
+        assert!(sent(tls.handshakes()) == Some(first.der.clone()));
+
+        let second = clients.client("edge-client-2");
+        for (path, text) in [(&key, &second.key), (&cert, &second.cert)] {
+            let tmp = path.with_extension("new");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, path).unwrap();
+        }
+        edge.signal(1);
+        assert!(crate::harness::wait_until(5 * SEC, || edge
+            .count_log("config.reloaded")
+            >= 1));
+        let r = Client::connect(edge.addr).get("/2");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(
+            sent(tls.handshakes()) == Some(second.der.clone()),
+            "a new upstream connection after the reload still sent the old client certificate"
+        );
+    }
+);

@@ -28,6 +28,8 @@ pub struct Handshake {
     pub version: Option<rustls::ProtocolVersion>,
     pub resumed: bool,
     pub client_cert: bool,
+    /// The client's leaf certificate (DER), when it sent one.
+    pub client_cert_der: Option<Vec<u8>>,
     /// `Some(reason)` when the handshake failed.
     pub failed: Option<String>,
 }
@@ -115,6 +117,10 @@ impl TlsOrigin {
                         version: conn.protocol_version(),
                         resumed: conn.handshake_kind() == Some(HandshakeKind::Resumed),
                         client_cert: conn.peer_certificates().is_some_and(|c| !c.is_empty()),
+                        client_cert_der: conn
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(|c| c.to_vec()),
                         failed: None,
                     });
                     let mut s = StreamOwned::new(conn, sock);
