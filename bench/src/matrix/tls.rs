@@ -64,13 +64,16 @@ pub fn group_e_tls(bin: &Path, driver: &[String]) -> io::Result<Vec<Row>> {
     let edge = Edge::start(bin, "matrix-e", &toml, driver, &[])?;
     let mut roots = root_store(&certs.ca)?;
     roots.add_parsable_certificates(crate::support::certs::load_certs(&rotated.ca)?);
-    let client = Arc::new(
+    let mut client =
         rustls::ClientConfig::builder_with_provider(crate::support::certs::aes128_provider())
             .with_safe_default_protocol_versions()
             .map_err(io::Error::other)?
             .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
+            .with_no_client_auth();
+    // Full handshakes only: a resumed session carries the certificate it was made with, so the
+    // rotation case could not see the new one.
+    client.resumption = rustls::client::Resumption::disabled();
+    let client = Arc::new(client);
     let setup = Setup { tls, certs, client };
     let s = HealthRule::Strict;
     let rows = vec![

@@ -75,7 +75,10 @@ fn write_leaf(
     params
         .distinguished_name
         .push(DnType::CommonName, "localhost");
-    let serial_bytes = serial.to_be_bytes().to_vec();
+    // Minimal big-endian bytes (DER integers have no leading zero bytes), as `serial_of` reads them back.
+    let full = serial.to_be_bytes();
+    let first = full.iter().position(|&b| b != 0).unwrap_or(full.len() - 1);
+    let serial_bytes = full[first..].to_vec();
     params.serial_number = Some(SerialNumber::from_slice(&serial_bytes));
     let leaf = params.signed_by(&key, issuer).map_err(io::Error::other)?;
     let files = CertFiles {
