@@ -388,3 +388,23 @@ both_drivers!(
         assert_eq!(edge.metric(HANDSHAKES, &["result=\"full\""]), 0.0);
     }
 );
+
+both_drivers!(the_idle_deadline_starts_once_the_handshake_is_done, |d| {
+    let origin = Origin::fixed(b"ok");
+    let site = Site::new();
+    let edge = Edge::start(
+        &site
+            .cfg(d, origin.addr)
+            .tls("handshake_timeout", "1s")
+            .timeout("idle", "3s"),
+    );
+    // Handshake done, no request: the idle deadline (3 s) applies, not handshake_timeout (1 s).
+    let mut c = TlsConn::connect(edge.tls_addr(), &site.client(), "localhost").unwrap();
+    let took = c.time_until_closed(8 * SEC).expect("closed when idle");
+    assert_about("idle TLS connection closed", took, 3 * SEC, SEC);
+    assert_eq!(edge.metric(HANDSHAKES, &["result=\"timeout\""]), 0.0);
+    assert_eq!(
+        edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"idle\""], 1.0),
+        1.0
+    );
+});
