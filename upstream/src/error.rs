@@ -49,10 +49,16 @@ impl UpstreamError {
         }
     }
 
-    /// Classifies an IO error from an established connection.
+    /// Classifies an IO error from an established connection. A TLS error from the connection's
+    /// records (e.g. a TLS 1.3 server that refuses the client certificate alerts on the first read after
+    /// the handshake, RFC 8446 §4.4.2.4) is `Tls`.
     pub fn from_io(e: &std::io::Error) -> Self {
         use std::io::ErrorKind as K;
+        let is_tls = e
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
         let kind = match e.kind() {
+            _ if is_tls => UpstreamErrorKind::Tls,
             K::UnexpectedEof => UpstreamErrorKind::ClosedEarly,
             _ => UpstreamErrorKind::Reset,
         };

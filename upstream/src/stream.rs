@@ -150,4 +150,8 @@ impl Transport for UpstreamStream {
     fn is_quiet(&self) -> bool {
         each!(self, s => s.is_quiet())
     }
+
+    fn announces_close(&self) -> bool {
+        matches!(self, Self::Tls(_))
+    }
 }

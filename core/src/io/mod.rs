@@ -60,4 +60,11 @@ pub trait Transport:
     /// (an idle pooled connection must be quiet: EOF means the peer closed it, bytes mean it sent
     /// something unasked).
     fn is_quiet(&self) -> bool;
+
+    /// Whether closing must first tell the peer (TLS: close_notify, RFC 8446 §6.1, so a client can tell a
+    /// complete close-delimited response from a truncated one); then the closer calls `shutdown` first.
+    /// Plain TCP: `false` (the FIN says it).
+    fn announces_close(&self) -> bool {
+        false
+    }
 }

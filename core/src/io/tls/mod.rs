@@ -441,6 +441,10 @@ where
     fn is_quiet(&self) -> bool {
         !self.state.borrow().has_input() && self.io.is_quiet()
     }
+
+    fn announces_close(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

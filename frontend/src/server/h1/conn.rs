@@ -162,7 +162,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
     let mut held = Held(None);
     loop {
         if held.0.is_none() && c.rb.is_empty() && !wait_idle(&w, &mut c).await {
-            return;
+            return close(&w, c.stream).await;
         }
         match slot::run_in(&mut held.0, active(&w, &mut c)).await {
             Step::Idle => {
@@ -170,7 +170,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
                 held.release();
             }
             Step::Next(Next::Keep) => {}
-            Step::Next(Next::Close) => return,
+            Step::Next(Next::Close) => return slot::run_in(&mut held.0, close(&w, c.stream)).await,
             Step::Next(Next::Linger) => {
                 return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
             }
@@ -179,6 +179,18 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
                 return slot::run_in(&mut held.0, tunnel).await;
             }
         }
+    }
+}
+
+/// Closes the connection; a transport that announces its close (TLS: close_notify) does so first,
+/// within the `send` deadline.
+async fn close<T: Transport>(w: &Worker, mut stream: T) {
+    if stream.announces_close() {
+        let _ = monoio::time::timeout(
+            w.send_timeout(),
+            monoio::io::AsyncWriteRent::shutdown(&mut stream),
+        )
+        .await;
     }
 }
 
