@@ -319,11 +319,11 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener, kind: ListenerKind) {
                     ListenerKind::Plain => {
                         let accepted = crate::server::h1::Accepted::plain(peer, over);
                         let serve = crate::server::h1::serve(w.clone(), stream, accepted);
-                        monoio::spawn(guarded(w.clone(), peer, slot, serve));
+                        monoio::spawn(guarded(w.clone(), peer, slot, Box::pin(serve)));
                     }
                     ListenerKind::Tls => {
                         let serve = crate::tls::serve(w.clone(), stream, peer, over);
-                        monoio::spawn(guarded(w.clone(), peer, slot, serve));
+                        monoio::spawn(guarded(w.clone(), peer, slot, Box::pin(serve)));
                     }
                 }
             }
@@ -370,14 +370,16 @@ fn make_room(w: &Worker, open: usize) -> bool {
 }
 
 /// Runs one connection's future `serve`; a panic inside it closes only this connection and is counted.
-async fn guarded(
+/// `serve` comes boxed: taken by value, it would be stored in this task as well as in the box
+/// [`CatchUnwind`] needs (an idle connection's memory twice over).
+async fn guarded<F: Future<Output = ()>>(
     w: Rc<Worker>,
     peer: SocketAddr,
     slot: ConnectionSlot,
-    serve: impl Future<Output = ()>,
+    serve: Pin<Box<F>>,
 ) {
     w.metrics.connections_active.increment(1.0);
-    let res = CatchUnwind(Box::pin(serve)).await;
+    let res = CatchUnwind(serve).await;
     w.open.set(w.open.get() - 1);
     w.metrics.connections_active.decrement(1.0);
     drop(slot);
