@@ -116,7 +116,9 @@ impl TlsOpts {
             }
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCert(provider()))),
+                .with_custom_certificate_verifier(Arc::new(edge_core::tls::AcceptAnyServerCert(
+                    provider(),
+                ))),
         };
         let mut cfg = match &self.client_cert {
             Some((chain, key)) => {
@@ -290,54 +292,5 @@ impl TlsConn {
     pub fn closed_by_peer(&mut self) -> bool {
         let mut b = [0u8; 1];
         matches!(self.s.read(&mut b), Ok(0) | Err(_))
-    }
-}
-
-/// Accepts every server certificate (signatures are still checked).
-#[derive(Debug)]
-struct AnyCert(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
