@@ -113,21 +113,7 @@ impl Client {
 
     /// Reads the next response head, interim (1xx) ones included. `None` on EOF before a head.
     pub fn read_any_head(&mut self) -> Option<Response> {
-        loop {
-            let mut headers = [httparse::EMPTY_HEADER; 128];
-            let mut res = httparse::Response::new(&mut headers);
-            if let Ok(httparse::Status::Complete(n)) = res.parse(&self.buf) {
-                let r = Response {
-                    status: res.code.unwrap(),
-                    minor: res.version.unwrap(),
-                    headers: owned_headers(res.headers),
-                    ..Response::default()
-                };
-                self.buf.drain(..n);
-                return Some(r);
-            }
-            fill(&mut self.s, &mut self.buf)?;
-        }
+        super::wire::read_any_head(&mut self.s, &mut self.buf)
     }
 
     /// Bytes received but not consumed by a parsed response yet.

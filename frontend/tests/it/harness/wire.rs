@@ -66,6 +66,26 @@ fn crlf_at(s: &mut impl Read, buf: &mut Vec<u8>, pos: usize) -> Option<usize> {
 }
 
 /// Parsed header fields as owned (name, value) pairs, values decoded lossily.
+/// Reads the next response head from `s` (interim 1xx ones included) through `buf`, which keeps what
+/// follows it. `None` on EOF before a head.
+pub(super) fn read_any_head(s: &mut impl Read, buf: &mut Vec<u8>) -> Option<super::Response> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut res = httparse::Response::new(&mut headers);
+        if let Ok(httparse::Status::Complete(n)) = res.parse(buf) {
+            let r = super::Response {
+                status: res.code.unwrap(),
+                minor: res.version.unwrap(),
+                headers: owned_headers(res.headers),
+                ..super::Response::default()
+            };
+            buf.drain(..n);
+            return Some(r);
+        }
+        fill(s, buf)?;
+    }
+}
+
 pub(super) fn owned_headers(headers: &[httparse::Header]) -> Vec<(String, String)> {
     headers
         .iter()
