@@ -193,7 +193,9 @@ pub struct WorkerMetrics {
     /// `edge_upstream_connections{worker,state="active"}`
     pub upstream_active: Gauge,
     tls_handshakes: Vec<Counter>,
-    upstream_tls_handshakes: Vec<Counter>,
+    /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`TlsResult::ALL`] order; shared with the
+    /// worker's upstreams, which count their handshakes into it.
+    pub upstream_tls_handshakes: Arc<[Counter; 4]>,
     /// `edge_tls_handshake_duration_seconds{worker}`
     pub tls_handshake_duration: Arc<DurationHistogram>,
 }
@@ -249,10 +251,14 @@ impl WorkerMetrics {
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
             tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
-            upstream_tls_handshakes: by(
-                "edge_upstream_tls_handshakes_total",
-                "result",
-                TlsResult::NAMES,
+            upstream_tls_handshakes: Arc::new(
+                by(
+                    "edge_upstream_tls_handshakes_total",
+                    "result",
+                    TlsResult::NAMES,
+                )
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("TlsResult has four values")),
             ),
             tls_handshake_duration: crate::latency::tls_handshakes_for_worker(id),
             worker: w,
@@ -269,7 +275,7 @@ impl WorkerMetrics {
             .chain(&m.upstream_errors)
             .chain(&m.upstream_timeouts)
             .chain(&m.tls_handshakes)
-            .chain(&m.upstream_tls_handshakes);
+            .chain(m.upstream_tls_handshakes.iter());
         let singles = [
             &m.truncated,
             &m.connections_total,
@@ -292,11 +298,6 @@ impl WorkerMetrics {
     /// `edge_tls_handshakes_total{worker,result}`
     pub fn tls_handshake(&self, r: TlsResult) -> &Counter {
         &self.tls_handshakes[r as usize]
-    }
-
-    /// `edge_upstream_tls_handshakes_total{worker,result}`
-    pub fn upstream_tls_handshake(&self, r: TlsResult) -> &Counter {
-        &self.upstream_tls_handshakes[r as usize]
     }
 
     /// Counts one answered request in `edge_requests_total{worker,status}`.

@@ -19,7 +19,7 @@ use edge_core::{
     metrics::{InboundPhase, InvalidReason, TlsResult},
 };
 use monoio::{io::AsyncWriteRentExt, time::Instant};
-use rustls::{HandshakeKind, ServerConnection};
+use rustls::ServerConnection;
 
 use crate::{
     proxy_protocol::Start,
@@ -87,8 +87,12 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
     let started = Instant::now();
     let ended = {
         let idle = w.idle.enter(stream.fd());
-        let mut prefix = edge_core::buf::take();
-        prefix.extend_from_slice(received.data());
+        // Bytes behind a PROXY header are the start of the ClientHello.
+        let mut prefix = Vec::new();
+        if !received.is_empty() {
+            prefix = edge_core::buf::take();
+            prefix.extend_from_slice(received.data());
+        }
         drop(received);
         let handshake = monoio::time::timeout(timeout, Tls::handshake_after(stream, conn, prefix));
         monoio::select! {
@@ -106,14 +110,9 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
         Err(e) => return handshake_failed(&w, peer, e).await,
     };
     w.metrics.tls_handshake_duration.record(started.elapsed());
-    let resumed = tls.with_conn(|c| c.handshake_kind() == Some(HandshakeKind::Resumed));
-    let result = if resumed {
-        TlsResult::Resumed
-    } else {
-        TlsResult::Full
-    };
+    let result = tls.handshake_result();
     w.metrics.tls_handshake(result).increment(1);
-    tracing::trace!(event = "tls.handshake", worker = w.id, %peer, resumed);
+    tracing::trace!(event = "tls.handshake", worker = w.id, %peer, result = result.as_str());
     let accepted = Accepted {
         peer,
         over_capacity,

@@ -1,5 +1,5 @@
 //! One worker: its state (config, router, upstream pools, metric handles; all `Rc`, nothing shared with
-//! other workers on the request path), its accept loop on its own SO_REUSEPORT listener, and its timer
+//! other workers on the request path), its accept loops on its own SO_REUSEPORT listeners (plain, TLS), and its timer
 //! tasks (heartbeat every 250 ms, pool sweep). Each connection runs as its own task under a panic guard:
 //! a panic closes only that connection.
 //!
@@ -27,7 +27,7 @@ use edge_core::{
         health::ActiveHealth, ConnectionSlot, ListenerKind, Shared, WorkerEnv, HEARTBEAT_EVERY,
     },
 };
-use edge_upstream::Upstream;
+use edge_upstream::{Upstream, UpstreamCounters};
 use monoio::net::TcpListener;
 
 use crate::{respond::LogLimit, route::Router};
@@ -52,7 +52,7 @@ impl Live {
         cfg: Arc<Resolved>,
         generation: u64,
         id: usize,
-        ejected: &metrics::Counter,
+        counters: &UpstreamCounters,
         previous: Option<&Live>,
         health: &ActiveHealth,
     ) -> Live {
@@ -62,7 +62,7 @@ impl Live {
             .map(|u| {
                 let old = previous
                     .and_then(|p| p.upstreams.iter().find(|o| o.config.name == u.config.name));
-                Upstream::rebuild(u, id, ejected.clone(), old).with_checks(health)
+                Upstream::rebuild(u, id, counters, old).with_checks(health)
             })
             .collect();
         Live {
@@ -81,7 +81,7 @@ pub struct Worker {
     /// Process-wide state.
     pub shared: Arc<Shared>,
     live: RefCell<Rc<Live>>,
-    ejected: metrics::Counter,
+    upstream_counters: UpstreamCounters,
     /// Metric handles.
     pub metrics: WorkerMetrics,
     /// Warn-log rate limit.
@@ -101,20 +101,23 @@ impl Worker {
     /// Builds a worker's state on the currently published configuration.
     pub fn new(id: usize, shared: Arc<Shared>) -> Self {
         let metrics = WorkerMetrics::register(id);
-        let ejected = metrics
-            .upstream_error(edge_core::metrics::UpstreamErrorLabel::Ejected)
-            .clone();
+        let upstream_counters = UpstreamCounters {
+            ejected: metrics
+                .upstream_error(edge_core::metrics::UpstreamErrorLabel::Ejected)
+                .clone(),
+            tls_handshakes: metrics.upstream_tls_handshakes.clone(),
+        };
         let (cfg, generation) = shared.config.get();
         Worker {
             live: RefCell::new(Rc::new(Live::build(
                 cfg,
                 generation,
                 id,
-                &ejected,
+                &upstream_counters,
                 None,
                 &shared.health,
             ))),
-            ejected,
+            upstream_counters,
             metrics,
             log_limit: LogLimit::new(id),
             idle: Default::default(),
@@ -149,7 +152,7 @@ impl Worker {
             cfg,
             generation,
             self.id,
-            &self.ejected,
+            &self.upstream_counters,
             Some(&old),
             &self.shared.health,
         );

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 
 use monoio::time::Instant;
 
-use edge_core::{config::ResolvedUpstream, metrics::TlsResult};
+use edge_core::config::ResolvedUpstream;
 
 use crate::{
     connect::{connect, TlsTarget},
@@ -60,21 +60,25 @@ fn tls_settings(u: &edge_core::config::Upstream) -> impl PartialEq + '_ {
     )
 }
 
-/// `edge_upstream_tls_handshakes_total{worker,result}` handles, in [`TlsResult::ALL`] order (looked up
-/// at a build, never per request).
-fn tls_handshake_counters(worker: usize) -> Arc<[metrics::Counter; 4]> {
-    let w = worker.to_string();
-    Arc::new(
-        [
-            TlsResult::Full,
-            TlsResult::Resumed,
-            TlsResult::Failed,
-            TlsResult::Timeout,
-        ]
-        .map(|r| {
-            metrics::counter!("edge_upstream_tls_handshakes_total", "worker" => w.clone(), "result" => r.as_str())
-        }),
-    )
+/// The worker's metric handles its upstreams count into (registered once per worker, never per
+/// request).
+#[derive(Clone)]
+pub struct UpstreamCounters {
+    /// Passive ejections: `edge_upstream_errors_total{kind="ejected"}`.
+    pub ejected: metrics::Counter,
+    /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`edge_core::metrics::TlsResult::ALL`]
+    /// order.
+    pub tls_handshakes: Arc<[metrics::Counter; 4]>,
+}
+
+impl UpstreamCounters {
+    /// Handles that count nowhere (tests, the health thread).
+    pub fn noop() -> Self {
+        UpstreamCounters {
+            ejected: metrics::Counter::noop(),
+            tls_handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
+        }
+    }
 }
 
 /// How a checkout went, for the retry counter.
@@ -87,10 +91,9 @@ pub struct Checkout {
 
 impl Upstream {
     /// Builds the per-worker state of one configured upstream for `worker` (which also staggers
-    /// round robin and seeds the random policies); `ejected` counts passive ejections
-    /// (`edge_upstream_errors_total{kind="ejected"}`).
-    pub fn new(r: &ResolvedUpstream, worker: usize, ejected: metrics::Counter) -> Self {
-        Self::rebuild(r, worker, ejected, None)
+    /// round robin and seeds the random policies), counting into the worker's `counters`.
+    pub fn new(r: &ResolvedUpstream, worker: usize, counters: &UpstreamCounters) -> Self {
+        Self::rebuild(r, worker, counters, None)
     }
 
     /// Like [`Upstream::new`], after a config reload: an endpoint whose address was already an endpoint of
@@ -101,7 +104,7 @@ impl Upstream {
     pub fn rebuild(
         r: &ResolvedUpstream,
         worker: usize,
-        ejected: metrics::Counter,
+        counters: &UpstreamCounters,
         previous: Option<&Upstream>,
     ) -> Self {
         // Pooled connections carry the TLS settings they were opened with: a pool is kept only when
@@ -113,13 +116,12 @@ impl Upstream {
                 .and_then(|p| p.endpoints.iter().find(|e| e.addr == addr))
         };
         let n = r.endpoints.len();
-        let handshakes = r.tls.as_ref().map(|_| tls_handshake_counters(worker));
         let target = |spec: usize| -> Option<TlsTarget> {
             let tls = r.tls.as_ref()?;
             Some(TlsTarget {
                 config: tls.config.clone(),
                 server_name: tls.server_name(spec)?.clone(),
-                handshakes: handshakes.clone()?,
+                handshakes: counters.tls_handshakes.clone(),
             })
         };
         let up = Upstream {
@@ -147,7 +149,7 @@ impl Upstream {
                 })
                 .collect(),
             picker: Picker::new(r.config.balance, n, Rng::for_worker(worker)),
-            ejected,
+            ejected: counters.ejected.clone(),
             worker,
             checks: Default::default(),
         };

@@ -7,7 +7,7 @@ use std::{cell::Cell, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use edge_core::{io::tls::Tls, metrics::TlsResult};
 use monoio::{net::TcpStream, time::Instant};
-use rustls::{pki_types::ServerName, ClientConnection, HandshakeKind};
+use rustls::{pki_types::ServerName, ClientConnection};
 
 use crate::error::{UpstreamError, UpstreamErrorKind};
 pub use crate::stream::UpstreamStream;
@@ -55,12 +55,7 @@ pub async fn connect(
     };
     match monoio::time::timeout_at(deadline, Tls::handshake(tcp, conn)).await {
         Ok(Ok(s)) => {
-            let resumed = s.with_conn(|c| c.handshake_kind() == Some(HandshakeKind::Resumed));
-            count(if resumed {
-                TlsResult::Resumed
-            } else {
-                TlsResult::Full
-            });
+            count(s.handshake_result());
             Ok(UpstreamStream::Tls(Box::new(s)))
         }
         Ok(Err((e, _))) => failed(&e),

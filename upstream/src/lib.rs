@@ -21,6 +21,6 @@ pub mod retry;
 pub mod stream;
 pub mod zombie;
 
-pub use balance::Upstream;
+pub use balance::{Upstream, UpstreamCounters};
 pub use error::{Counted, UpstreamError, UpstreamErrorKind};
 pub use pool::UpstreamConn;

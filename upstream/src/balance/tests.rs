@@ -24,7 +24,7 @@ fn upstream(n: u16, balance: Balance, worker: usize) -> Upstream {
         endpoints,
         tls: None,
     };
-    Upstream::new(&r, worker, metrics::Counter::noop())
+    Upstream::new(&r, worker, &crate::balance::UpstreamCounters::noop())
 }
 
 /// Ejects endpoint `i` (5 connect failures at `at`).

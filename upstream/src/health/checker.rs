@@ -92,7 +92,7 @@ fn apply(checker: &Rc<Checker>, cfg: &Resolved, shared: &Shared) {
                 Some(crate::connect::TlsTarget {
                     config: t.config.clone(),
                     server_name: t.server_name(e.spec)?.clone(),
-                    handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
+                    handshakes: crate::balance::UpstreamCounters::noop().tls_handshakes,
                 })
             });
             // DESIGN.md: Host = the endpoint, or `tls_server_name` when set.

@@ -177,6 +177,15 @@ where
     pub fn with_conn<R>(&self, f: impl FnOnce(&C) -> R) -> R {
         f(&self.state.borrow().conn)
     }
+
+    /// How the finished handshake went, as `edge_tls_handshakes_total` and
+    /// `edge_upstream_tls_handshakes_total` count it: `Resumed` or `Full`.
+    pub fn handshake_result(&self) -> crate::metrics::TlsResult {
+        match self.state.borrow().conn.handshake_kind() {
+            Some(rustls::HandshakeKind::Resumed) => crate::metrics::TlsResult::Resumed,
+            _ => crate::metrics::TlsResult::Full,
+        }
+    }
 }
 
 /// Whether the first ciphertext read is not a TLS handshake record but starts like an HTTP method.
