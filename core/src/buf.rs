@@ -15,10 +15,22 @@ use monoio::{
 
 /// Size of a pooled buffer, bytes.
 pub const BUF_SIZE: usize = 16 * 1024;
-/// Size of a pooled large buffer, bytes: what a body relay reads into once a body outgrows its first
-/// read ([`RecvBuf::fill_large`]). One read and one write per 64 KiB instead of per 16 KiB: 1 MiB
-/// responses through edge on io_uring went from ~1.3k to ~2.3k requests/s on this VM (bench/README.md).
+/// Size of a pooled large buffer, bytes: what an upstream response head is read into, so the body
+/// bytes behind it come in the same read ([`RecvBuf::fill_large`]), and what one TLS write seals. Body
+/// relays read larger still ([`RELAY_BUF_SIZE`]).
 pub const LARGE_BUF_SIZE: usize = 64 * 1024;
+/// Size of a pooled relay buffer, bytes: what a pass-through body relay reads into
+/// ([`RecvBuf::fill_relay`]). Four times a large buffer because every read that drains an upstream socket
+/// lets the kernel send a window update: with 64 KiB reads edge on io_uring sent the origin about four
+/// ACKs per 1 MiB response where epoll sent one, and paid for the origin's extra transmits on its own CPU
+/// (loopback); 256 KiB reads cut CPU per 1 MiB response by about a fifth on both drivers (bench/README.md
+/// "Large bodies"). Held only while a body relays; an idle connection holds none.
+pub const RELAY_BUF_SIZE: usize = 4 * LARGE_BUF_SIZE;
+/// Size of a pooled record buffer, bytes: what one TLS write seals [`LARGE_BUF_SIZE`] of plaintext into
+/// (four full 16 KiB records, each with at most 29 bytes of header, type and tag; RFC 8446 §5.2, RFC 5288
+/// §3), with room to spare for a session ticket or key update queued beside them. A pool of its own, so
+/// read buffers stay exactly [`LARGE_BUF_SIZE`] and a 64 KiB relay chunk is sealed in one write.
+pub const RECORD_BUF_SIZE: usize = LARGE_BUF_SIZE + 1024;
 /// Buffers a worker's free list always keeps.
 const POOL_FLOOR: usize = 64;
 /// Buffers a worker's free list keeps at most (64 MiB of small ones); more are freed.
@@ -27,12 +39,24 @@ const POOL_MAX: usize = 4096;
 const LARGE_POOL_FLOOR: usize = 16;
 /// Large buffers a worker's free list keeps at most (64 MiB); more are freed.
 const LARGE_POOL_MAX: usize = 1024;
+/// Relay buffers a worker's free list always keeps.
+const RELAY_POOL_FLOOR: usize = 4;
+/// Relay buffers a worker's free list keeps at most (64 MiB); more are freed.
+const RELAY_POOL_MAX: usize = 256;
+/// Record buffers a worker's free list always keeps.
+const RECORD_POOL_FLOOR: usize = 4;
+/// Record buffers a worker's free list keeps at most (65 MiB); more are freed.
+const RECORD_POOL_MAX: usize = 1024;
 
 thread_local! {
     /// This worker's small buffers.
     static POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
     /// This worker's large buffers.
     static LARGE_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
+    /// This worker's relay buffers.
+    static RELAY_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
+    /// This worker's record buffers.
+    static RECORD_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
 }
 
 /// Takes an empty buffer of at least [`BUF_SIZE`] capacity from this thread's pool.
@@ -48,11 +72,27 @@ pub fn take_large() -> Vec<u8> {
         .unwrap_or_else(|| Vec::with_capacity(LARGE_BUF_SIZE))
 }
 
+/// Takes an empty buffer of exactly [`RELAY_BUF_SIZE`] capacity from this thread's pool.
+pub fn take_relay() -> Vec<u8> {
+    RELAY_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(RELAY_BUF_SIZE))
+}
+
+/// Takes an empty buffer of exactly [`RECORD_BUF_SIZE`] capacity from this thread's pool.
+pub fn take_record() -> Vec<u8> {
+    RECORD_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(RECORD_BUF_SIZE))
+}
+
 /// Returns a buffer to this thread's pool for its size (cleared; odd-sized or surplus buffers are
 /// freed).
 pub fn give(mut b: Vec<u8>) {
     let (pool, max) = match b.capacity() {
-        c if (LARGE_BUF_SIZE..=4 * LARGE_BUF_SIZE).contains(&c) => (&LARGE_POOL, LARGE_POOL_MAX),
+        RECORD_BUF_SIZE => (&RECORD_POOL, RECORD_POOL_MAX),
+        RELAY_BUF_SIZE => (&RELAY_POOL, RELAY_POOL_MAX),
+        c if (LARGE_BUF_SIZE..RELAY_BUF_SIZE).contains(&c) => (&LARGE_POOL, LARGE_POOL_MAX),
         c if (BUF_SIZE..LARGE_BUF_SIZE).contains(&c) => (&POOL, POOL_MAX),
         _ => return,
     };
@@ -61,10 +101,12 @@ pub fn give(mut b: Vec<u8>) {
 }
 
 /// Frees the buffers of this thread's pools that stayed unused since the previous call, keeping at
-/// least [`POOL_FLOOR`] small and [`LARGE_POOL_FLOOR`] large ones. A worker calls it every few seconds,
-/// so memory taken by a burst of concurrency returns within two periods after the burst. Returns how
-/// many (small, large) buffers remain.
+/// least [`POOL_FLOOR`] small and [`LARGE_POOL_FLOOR`] large ones (and a few relay and record buffers). A worker
+/// calls it every few seconds, so memory taken by a burst of concurrency returns within two periods after
+/// the burst. Returns how many (small, large) buffers remain.
 pub fn trim() -> (usize, usize) {
+    RELAY_POOL.with(|p| p.borrow_mut().trim(RELAY_POOL_FLOOR));
+    RECORD_POOL.with(|p| p.borrow_mut().trim(RECORD_POOL_FLOOR));
     (
         POOL.with(|p| p.borrow_mut().trim(POOL_FLOOR)),
         LARGE_POOL.with(|p| p.borrow_mut().trim(LARGE_POOL_FLOOR)),
@@ -73,9 +115,13 @@ pub fn trim() -> (usize, usize) {
 
 /// Replaces `buf` with a pooled large buffer holding `buf[from..]`; the old storage goes back to its pool.
 fn move_to_large(buf: &mut Vec<u8>, from: usize) {
-    let mut large = take_large();
-    large.extend_from_slice(&buf[from..]);
-    give(std::mem::replace(buf, large));
+    move_to(buf, from, take_large());
+}
+
+/// Replaces `buf` with `to` holding `buf[from..]`; the old storage goes back to its pool.
+fn move_to(buf: &mut Vec<u8>, from: usize, mut to: Vec<u8>) {
+    to.extend_from_slice(&buf[from..]);
+    give(std::mem::replace(buf, to));
 }
 
 /// Received bytes not yet consumed: `data()` is `storage[pos..]`.
@@ -160,6 +206,23 @@ impl RecvBuf {
     pub async fn fill_large<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
         if self.storage.capacity() < LARGE_BUF_SIZE {
             move_to_large(&mut self.storage, self.pos);
+            self.pos = 0;
+        }
+        self.fill(io).await
+    }
+
+    /// Like [`RecvBuf::fill`], with room for at least [`RELAY_BUF_SIZE`] bytes: for pass-through body
+    /// relays, where fewer, larger reads mean fewer window updates to the sender. The storage is swapped
+    /// for a pooled relay buffer (unconsumed bytes are carried over).
+    ///
+    /// # Errors
+    /// The read's error.
+    ///
+    /// # Cancel safety
+    /// As [`RecvBuf::fill`].
+    pub async fn fill_relay<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
+        if self.storage.capacity() < RELAY_BUF_SIZE {
+            move_to(&mut self.storage, self.pos, take_relay());
             self.pos = 0;
         }
         self.fill(io).await
@@ -344,6 +407,30 @@ mod tests {
             }
             assert_eq!(rb.data(), b"cdefgh");
             assert!(rb.storage.capacity() >= LARGE_BUF_SIZE);
+            let (r, _) = client.write_all(b"ij".to_vec()).await;
+            r.unwrap();
+            while rb.len() < 8 {
+                rb.fill_relay(&mut server).await.unwrap();
+            }
+            assert_eq!(rb.data(), b"cdefghij");
+            assert_eq!(rb.storage.capacity(), RELAY_BUF_SIZE);
         });
+    }
+
+    #[test]
+    fn relay_and_record_buffers_keep_their_sizes_and_pools() {
+        let (relay, record) = (take_relay(), take_record());
+        assert_eq!(relay.capacity(), RELAY_BUF_SIZE);
+        assert_eq!(record.capacity(), RECORD_BUF_SIZE);
+        let (relay_ptr, record_ptr) = (relay.as_ptr(), record.as_ptr());
+        give(relay);
+        give(record);
+        // A large buffer is never one of them: reads into it stay at LARGE_BUF_SIZE.
+        let large = take_large();
+        assert!(large.as_ptr() != relay_ptr && large.as_ptr() != record_ptr);
+        assert!(large.capacity() < RELAY_BUF_SIZE);
+        let (relay, record) = (take_relay(), take_record());
+        assert_eq!(relay.as_ptr(), relay_ptr);
+        assert_eq!(record.as_ptr(), record_ptr);
     }
 }

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use crate::harness::{Cfg, Client, Driver, Edge, Origin, Reply, Value};
+use crate::harness::{metric_sum, Cfg, Client, Driver, Edge, Origin, Reply, Value};
 
 const HEALTH_PATH: &str = "/healthz";
 const WAIT: Duration = Duration::from_secs(5);
@@ -80,12 +80,25 @@ fn send(edge: &Edge, n: usize) {
 }
 
 /// The gauge of endpoint `addr` (its configured text) reaches `want`.
+/// The series must exist: a gauge not exported yet sums to 0, which would pass for "unhealthy" before
+/// the first verdict.
 fn assert_gauge(edge: &Edge, addr: &str, want: f64) {
     let label = format!("endpoint=\"{addr}\"");
+    let until = std::time::Instant::now() + WAIT;
+    let seen = loop {
+        let text = edge.metrics();
+        let exported = text
+            .lines()
+            .any(|l| l.starts_with("edge_upstream_endpoint_healthy{") && l.contains(&label));
+        let v = metric_sum(&text, "edge_upstream_endpoint_healthy", &[&label]);
+        if (exported && v == want) || std::time::Instant::now() > until {
+            break (exported, v);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(
-        edge.wait_metric_where("edge_upstream_endpoint_healthy", &[&label], WAIT, |v| v
-            == want),
-        want,
+        seen,
+        (true, want),
         "edge_upstream_endpoint_healthy{{{label}}}"
     );
 }

@@ -151,7 +151,7 @@ pub enum BodyRead {
 }
 
 /// Reads more of the response body into `conn.buf` under the zombie deadline; `large` reads up to
-/// 64 KiB at once (pass-through relays).
+/// [`edge_core::buf::RELAY_BUF_SIZE`] at once (pass-through relays).
 ///
 /// # Errors
 /// `Zombie` when the clock's deadline passes, `Reset` for a failed read.
@@ -165,7 +165,7 @@ pub async fn read_body<T: Transport>(
 ) -> Result<BodyRead, UpstreamError> {
     let read = async {
         match large {
-            true => conn.buf.fill_large(&mut conn.stream).await,
+            true => conn.buf.fill_relay(&mut conn.stream).await,
             false => conn.buf.fill(&mut conn.stream).await,
         }
     };

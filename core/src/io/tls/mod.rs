@@ -32,9 +32,10 @@ use crate::buf;
 /// First byte of a TLS record carrying a handshake message (RFC 8446 §5.1, ContentType handshake).
 const HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Most plaintext encrypted per write, bytes: its records (16 KiB each plus at most 22 bytes of
-/// header, type and tag in TLS 1.3, 29 in TLS 1.2 with AES-GCM) still fit one pooled large buffer.
-const MAX_PLAINTEXT_PER_WRITE: usize = buf::LARGE_BUF_SIZE - 512;
+/// Most plaintext encrypted per write, bytes: one relay chunk ([`buf::LARGE_BUF_SIZE`], four full
+/// 16 KiB records), whose records fit one pooled record buffer ([`buf::RECORD_BUF_SIZE`]), so a 64 KiB
+/// chunk goes out as one send of four records.
+const MAX_PLAINTEXT_PER_WRITE: usize = buf::LARGE_BUF_SIZE;
 
 /// A TLS stream over the transport `T`; `C` is [`rustls::ServerConnection`] or
 /// [`rustls::ClientConnection`].
@@ -348,7 +349,8 @@ where
     }
 }
 
-/// Writes every encrypted byte rustls has queued to `io`, from one pooled buffer.
+/// Writes every encrypted byte rustls has queued to `io`, from a pooled record buffer (one send when
+/// they fit it, as a write of [`MAX_PLAINTEXT_PER_WRITE`] does).
 async fn flush<W, C, S>(io: &mut W, state: &RefCell<State<C>>) -> io::Result<()>
 where
     W: AsyncWriteRent,
@@ -356,11 +358,11 @@ where
     S: SideData,
 {
     loop {
-        let mut out = buf::take_large();
+        let mut out = buf::take_record();
         {
             let mut st = state.borrow_mut();
-            while st.conn.wants_write() && out.len() < buf::LARGE_BUF_SIZE {
-                st.conn.write_tls(&mut out)?;
+            while st.conn.wants_write() && out.len() < out.capacity() {
+                st.conn.write_tls(&mut Room(&mut out))?;
             }
         }
         if out.is_empty() {
@@ -393,6 +395,33 @@ where
     };
     flush(io, state).await?;
     Ok(n)
+}
+
+/// Appends to a buffer up to its capacity, never beyond: the pooled buffer keeps its size (and its pool).
+struct Room<'a>(&'a mut Vec<u8>);
+
+impl Write for Room<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(self.0.capacity() - self.0.len());
+        self.0.extend_from_slice(&data[..n]);
+        Ok(n)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut n = 0;
+        for b in bufs {
+            let took = self.write(b)?;
+            n += took;
+            if took < b.len() {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 fn tls_error(e: rustls::Error) -> io::Error {

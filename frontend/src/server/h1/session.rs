@@ -113,7 +113,7 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
         let source = |f| SendBodyError::Source(f);
         while !self.body.done() {
             if self.rb.is_empty() {
-                match timeout_at(self.deadline, self.rb.fill_large(self.stream)).await {
+                match timeout_at(self.deadline, self.rb.fill_relay(self.stream)).await {
                     Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
                     Ok(Ok(0)) | Ok(Err(_)) => {
                         tracing::debug!(
