@@ -5,9 +5,16 @@
 //!
 //! Buffers: ciphertext is read into a pooled buffer ([`crate::buf::take`]) that goes back to the pool as
 //! soon as rustls has taken every byte of it, and encrypted output is written from a pooled buffer
-//! likewise, so an idle TLS connection holds no edge buffer. rustls 0.23's buffered API keeps its own
-//! record buffers inside the connection state; its caller-owned-buffer API (rustls 0.24) can replace
-//! that here, in this one module, without touching the callers.
+//! likewise, so an idle TLS connection holds no edge buffer.
+//!
+//! rustls API: the buffered one ([`rustls::ConnectionCommon`]: `read_tls`, `process_new_packets`,
+//! `reader`, `writer`, `write_tls`). Its unbuffered API (`rustls::unbuffered`) is no cheaper in
+//! rustls 0.23: both allocate one `Vec` per record encrypted (the provider's `MessageEncrypter`
+//! returns each sealed record as an owned buffer, which `WriteTraffic::encrypt` then copies out) and
+//! one per record decrypted (the plaintext is copied out of the record into an owned `Vec` before
+//! `reader` or `ReadTraffic::next_record` hands it over), so a small keep-alive request costs two
+//! allocations either way; the unbuffered API would save only the copy of ciphertext into rustls'
+//! deframing buffer, and its server connection has no `server_name`.
 //!
 //! # Cancel safety
 //! As the inner transport: a plain read dropped mid-flight can lose bytes (the connection is closed
