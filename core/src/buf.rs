@@ -101,7 +101,7 @@ pub fn give(mut b: Vec<u8>) {
 }
 
 /// Frees the buffers of this thread's pools that stayed unused since the previous call, keeping at
-/// least [`POOL_FLOOR`] small and [`LARGE_POOL_FLOOR`] large ones (and a few relay and record buffers). A worker
+/// least `POOL_FLOOR` (64) small and `LARGE_POOL_FLOOR` (16) large ones (and a few relay and record buffers). A worker
 /// calls it every few seconds, so memory taken by a burst of concurrency returns within two periods after
 /// the burst. Returns how many (small, large) buffers remain.
 pub fn trim() -> (usize, usize) {

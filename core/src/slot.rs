@@ -185,7 +185,7 @@ pub fn give(s: Slot) {
 }
 
 /// Frees the slots of this thread's free list that stayed unused since the previous call, keeping at
-/// least [`POOL_FLOOR`]. Returns how many remain.
+/// least `POOL_FLOOR`. Returns how many remain.
 pub fn trim() -> usize {
     POOL.with(|p| p.borrow_mut().trim(POOL_FLOOR))
 }
