@@ -101,9 +101,9 @@ pub fn give(mut b: Vec<u8>) {
 }
 
 /// Frees the buffers of this thread's pools that stayed unused since the previous call, keeping at
-/// least `POOL_FLOOR` (64) small and `LARGE_POOL_FLOOR` (16) large ones (and a few relay and record buffers). A worker
-/// calls it every few seconds, so memory taken by a burst of concurrency returns within two periods after
-/// the burst. Returns how many (small, large) buffers remain.
+/// least 64 small, 16 large and 4 each of relay and record buffers. A worker calls it every few
+/// seconds, so memory taken by a burst of concurrency returns within two periods after the burst.
+/// Returns how many (small, large) buffers remain.
 pub fn trim() -> (usize, usize) {
     RELAY_POOL.with(|p| p.borrow_mut().trim(RELAY_POOL_FLOOR));
     RECORD_POOL.with(|p| p.borrow_mut().trim(RECORD_POOL_FLOOR));
