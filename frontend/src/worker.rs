@@ -394,7 +394,8 @@ async fn guarded<F: Future<Output = ()>>(
 }
 
 /// A future that turns a panic in its inner future into `Err` (monoio does not catch task panics).
-struct CatchUnwind<F>(Pin<Box<F>>);
+/// Catches a panic of the future it polls (monoio does not catch task panics).
+pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;

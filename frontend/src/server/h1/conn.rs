@@ -159,6 +159,20 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
         return Box::pin(local::shed(&w, c)).await;
     }
+    if !https && w.current().cfg.config.server.h2c {
+        match sniff_preface(&w, &mut c).await {
+            Sniffed::H2 => {
+                let from = crate::server::h2::Origin {
+                    peer: c.peer,
+                    https,
+                };
+                let rb = std::mem::take(&mut c.rb);
+                return crate::server::h2::serve(w, c.stream, rb.data(), from).await;
+            }
+            Sniffed::Http1 => {}
+            Sniffed::Close => return close(&w, c.stream).await,
+        }
+    }
     let mut held = Held(None);
     loop {
         if held.0.is_none() && c.rb.is_empty() && !wait_idle(&w, &mut c).await {
@@ -179,6 +193,36 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
                 return slot::run_in(&mut held.0, tunnel).await;
             }
         }
+    }
+}
+
+/// What the first bytes of a plain connection are, with `server.h2c` on.
+enum Sniffed {
+    /// The HTTP/2 connection preface (RFC 9113 §3.4): HTTP/2 with prior knowledge.
+    H2,
+    /// Anything else: HTTP/1.1.
+    Http1,
+    /// Nothing came within `idle`, or the client closed.
+    Close,
+}
+
+/// Reads (under `idle`) until the buffered bytes either start with the HTTP/2 connection preface or
+/// cannot be its start; the bytes stay in `c.rb` for whichever session serves them.
+async fn sniff_preface<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Sniffed {
+    use crate::server::h2::PREFACE;
+    if c.rb.is_empty() && !wait_idle(w, c).await {
+        return Sniffed::Close;
+    }
+    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
+    while c.rb.len() < PREFACE.len() && PREFACE.starts_with(c.rb.data()) {
+        match timeout_at(until, c.rb.fill(&mut c.stream)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Sniffed::Close,
+        }
+    }
+    match c.rb.data().starts_with(PREFACE) {
+        true => Sniffed::H2,
+        false => Sniffed::Http1,
     }
 }
 
