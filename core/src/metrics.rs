@@ -66,6 +66,17 @@ label_enum!(
 );
 
 label_enum!(
+    /// `protocol` of `edge_connections_total` and `edge_requests_total` (DESIGN.md "Metrics"): the
+    /// session serving the connection.
+    Protocol {
+        /// HTTP/1.0 or HTTP/1.1.
+        Http1 = "http1",
+        /// HTTP/2 (ALPN `h2`, or prior knowledge with `server.h2c`).
+        H2 = "h2",
+    }
+);
+
+label_enum!(
     /// `reason` of the shed counters.
     ShedReason {
         /// At `max_connections` with nothing evictable.
@@ -173,8 +184,8 @@ pub struct WorkerMetrics {
     connections_shed: Vec<Counter>,
     /// `edge_responses_truncated_total{worker}`
     pub truncated: Counter,
-    /// `edge_connections_total{worker}`
-    pub connections_total: Counter,
+    /// `edge_connections_total{worker,protocol}`, by [`Protocol`].
+    connections_total: Vec<Counter>,
     /// `edge_connections_active{worker}`
     pub connections_active: Gauge,
     /// `edge_connections_evicted_total{worker}`
@@ -212,7 +223,7 @@ impl WorkerMetrics {
                     .collect()
             };
         let m = WorkerMetrics {
-            status: RefCell::new(vec![None; 600]),
+            status: RefCell::new(vec![None; 600 * Protocol::ALL.len()]),
             duration: crate::latency::for_worker(id),
             in_flight: gauge!("edge_requests_in_flight", "worker" => w.clone()),
             invalid: by(
@@ -231,7 +242,7 @@ impl WorkerMetrics {
                 &CONNECTION_SHED.map(ShedReason::as_str),
             ),
             truncated: counter!("edge_responses_truncated_total", "worker" => w.clone()),
-            connections_total: counter!("edge_connections_total", "worker" => w.clone()),
+            connections_total: by("edge_connections_total", "protocol", Protocol::NAMES),
             connections_active: gauge!("edge_connections_active", "worker" => w.clone()),
             evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
             panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
@@ -275,10 +286,10 @@ impl WorkerMetrics {
             .chain(&m.upstream_errors)
             .chain(&m.upstream_timeouts)
             .chain(&m.tls_handshakes)
+            .chain(&m.connections_total)
             .chain(m.upstream_tls_handshakes.iter());
         let singles = [
             &m.truncated,
-            &m.connections_total,
             &m.evicted,
             &m.panics,
             &m.upstream_requests,
@@ -300,13 +311,26 @@ impl WorkerMetrics {
         &self.tls_handshakes[r as usize]
     }
 
-    /// Counts one answered request in `edge_requests_total{worker,status}`.
-    pub fn count_status(&self, status: u16) {
-        let idx = usize::from(status).min(599);
+    /// Counts one answered request in `edge_requests_total{worker,protocol,status}`.
+    pub fn count_status(&self, protocol: Protocol, status: u16) {
+        let idx = protocol as usize * 600 + usize::from(status).min(599);
         let mut table = self.status.borrow_mut();
         table[idx]
-            .get_or_insert_with(|| counter!("edge_requests_total", "worker" => self.worker.clone(), "status" => status.to_string()))
+            .get_or_insert_with(|| {
+                counter!(
+                    "edge_requests_total",
+                    "worker" => self.worker.clone(),
+                    "protocol" => protocol.as_str(),
+                    "status" => status.to_string()
+                )
+            })
             .increment(1);
+    }
+
+    /// Counts a connection whose session started, in `edge_connections_total{worker,protocol}`: a
+    /// plain one at accept (with `server.h2c`, once its first bytes tell), a TLS one once ALPN chose.
+    pub fn connection_opened(&self, protocol: Protocol) {
+        self.connections_total[protocol as usize].increment(1);
     }
 
     /// `edge_requests_invalid_total{worker,reason}`

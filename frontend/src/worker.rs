@@ -311,7 +311,6 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener, kind: ListenerKind) {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
-                w.metrics.connections_total.increment(1);
                 let (slot, open) =
                     ConnectionSlot::take(&w.shared, std::os::fd::AsRawFd::as_raw_fd(&stream));
                 let over = !make_room(&w, open);

@@ -18,7 +18,7 @@ use edge_core::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
-    metrics::{InboundPhase, InvalidReason},
+    metrics::{InboundPhase, InvalidReason, Protocol},
     slot::{self, Slot},
 };
 use monoio::time::{timeout_at, Instant};
@@ -142,6 +142,11 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         refuse_proxy_header: false,
         https,
     };
+    // Counted as HTTP/1 now unless h2c may make it HTTP/2 (then once its first bytes tell).
+    let h2c = !https && !over_capacity && w.current().cfg.config.server.h2c;
+    if !h2c {
+        w.metrics.connection_opened(Protocol::Http1);
+    }
     // PROXY protocol: the header comes before anything else; its source is the client from here on.
     // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
     if let Some(versions) = crate::proxy_protocol::expected(&w).filter(|_| !proxy_header_read) {
@@ -159,8 +164,12 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
         return Box::pin(local::shed(&w, c)).await;
     }
-    if !https && w.current().cfg.config.server.h2c {
-        match sniff_preface(&w, &mut c).await {
+    if h2c {
+        let sniffed = sniff_preface(&w, &mut c).await;
+        if !matches!(sniffed, Sniffed::H2) {
+            w.metrics.connection_opened(Protocol::Http1);
+        }
+        match sniffed {
             Sniffed::H2 => {
                 let from = crate::server::h2::Origin {
                     peer: c.peer,
@@ -568,7 +577,7 @@ async fn conclude<T: Transport>(
 /// Counts a finished request and logs it when slow.
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
     let elapsed = started.elapsed();
-    w.metrics.count_status(status);
+    w.metrics.count_status(Protocol::Http1, status);
     w.metrics.duration.record(elapsed);
     let live = w.current();
     let log = &live.cfg.config.log;

@@ -115,6 +115,8 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
             s.max_requests_per_connection,
         )
     };
+    w.metrics
+        .connection_opened(edge_core::metrics::Protocol::H2);
     let fd = stream.fd();
     let io = PollIo::new(stream, prefix, send);
     let handshake = builder(&h).handshake::<_, Chunk>(io);

@@ -13,7 +13,7 @@ use edge_core::{
         framing::{request_info, Body},
         head::{parse_request, Fields, HeadError},
     },
-    metrics::InvalidReason,
+    metrics::{InvalidReason, Protocol},
 };
 use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
@@ -211,6 +211,6 @@ async fn fail(
 
 /// Counts a finished request.
 fn finish(w: &Worker, status: u16, started: Instant) {
-    w.metrics.count_status(status);
+    w.metrics.count_status(Protocol::H2, status);
     w.metrics.duration.record(started.elapsed());
 }
