@@ -1,8 +1,9 @@
 //! HTTP/2 from clients (DESIGN.md "HTTP/2"): curl `--http2` over TLS (ALPN h2) and
 //! `--http2-prior-knowledge` on the plain listener with `server.h2c`; the harness's h2 client for
 //! byte-exact bodies both ways, health over h2, 100 concurrent streams on one connection, a slow
-//! upstream on one stream not delaying the others, and `:authority` against Host. Every request reaches
-//! the origin as HTTP/1.1.
+//! upstream on one stream not delaying the others, `:authority` against Host, GOAWAY after
+//! `max_requests_per_connection` and on drain with open streams finishing. Every request reaches the
+//! origin as HTTP/1.1.
 
 use std::{process::Command, time::Duration};
 
@@ -289,3 +290,100 @@ fn http2_settings_are_in_check_output() {
     assert!(err.contains("server.http2.max_frame_size"), "{err}");
     assert!(err.contains("edge.toml"), "{err}");
 }
+
+/// An origin that answers `/slow` after `delay` and everything else at once, with its path.
+fn slow_origin(delay: Duration) -> Origin {
+    Origin::start(move |s| {
+        let r = Reply::ok(s.target.as_bytes());
+        match s.target.as_str() {
+            "/slow" => r.delayed(delay),
+            _ => r,
+        }
+    })
+}
+
+/// Waits (at most 5 s) on the client's runtime until the origin has seen `n` requests.
+async fn origin_saw(origin: &Origin, n: usize) {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while origin.seen_count() < n {
+        assert!(
+            std::time::Instant::now() < until,
+            "origin saw {}",
+            origin.seen_count()
+        );
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+both_drivers!(
+    goaway_after_max_requests_per_connection_lets_open_streams_finish,
+    |d| {
+        let origin = slow_origin(Duration::from_millis(300));
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .server("max_requests_per_connection", 3);
+        let edge = Edge::start(&cfg);
+        let authority = edge.addr.to_string();
+        let (first, after) = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let mut tasks = Vec::new();
+            for _ in 0..3 {
+                let (c, a) = (c.clone(), authority.clone());
+                tasks.push(monoio::spawn(async move {
+                    h2_request(&c, "GET", "/slow", &a, &[], b"").await
+                }));
+            }
+            let mut first = Vec::new();
+            for t in tasks {
+                first.push(t.await);
+            }
+            let after = h2_request(&c, "GET", "/fast", &authority, &[], b"").await;
+            (first, after)
+        });
+        for r in first {
+            assert_eq!(
+                r.unwrap().body,
+                b"/slow",
+                "open streams finish after GOAWAY"
+            );
+        }
+        assert!(after.is_err(), "a stream after GOAWAY: {after:?}");
+        assert_eq!(origin.seen_count(), 3);
+        // A new connection is served.
+        let again = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            h2_request(&c, "GET", "/fast", &authority, &[], b"").await
+        });
+        assert_eq!(again.unwrap().body, b"/fast");
+    }
+);
+
+both_drivers!(sigterm_drains_h2_streams_then_exits_0, |d| {
+    let origin = slow_origin(Duration::from_secs(2));
+    let cfg = Cfg::new(d, origin.addr)
+        .server("h2c", true)
+        .timeout("drain_delay", "1s")
+        .timeout("drain", "10s");
+    let mut edge = Edge::start(&cfg);
+    let authority = edge.addr.to_string();
+    let (slow, health) = block_on(async {
+        let c = h2_connect(edge.addr).await;
+        let (c2, a) = (c.clone(), authority.clone());
+        let slow =
+            monoio::spawn(async move { h2_request(&c2, "GET", "/slow", &a, &[], b"").await });
+        origin_saw(&origin, 1).await;
+        edge.signal(libc::SIGTERM);
+        assert!(edge
+            .wait_log("server.draining", Duration::from_secs(2))
+            .is_some());
+        let health = h2_request(&c, "GET", "/_health", &authority, &[], b"").await;
+        (slow.await, health)
+    });
+    assert_eq!(health.unwrap().status, 503, "readiness is 503 during drain");
+    assert_eq!(
+        slow.unwrap().body,
+        b"/slow",
+        "the in-flight stream finished"
+    );
+    assert_eq!(edge.wait_exit(Duration::from_secs(10)), Some(0));
+});
