@@ -164,23 +164,8 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
         return Box::pin(local::shed(&w, c)).await;
     }
-    if h2c {
-        let sniffed = sniff_preface(&w, &mut c).await;
-        if !matches!(sniffed, Sniffed::H2) {
-            w.metrics.connection_opened(Protocol::Http1);
-        }
-        match sniffed {
-            Sniffed::H2 => {
-                let from = crate::server::h2::Origin {
-                    peer: c.peer,
-                    https,
-                };
-                let rb = std::mem::take(&mut c.rb);
-                return crate::server::h2::serve(w, c.stream, rb.data(), from).await;
-            }
-            Sniffed::Http1 => {}
-            Sniffed::Close => return close(&w, c.stream).await,
-        }
+    if h2c && !super::sniff::stays_http1(&w, &mut c).await {
+        return super::sniff::serve_h2(w, c).await;
     }
     let mut held = Held(None);
     loop {
@@ -205,39 +190,9 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
     }
 }
 
-/// What the first bytes of a plain connection are, with `server.h2c` on.
-enum Sniffed {
-    /// The HTTP/2 connection preface (RFC 9113 §3.4): HTTP/2 with prior knowledge.
-    H2,
-    /// Anything else: HTTP/1.1.
-    Http1,
-    /// Nothing came within `idle`, or the client closed.
-    Close,
-}
-
-/// Reads (under `idle`) until the buffered bytes either start with the HTTP/2 connection preface or
-/// cannot be its start; the bytes stay in `c.rb` for whichever session serves them.
-async fn sniff_preface<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Sniffed {
-    use crate::server::h2::PREFACE;
-    if c.rb.is_empty() && !wait_idle(w, c).await {
-        return Sniffed::Close;
-    }
-    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
-    while c.rb.len() < PREFACE.len() && PREFACE.starts_with(c.rb.data()) {
-        match timeout_at(until, c.rb.fill(&mut c.stream)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return Sniffed::Close,
-        }
-    }
-    match c.rb.data().starts_with(PREFACE) {
-        true => Sniffed::H2,
-        false => Sniffed::Http1,
-    }
-}
-
 /// Closes the connection; a transport that announces its close (TLS: close_notify) does so first,
 /// within the `send` deadline.
-async fn close<T: Transport>(w: &Worker, mut stream: T) {
+pub(super) async fn close<T: Transport>(w: &Worker, mut stream: T) {
     if stream.announces_close() {
         let _ = monoio::time::timeout(
             w.send_timeout(),
@@ -266,7 +221,7 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Step {
 
 /// Waits under the `idle` deadline, holding no buffer (nor slot), for a request to start.
 /// `false` = close.
-async fn wait_idle<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bool {
+pub(super) async fn wait_idle<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bool {
     let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
     // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
     // connection is about to serve a request. On io_uring a read in flight would already have taken the

@@ -8,10 +8,10 @@
 use std::net::SocketAddr;
 
 use edge_core::{
-    buf,
+    buf::SendBuf,
     http::{
-        framing::{request_info, Body},
-        head::{parse_request, Fields, HeadError},
+        framing::{request_info, Body, RequestInfo},
+        head::{parse_request, Fields, HeadError, RequestHead},
     },
     metrics::{InvalidReason, Protocol},
 };
@@ -37,6 +37,53 @@ pub struct Origin {
     pub https: bool,
 }
 
+/// A request head that failed its checks: an empty view for the session that answers it.
+const NO_INFO: RequestInfo = RequestInfo {
+    body: Body::None,
+    host: None,
+    close: false,
+    expect_continue: false,
+    upgrade: false,
+    max_forwards: None,
+};
+
+/// Checks the HTTP/1.1-syntax head in `buf` like an HTTP/1.1 one: it parses within `max_headers`,
+/// CONNECT is refused (edge is not a forward proxy), the framing decision (RFC 9112 §6.3) holds, and a
+/// declared Content-Length over `max_body_bytes` is 413 before any DATA is read.
+///
+/// # Errors
+/// 400 `bad_head` / `bad_framing`, 405 `method`, 413 `body_too_large`, 431 `head_too_large`.
+fn check(
+    buf: &[u8],
+    method: &http::Method,
+    limits: &edge_core::config::Limits,
+    fields: &mut Fields,
+) -> Result<(RequestHead, RequestInfo), Failure> {
+    let head = match parse_request(buf, limits.max_headers, fields) {
+        Ok(Some(h)) => h,
+        Ok(None) | Err(HeadError::Invalid) => return Err(Failure::Invalid(InvalidReason::BadHead)),
+        Err(HeadError::TooManyFields) => return Err(Failure::Invalid(InvalidReason::HeadTooLarge)),
+    };
+    if method == http::Method::CONNECT {
+        return Err(Failure::Invalid(InvalidReason::Method));
+    }
+    let info = request_info(buf, &head, fields)
+        .map_err(|_| Failure::Invalid(InvalidReason::BadFraming))?;
+    if let (Body::Length(n), Some(max)) = (info.body, limits.max_body_bytes.0) {
+        if n > max {
+            return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
+        }
+    }
+    Ok((head, info))
+}
+
+/// Method and target of the head in `buf` (at most [`LOG_LINE_MAX`] bytes), for log lines.
+fn log_line(buf: &[u8]) -> Vec<u8> {
+    let line = &buf[..buf.len().min(LOG_LINE_MAX)];
+    let end = line.windows(9).position(|w| w == b" HTTP/1.1");
+    line[..end.unwrap_or(line.len())].to_vec()
+}
+
 /// Serves one stream: `req` is its head (the body streams from its `RecvStream`), `respond` its
 /// response side.
 pub async fn serve(
@@ -49,75 +96,40 @@ pub async fn serve(
     let live = w.live();
     let server = &live.cfg.config.server;
     let (parts, body) = req.into_parts();
-    let end_stream = body.is_end_stream();
-    let mut head_buf = buf::take();
-    let mut log_line = Vec::new();
-    let mut log_id = Vec::new();
+    let mut head_buf = SendBuf::take();
     let mut fields = Fields::new();
-    let checked = super::request::write_head(&mut head_buf, &parts, end_stream).and_then(|()| {
-        log_line.extend_from_slice(&head_buf[..head_buf.len().min(LOG_LINE_MAX)]);
-        if let Some(end) = log_line.windows(9).position(|w| w == b" HTTP/1.1") {
-            log_line.truncate(end);
-        }
-        let head = match parse_request(&head_buf, server.limits.max_headers, &mut fields) {
-            Ok(Some(h)) => h,
-            Ok(None) | Err(HeadError::Invalid) => {
-                return Err(Failure::Invalid(InvalidReason::BadHead))
-            }
-            Err(HeadError::TooManyFields) => {
-                return Err(Failure::Invalid(InvalidReason::HeadTooLarge))
-            }
-        };
-        if parts.method == http::Method::CONNECT {
-            return Err(Failure::Invalid(InvalidReason::Method));
-        }
-        let info = request_info(&head_buf, &head, &fields)
-            .map_err(|_| Failure::Invalid(InvalidReason::BadFraming))?;
-        if let (Body::Length(n), Some(max)) = (info.body, server.limits.max_body_bytes.0) {
-            if n > max {
-                return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
-            }
-        }
-        Ok((head, info))
-    });
+    let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream());
+    let line = log_line(&head_buf.0);
+    let buf = &head_buf.0;
+    let checked = written.and_then(|()| check(buf, &parts.method, &server.limits, &mut fields));
     let deadline = started + server.timeouts.request.0;
     let max_body = server.limits.max_body_bytes.0.unwrap_or(u64::MAX);
     let send = server.timeouts.send.0;
+    let new_session = |req, fields, deadline| {
+        H2Session::new(req, fields, body, respond, max_body, send, deadline)
+    };
     let (head, info) = match checked {
         Ok(v) => v,
         Err(f) => {
-            let (empty, dummy) = (Fields::new(), edge_core::http::head::RequestHead::default());
+            let dummy = RequestHead::default();
             let req = Request {
-                buf: &head_buf,
+                buf,
                 head: &dummy,
-                info: edge_core::http::framing::RequestInfo {
-                    body: Body::None,
-                    host: None,
-                    close: false,
-                    expect_continue: false,
-                    upgrade: false,
-                    max_forwards: None,
-                },
+                info: NO_INFO,
             };
-            let mut s = H2Session::new(req, empty, body, respond, max_body, send, deadline);
-            return fail(w, &mut s, f, &log_line, &log_id, started).await;
+            let mut s = new_session(req, Fields::new(), deadline);
+            return fail(w, &mut s, f, &line, b"-", started).await;
         }
     };
     let request = Request {
-        buf: &head_buf,
+        buf,
         head: &head,
         info,
     };
-    let path = &head_buf[head.path.clone()];
-    let path = path.split(|&b| b == b'?').next().unwrap_or(path);
+    let path = &buf[head.path.clone()];
     let is_head = parts.method == http::Method::HEAD;
-    let host = head
-        .authority
-        .as_ref()
-        .map(|a| &head_buf[a.clone()])
-        .or_else(|| info.host.map(|i| fields[i].value(&head_buf)));
-    if path == server.health_path.as_bytes() {
-        let mut s = H2Session::new(request, fields, body, respond, max_body, send, deadline);
+    if path.split(|&b| b == b'?').next() == Some(server.health_path.as_bytes()) {
+        let mut s = new_session(request, fields, deadline);
         let ready = w.shared.ready();
         let (status, text) = if ready {
             (200, "ok")
@@ -127,58 +139,91 @@ pub async fn serve(
         let _ = s.answer(status, text, !ready, is_head).await;
         return finish(w, status, started);
     }
-    let Some(route) = live.router.find(&head_buf[head.path.clone()], host) else {
-        let mut s = H2Session::new(request, fields, body, respond, max_body, send, deadline);
-        return fail(w, &mut s, Failure::NoRoute, &log_line, &log_id, started).await;
+    let host = head
+        .authority
+        .as_ref()
+        .map(|a| &buf[a.clone()])
+        .or_else(|| info.host.map(|i| fields[i].value(buf)));
+    let Some(route) = live.router.find(path, host) else {
+        let mut s = new_session(request, fields, deadline);
+        return fail(w, &mut s, Failure::NoRoute, &line, b"-", started).await;
     };
     let deadline = route
         .client_request_timeout
         .map_or(deadline, |t| started + t);
-    let upstream = &live.upstreams[route.upstream];
-    let request_timeout = route
+    let mut id = Vec::new();
+    let next_id = w.next_request_id();
+    edge_core::http::request_id::RequestId::of(buf, &fields, next_id).write(buf, &fields, &mut id);
+    let mut s = new_session(request, fields, deadline);
+    let log = RequestLog {
+        line: &line,
+        id: &id,
+    };
+    let exchange = Exchange {
+        route,
+        info,
+        is_head,
+        method: &parts.method,
+        from,
+        log,
+    };
+    forward(w, &live, &mut s, exchange, started).await;
+}
+
+/// What [`forward`] needs besides the session.
+struct Exchange<'a> {
+    route: &'a edge_core::config::ResolvedRoute,
+    info: RequestInfo,
+    is_head: bool,
+    method: &'a http::Method,
+    from: Origin,
+    log: RequestLog<'a>,
+}
+
+/// Runs the exchange through the orchestrator and counts (or answers) how it ended.
+async fn forward(
+    w: &Worker,
+    live: &crate::worker::Live,
+    s: &mut H2Session<'_>,
+    x: Exchange<'_>,
+    started: Instant,
+) {
+    let upstream = &live.upstreams[x.route.upstream];
+    let request_timeout = x
+        .route
         .request_timeout
         .unwrap_or(upstream.config.request_timeout)
         .0;
-    edge_core::http::request_id::RequestId::of(&head_buf, &fields, w.next_request_id()).write(
-        &head_buf,
-        &fields,
-        &mut log_id,
-    );
-    let idempotent = matches!(
-        parts.method,
-        http::Method::GET
-            | http::Method::HEAD
-            | http::Method::OPTIONS
-            | http::Method::TRACE
-            | http::Method::PUT
-            | http::Method::DELETE
-    );
-    let mut s = H2Session::new(request, fields, body, respond, max_body, send, deadline);
+    use http::Method;
+    let idempotent = [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(x.method);
     let req = proxy::Request {
-        info,
-        is_head,
+        info: x.info,
+        is_head: x.is_head,
         idempotent,
         cfg: &live.cfg,
         upstream,
         request_timeout,
         close: false,
-        peer: from.peer.ip(),
-        https: from.https,
-        log: RequestLog {
-            line: &log_line,
-            id: &log_id,
-        },
+        peer: x.from.peer.ip(),
+        https: x.from.https,
+        log: x.log,
     };
     w.metrics.in_flight.increment(1.0);
-    let outcome = proxy::run(w, &mut s, req).await;
+    let outcome = proxy::run(w, s, req).await;
     w.metrics.in_flight.decrement(1.0);
     match outcome {
         Outcome::Done { status, .. } | Outcome::Truncated { status } => finish(w, status, started),
         Outcome::Upgraded { .. } => finish(w, 101, started),
         Outcome::ClientGone => {}
-        Outcome::Failed { failure, .. } => {
-            fail(w, &mut s, failure, &log_line, &log_id, started).await
-        }
+        Outcome::Failed { failure, .. } => fail(w, s, failure, x.log.line, x.log.id, started).await,
     }
 }
 
