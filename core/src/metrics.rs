@@ -77,6 +77,32 @@ label_enum!(
 );
 
 label_enum!(
+    /// `reason` of `edge_http2_goaways_total` (DESIGN.md "Metrics"): why edge sent GOAWAY.
+    GoawayReason {
+        /// A connection error found by h2 (PROTOCOL_ERROR and the like).
+        Protocol = "protocol",
+        /// A flood past h2's limits (ENHANCE_YOUR_CALM).
+        Flood = "flood",
+        /// `max_requests_per_connection` streams were served.
+        MaxRequests = "max_requests",
+        /// Graceful shutdown.
+        Drain = "drain",
+        /// No stream open within `idle`, or evicted while idle.
+        Idle = "idle",
+    }
+);
+
+label_enum!(
+    /// `side` of `edge_http2_resets_total`: who reset the stream.
+    ResetSide {
+        /// The client (RST_STREAM from it, or it went away mid-stream).
+        Client = "client",
+        /// edge (a response cut short after its head: RST_STREAM INTERNAL_ERROR).
+        Edge = "edge",
+    }
+);
+
+label_enum!(
     /// `reason` of the shed counters.
     ShedReason {
         /// At `max_connections` with nothing evictable.
@@ -204,6 +230,10 @@ pub struct WorkerMetrics {
     /// `edge_upstream_connections{worker,state="active"}`
     pub upstream_active: Gauge,
     tls_handshakes: Vec<Counter>,
+    /// `edge_http2_streams_active{worker}`
+    pub http2_streams_active: Gauge,
+    http2_resets: Vec<Counter>,
+    http2_goaways: Vec<Counter>,
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`TlsResult::ALL`] order; shared with the
     /// worker's upstreams, which count their handshakes into it.
     pub upstream_tls_handshakes: Arc<[Counter; 4]>,
@@ -262,6 +292,9 @@ impl WorkerMetrics {
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
             tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
+            http2_streams_active: gauge!("edge_http2_streams_active", "worker" => w.clone()),
+            http2_resets: by("edge_http2_resets_total", "side", ResetSide::NAMES),
+            http2_goaways: by("edge_http2_goaways_total", "reason", GoawayReason::NAMES),
             upstream_tls_handshakes: Arc::new(
                 by(
                     "edge_upstream_tls_handshakes_total",
@@ -287,6 +320,8 @@ impl WorkerMetrics {
             .chain(&m.upstream_timeouts)
             .chain(&m.tls_handshakes)
             .chain(&m.connections_total)
+            .chain(&m.http2_resets)
+            .chain(&m.http2_goaways)
             .chain(m.upstream_tls_handshakes.iter());
         let singles = [
             &m.truncated,
@@ -303,7 +338,18 @@ impl WorkerMetrics {
         m.connections_active.set(0.0);
         m.upstream_idle.set(0.0);
         m.upstream_active.set(0.0);
+        m.http2_streams_active.set(0.0);
         m
+    }
+
+    /// `edge_http2_resets_total{worker,side}`
+    pub fn http2_reset(&self, side: ResetSide) -> &Counter {
+        &self.http2_resets[side as usize]
+    }
+
+    /// `edge_http2_goaways_total{worker,reason}`
+    pub fn http2_goaway(&self, reason: GoawayReason) -> &Counter {
+        &self.http2_goaways[reason as usize]
     }
 
     /// `edge_tls_handshakes_total{worker,result}`

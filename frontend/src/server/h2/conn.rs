@@ -21,7 +21,10 @@ use std::{
     time::Duration,
 };
 
-use edge_core::io::{PollIo, Transport};
+use edge_core::{
+    io::{PollIo, Transport},
+    metrics::GoawayReason,
+};
 use h2::server::{Builder, Connection};
 use monoio::time::{timeout_at, Instant};
 
@@ -141,10 +144,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
         let event = next_event(&w, &mut conn, &open, fd, idle, closing).await;
         match event {
             Event::Stream(None) => break,
-            Event::Stream(Some(Err(e))) => {
-                tracing::debug!(event = "connection.error", worker = w.id, peer = %from.peer, error = %e, "h2 connection error");
-                break;
-            }
+            Event::Stream(Some(Err(e))) => break connection_error(&w, &e, from),
             Event::Stream(Some(Ok(accepted))) => {
                 let (req, respond) = *accepted;
                 served += 1;
@@ -160,16 +160,45 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
                 closing.get_or_insert(
                     Instant::now() + send.min(drain).max(Duration::from_millis(100)),
                 );
-                conn.graceful_shutdown();
+                goaway(&w, &mut conn, GoawayReason::Idle, from);
             }
             Event::Overdue => break,
         }
         let draining = w.shared.draining.load(Ordering::Relaxed);
         if closing.is_none() && (served >= max_requests || draining) {
             closing = Some(Instant::now() + drain);
-            conn.graceful_shutdown();
+            let reason = match draining {
+                true => GoawayReason::Drain,
+                false => GoawayReason::MaxRequests,
+            };
+            goaway(&w, &mut conn, reason, from);
         }
     }
+}
+
+/// Sends GOAWAY (RFC 9113 §6.8: h2's graceful shutdown, open streams finish), counted and logged.
+fn goaway(w: &Worker, conn: &mut Connection<PollIo, Chunk>, reason: GoawayReason, from: Origin) {
+    w.metrics.http2_goaway(reason).increment(1);
+    tracing::debug!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = reason.as_str());
+    conn.graceful_shutdown();
+}
+
+/// Counts and logs the error that ended an h2 connection: a GOAWAY edge (h2) sent for a protocol
+/// error or a flood (ENHANCE_YOUR_CALM) is `edge_http2_goaways_total{reason}` and `http2.goaway`; the
+/// client's own errors and IO errors are logged at debug.
+fn connection_error(w: &Worker, e: &h2::Error, from: Origin) {
+    if e.is_go_away() && !e.is_remote() {
+        let reason = match e.reason() {
+            Some(h2::Reason::ENHANCE_YOUR_CALM) => GoawayReason::Flood,
+            _ => GoawayReason::Protocol,
+        };
+        w.metrics.http2_goaway(reason).increment(1);
+        if w.log_limit.allow() {
+            tracing::info!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = reason.as_str(), error = %e);
+        }
+        return;
+    }
+    tracing::debug!(event = "connection.error", worker = w.id, peer = %from.peer, error = %e, "h2 connection error");
 }
 
 /// Waits for the connection's next stream, the end of its last open stream, or (with no stream open)
@@ -221,7 +250,10 @@ async fn stream_task(
     guard: OpenStream,
 ) {
     let serve = stream::serve(&w, req, respond, from);
-    if CatchUnwind(Box::pin(serve)).await.is_err() {
+    w.metrics.http2_streams_active.increment(1.0);
+    let res = CatchUnwind(Box::pin(serve)).await;
+    w.metrics.http2_streams_active.decrement(1.0);
+    if res.is_err() {
         w.metrics.panics.increment(1);
         tracing::error!(event = "connection.panic", worker = w.id, peer = %from.peer, "an h2 stream task panicked");
     }

@@ -13,7 +13,7 @@ use edge_core::{
         framing::{request_info, Body, RequestInfo},
         head::{parse_request, Fields, HeadError, RequestHead},
     },
-    metrics::{InvalidReason, Protocol},
+    metrics::{InvalidReason, Protocol, ResetSide},
 };
 use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
@@ -220,9 +220,14 @@ async fn forward(
     let outcome = proxy::run(w, s, req).await;
     w.metrics.in_flight.decrement(1.0);
     match outcome {
-        Outcome::Done { status, .. } | Outcome::Truncated { status } => finish(w, status, started),
+        Outcome::Done { status, .. } => finish(w, status, started),
+        Outcome::Truncated { status } => {
+            // The session resets the stream when it is dropped (RST_STREAM INTERNAL_ERROR).
+            w.metrics.http2_reset(ResetSide::Edge).increment(1);
+            finish(w, status, started)
+        }
         Outcome::Upgraded { .. } => finish(w, 101, started),
-        Outcome::ClientGone => {}
+        Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
         Outcome::Failed { failure, .. } => fail(w, s, failure, x.log.line, x.log.id, started).await,
     }
 }
