@@ -2,7 +2,8 @@
 //! `--http2-prior-knowledge` on the plain listener with `server.h2c`; the harness's h2 client for
 //! byte-exact bodies both ways, health over h2, 100 concurrent streams on one connection, a slow
 //! upstream on one stream not delaying the others, `:authority` against Host, GOAWAY after
-//! `max_requests_per_connection` and on drain with open streams finishing. Every request reaches the
+//! `max_requests_per_connection` and on drain with open streams finishing, a stream whose client stops
+//! reading pausing alone until its `send` deadline resets it. Every request reaches the
 //! origin as HTTP/1.1.
 
 use std::{process::Command, time::Duration};
@@ -387,3 +388,65 @@ both_drivers!(sigterm_drains_h2_streams_then_exits_0, |d| {
     );
     assert_eq!(edge.wait_exit(Duration::from_secs(10)), Some(0));
 });
+
+both_drivers!(
+    a_stream_whose_client_stops_reading_pauses_alone_then_is_reset_at_send,
+    |d| {
+        const BIG: usize = 8 << 20;
+        let big: &'static [u8] = Box::leak(vec![b'x'; BIG].into_boxed_slice());
+        let origin = Origin::start(move |s| match s.target.as_str() {
+            "/big" => Reply::ok(big),
+            _ => Reply::ok(b"small"),
+        });
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .timeout("send", "2s");
+        let edge = Edge::start(&cfg);
+        let authority = edge.addr.to_string();
+        let (small, stuck) = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let req = http::Request::get(format!("http://{authority}/big"))
+                .body(())
+                .unwrap();
+            let mut send = c.clone().ready().await.unwrap();
+            let (resp, _) = send.send_request(req, true).unwrap();
+            // The head arrives; the body is never read, so the stream's window (1 MiB) stays full.
+            let mut body = resp.await.unwrap().into_body();
+            let started = std::time::Instant::now();
+            let mut small = Vec::new();
+            for i in 0..5 {
+                let path = format!("/s{i}");
+                small.push(h2_request(&c, "GET", &path, &authority, &[], b"").await);
+            }
+            let quick = started.elapsed();
+            // Reading now: what was buffered, then the reset edge sent at its `send` deadline.
+            let mut got = 0;
+            let mut end = Ok(());
+            while let Some(d) = body.data().await {
+                match d {
+                    Ok(d) => got += d.len(),
+                    Err(e) => {
+                        end = Err(e.to_string());
+                        break;
+                    }
+                }
+            }
+            (small, (quick, got, end))
+        });
+        for r in small {
+            assert_eq!(r.unwrap().body, b"small");
+        }
+        let (quick, got, end) = stuck;
+        assert!(
+            quick < Duration::from_secs(1),
+            "other streams waited {quick:?}"
+        );
+        assert!(got < BIG, "the stuck stream was cut short ({got} bytes)");
+        assert!(end.is_err(), "the stuck stream ends with a reset");
+        let send = ["phase=\"send\""];
+        assert_eq!(
+            edge.wait_metric("edge_inbound_timeouts_total", &send, 1.0),
+            1.0
+        );
+    }
+);
