@@ -450,3 +450,24 @@ both_drivers!(
         );
     }
 );
+
+both_drivers!(
+    a_header_list_over_max_header_list_is_refused_and_the_connection_goes_on,
+    |d| {
+        let origin = Origin::fixed(b"ok");
+        let edge = h2c(d, &origin);
+        let authority = edge.addr.to_string();
+        let (big, after) = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let value = "v".repeat(20 << 10);
+            let big = [("x-big", value.as_str())];
+            let big = h2_request(&c, "GET", "/big", &authority, &big, b"").await;
+            let after = h2_request(&c, "GET", "/after", &authority, &[], b"").await;
+            (big, after)
+        });
+        // Over the default 16 KiB: a 431 or a stream error, never forwarded.
+        assert!(big.as_ref().map_or(true, |r| r.status == 431), "{big:?}");
+        assert_eq!(after.unwrap().body, b"ok", "the connection goes on");
+        assert_eq!(origin.seen_count(), 1);
+    }
+);
