@@ -66,6 +66,43 @@ label_enum!(
 );
 
 label_enum!(
+    /// `protocol` of `edge_connections_total` and `edge_requests_total` (DESIGN.md "Metrics"): the
+    /// session serving the connection.
+    Protocol {
+        /// HTTP/1.0 or HTTP/1.1.
+        Http1 = "http1",
+        /// HTTP/2 (ALPN `h2`, or prior knowledge with `server.h2c`).
+        H2 = "h2",
+    }
+);
+
+label_enum!(
+    /// `reason` of `edge_http2_goaways_total` (DESIGN.md "Metrics"): why edge sent GOAWAY.
+    GoawayReason {
+        /// A connection error found by h2 (PROTOCOL_ERROR and the like).
+        Protocol = "protocol",
+        /// A flood past h2's limits (ENHANCE_YOUR_CALM).
+        Flood = "flood",
+        /// `max_requests_per_connection` streams were served.
+        MaxRequests = "max_requests",
+        /// Graceful shutdown.
+        Drain = "drain",
+        /// No stream open within `idle`, or evicted while idle.
+        Idle = "idle",
+    }
+);
+
+label_enum!(
+    /// `side` of `edge_http2_resets_total`: who reset the stream.
+    ResetSide {
+        /// The client (RST_STREAM from it, or it went away mid-stream).
+        Client = "client",
+        /// edge (a response cut short after its head: RST_STREAM INTERNAL_ERROR).
+        Edge = "edge",
+    }
+);
+
+label_enum!(
     /// `reason` of the shed counters.
     ShedReason {
         /// At `max_connections` with nothing evictable.
@@ -173,8 +210,8 @@ pub struct WorkerMetrics {
     connections_shed: Vec<Counter>,
     /// `edge_responses_truncated_total{worker}`
     pub truncated: Counter,
-    /// `edge_connections_total{worker}`
-    pub connections_total: Counter,
+    /// `edge_connections_total{worker,protocol}`, by [`Protocol`].
+    connections_total: Vec<Counter>,
     /// `edge_connections_active{worker}`
     pub connections_active: Gauge,
     /// `edge_connections_evicted_total{worker}`
@@ -193,6 +230,10 @@ pub struct WorkerMetrics {
     /// `edge_upstream_connections{worker,state="active"}`
     pub upstream_active: Gauge,
     tls_handshakes: Vec<Counter>,
+    /// `edge_http2_streams_active{worker}`
+    pub http2_streams_active: Gauge,
+    http2_resets: Vec<Counter>,
+    http2_goaways: Vec<Counter>,
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`TlsResult::ALL`] order; shared with the
     /// worker's upstreams, which count their handshakes into it.
     pub upstream_tls_handshakes: Arc<[Counter; 4]>,
@@ -212,7 +253,7 @@ impl WorkerMetrics {
                     .collect()
             };
         let m = WorkerMetrics {
-            status: RefCell::new(vec![None; 600]),
+            status: RefCell::new(vec![None; 600 * Protocol::ALL.len()]),
             duration: crate::latency::for_worker(id),
             in_flight: gauge!("edge_requests_in_flight", "worker" => w.clone()),
             invalid: by(
@@ -231,7 +272,7 @@ impl WorkerMetrics {
                 &CONNECTION_SHED.map(ShedReason::as_str),
             ),
             truncated: counter!("edge_responses_truncated_total", "worker" => w.clone()),
-            connections_total: counter!("edge_connections_total", "worker" => w.clone()),
+            connections_total: by("edge_connections_total", "protocol", Protocol::NAMES),
             connections_active: gauge!("edge_connections_active", "worker" => w.clone()),
             evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
             panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
@@ -251,6 +292,9 @@ impl WorkerMetrics {
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
             tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
+            http2_streams_active: gauge!("edge_http2_streams_active", "worker" => w.clone()),
+            http2_resets: by("edge_http2_resets_total", "side", ResetSide::NAMES),
+            http2_goaways: by("edge_http2_goaways_total", "reason", GoawayReason::NAMES),
             upstream_tls_handshakes: Arc::new(
                 by(
                     "edge_upstream_tls_handshakes_total",
@@ -275,10 +319,12 @@ impl WorkerMetrics {
             .chain(&m.upstream_errors)
             .chain(&m.upstream_timeouts)
             .chain(&m.tls_handshakes)
+            .chain(&m.connections_total)
+            .chain(&m.http2_resets)
+            .chain(&m.http2_goaways)
             .chain(m.upstream_tls_handshakes.iter());
         let singles = [
             &m.truncated,
-            &m.connections_total,
             &m.evicted,
             &m.panics,
             &m.upstream_requests,
@@ -292,7 +338,18 @@ impl WorkerMetrics {
         m.connections_active.set(0.0);
         m.upstream_idle.set(0.0);
         m.upstream_active.set(0.0);
+        m.http2_streams_active.set(0.0);
         m
+    }
+
+    /// `edge_http2_resets_total{worker,side}`
+    pub fn http2_reset(&self, side: ResetSide) -> &Counter {
+        &self.http2_resets[side as usize]
+    }
+
+    /// `edge_http2_goaways_total{worker,reason}`
+    pub fn http2_goaway(&self, reason: GoawayReason) -> &Counter {
+        &self.http2_goaways[reason as usize]
     }
 
     /// `edge_tls_handshakes_total{worker,result}`
@@ -300,13 +357,26 @@ impl WorkerMetrics {
         &self.tls_handshakes[r as usize]
     }
 
-    /// Counts one answered request in `edge_requests_total{worker,status}`.
-    pub fn count_status(&self, status: u16) {
-        let idx = usize::from(status).min(599);
+    /// Counts one answered request in `edge_requests_total{worker,protocol,status}`.
+    pub fn count_status(&self, protocol: Protocol, status: u16) {
+        let idx = protocol as usize * 600 + usize::from(status).min(599);
         let mut table = self.status.borrow_mut();
         table[idx]
-            .get_or_insert_with(|| counter!("edge_requests_total", "worker" => self.worker.clone(), "status" => status.to_string()))
+            .get_or_insert_with(|| {
+                counter!(
+                    "edge_requests_total",
+                    "worker" => self.worker.clone(),
+                    "protocol" => protocol.as_str(),
+                    "status" => status.to_string()
+                )
+            })
             .increment(1);
+    }
+
+    /// Counts a connection whose session started, in `edge_connections_total{worker,protocol}`: a
+    /// plain one at accept (with `server.h2c`, once its first bytes tell), a TLS one once ALPN chose.
+    pub fn connection_opened(&self, protocol: Protocol) {
+        self.connections_total[protocol as usize].increment(1);
     }
 
     /// `edge_requests_invalid_total{worker,reason}`

@@ -191,7 +191,8 @@ impl Failure {
         }
     }
 
-    fn text(self) -> &'static str {
+    /// The short text body of the error response (DESIGN.md "Status codes").
+    pub fn text(self) -> &'static str {
         match self {
             Failure::Invalid(r) => match r {
                 InvalidReason::BadHead => "bad request: malformed request head\n",

@@ -1,7 +1,7 @@
 //! Connections on the TLS listener (DESIGN.md "TLS"): the handshake on the worker that accepted the
 //! connection, under `handshake_timeout` from accept, evictable like an idle connection while it runs
-//! (it already holds its slot of `max_connections`); then the HTTP/1.1 session over the TLS transport,
-//! whose `idle` deadline starts once the handshake is done.
+//! (it already holds its slot of `max_connections`); then the session ALPN chose (h2, else HTTP/1.1)
+//! over the TLS transport, whose `idle` deadline starts once the handshake is done.
 //!
 //! Every way a handshake ends is counted (`edge_tls_handshakes_total{result}`; a timeout also in
 //! `edge_inbound_timeouts_total{phase="handshake"}`) and logged at debug, rate-limited; plain HTTP sent
@@ -113,6 +113,11 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
     let result = tls.handshake_result();
     w.metrics.tls_handshake(result).increment(1);
     tracing::trace!(event = "tls.handshake", worker = w.id, %peer, result = result.as_str());
+    // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
+    if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
+        let from = crate::server::h2::Origin { peer, https: true };
+        return crate::server::h2::serve(w, tls, &[], from).await;
+    }
     let accepted = Accepted {
         peer,
         over_capacity,

@@ -311,7 +311,6 @@ async fn accept_loop(w: Rc<Worker>, listener: TcpListener, kind: ListenerKind) {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::trace!(event = "connection.accepted", worker = w.id, %peer);
-                w.metrics.connections_total.increment(1);
                 let (slot, open) =
                     ConnectionSlot::take(&w.shared, std::os::fd::AsRawFd::as_raw_fd(&stream));
                 let over = !make_room(&w, open);
@@ -394,7 +393,8 @@ async fn guarded<F: Future<Output = ()>>(
 }
 
 /// A future that turns a panic in its inner future into `Err` (monoio does not catch task panics).
-struct CatchUnwind<F>(Pin<Box<F>>);
+/// Catches a panic of the future it polls (monoio does not catch task panics).
+pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;

@@ -8,6 +8,7 @@
 
 mod cidr;
 mod discovery;
+mod http2;
 mod overrides;
 mod resolve;
 mod tls;
@@ -19,6 +20,7 @@ pub use cidr::Cidr;
 pub use discovery::{
     Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
 };
+pub use http2::Http2;
 pub use overrides::{Overrides, TlsOverride};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
 use serde::{Deserialize, Serialize};
@@ -79,10 +81,15 @@ pub struct Server {
     pub proxy_protocol: ProxyProtocol,
     /// CIDRs allowed to send a PROXY header; required when `proxy_protocol` is on.
     pub proxy_protocol_from: Vec<String>,
+    /// Accept HTTP/2 with prior knowledge on the plain listener (DESIGN.md "HTTP/2"): a connection that
+    /// starts with the connection preface (RFC 9113 §3.4) is served as h2c.
+    pub h2c: bool,
     /// `[server.timeouts]`
     pub timeouts: Timeouts,
     /// `[server.limits]`
     pub limits: Limits,
+    /// `[server.http2]`: HTTP/2 limits.
+    pub http2: Http2,
     /// `[server.tls]`; absent: no TLS listener (DESIGN.md "TLS").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsServer>,
@@ -103,8 +110,10 @@ impl Default for Server {
             upgrade_socket: String::new(),
             proxy_protocol: ProxyProtocol::Off,
             proxy_protocol_from: Vec::new(),
+            h2c: false,
             timeouts: Timeouts::default(),
             limits: Limits::default(),
+            http2: Http2::default(),
             tls: None,
         }
     }

@@ -54,6 +54,9 @@ impl Config {
         }
         check_limits(&server.limits, &mut p);
         check_timeouts(&server.timeouts, &mut p);
+        for (key, reason) in super::http2::check(&server.http2) {
+            p.add(key, reason);
+        }
         let trusted_proxies = cidrs("server.trusted_proxies", &server.trusted_proxies, &mut p);
         let proxy_protocol_from = check_proxy_protocol(server, &mut p);
         check_upgrade_socket(&server.upgrade_socket, &mut p);

@@ -199,3 +199,30 @@ fn max_headers_over_what_the_parser_holds_is_an_error() {
         errors[0].reason
     );
 }
+
+#[test]
+fn http2_keys_parse_with_defaults_and_errors_name_file_and_key() {
+    let c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    assert!(!c.server.h2c);
+    assert_eq!(c.server.http2, super::Http2::default());
+    let c = Config::parse(
+        "[server]\nh2c = true\n[server.http2]\nmax_concurrent_streams = 7\ninitial_window = \"64KiB\"\n",
+        "x.toml",
+    )
+    .unwrap();
+    assert!(c.server.h2c);
+    assert_eq!(c.server.http2.max_concurrent_streams, 7);
+    assert_eq!(c.server.http2.initial_window.0, 64 << 10);
+    let e = Config::parse("[server.http2]\nmax_frame_size = \"big\"\n", "x.toml").unwrap_err();
+    assert_eq!(
+        (e.file.as_str(), e.key.as_str()),
+        ("x.toml", "server.http2.max_frame_size")
+    );
+    let e = Config::parse("[server.http2]\nmax_streams = 1\n", "x.toml").unwrap_err();
+    assert!(e.reason.contains("max_streams"), "{e}");
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    c.server.http2.max_frame_size.0 = 1000;
+    let errors = c.resolve("x.toml").unwrap_err();
+    assert_eq!(errors[0].key, "server.http2.max_frame_size");
+    assert_eq!(errors[0].file, "x.toml");
+}

@@ -14,6 +14,7 @@
 //! end). Implementations keep that contract.
 
 mod plain;
+pub mod poll;
 pub mod tls;
 
 use std::{future::Future, io, os::fd::RawFd};
@@ -21,6 +22,7 @@ use std::{future::Future, io, os::fd::RawFd};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, CancelableAsyncReadRent};
 
 pub use plain::Plain;
+pub use poll::PollIo;
 
 /// A connected byte stream (downstream or upstream): reads, writes, vectored writes and half-close
 /// through the monoio rent traits, plus what the proxy path needs besides.

@@ -22,7 +22,7 @@ use std::{
 pub use certs::{load_cert_and_key, read_chain, CertError, LoadedCert};
 pub use client::{upstream_tls, AcceptAnyServerCert, SystemRoots, UpstreamTls};
 use rustls::crypto::CryptoProvider;
-pub use server::{alpn_offer, server_config, TlsServerState, OFFER_H2};
+pub use server::{alpn_offer, server_config, TlsServerState};
 pub use sni::SniResolver;
 
 use crate::config::Config;

@@ -19,10 +19,6 @@ use super::{
 };
 use crate::config::{AlpnProtocol, ConfigError, TlsServer, TlsVersion};
 
-/// Whether ALPN may offer `h2`. HTTP/2 is not built yet (DESIGN.md "HTTP/2"), so `h2` is left out of
-/// the offer and TLS clients speak HTTP/1.1; switching HTTP/2 on is this one constant.
-pub const OFFER_H2: bool = false;
-
 /// TLS 1.2 session ids kept for resumption, process-wide.
 const SESSION_CACHE_ENTRIES: usize = 4096;
 
@@ -109,12 +105,11 @@ pub fn server_config(tls: &TlsServer, file: &str) -> Result<TlsServerState, Vec<
     })
 }
 
-/// The ALPN ids offered, in `alpn` order, without `h2` unless [`OFFER_H2`]; empty: no ALPN.
+/// The ALPN ids offered, in `alpn` order (rustls picks the first one the client also offers: the
+/// server's preference, RFC 7301 §3.2); empty: no ALPN. A TLS connection that settles on `h2` is served
+/// by the HTTP/2 server (DESIGN.md "HTTP/2"), any other by HTTP/1.1.
 pub fn alpn_offer(alpn: &[AlpnProtocol]) -> Vec<Vec<u8>> {
-    alpn.iter()
-        .filter(|p| OFFER_H2 || **p != AlpnProtocol::H2)
-        .map(|p| p.id().to_vec())
-        .collect()
+    alpn.iter().map(|p| p.id().to_vec()).collect()
 }
 
 /// The process-wide TLS 1.3 ticketer: created once, then shared by every worker and every reload, so a

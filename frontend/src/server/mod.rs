@@ -10,6 +10,7 @@
 //! share one connection; each owns only its stream).
 
 pub mod h1;
+pub mod h2;
 
 use std::future::Future;
 

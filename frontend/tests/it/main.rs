@@ -33,6 +33,7 @@ mod deploy;
 mod discovery;
 mod drops;
 mod faults;
+mod h2;
 mod health_check;
 mod lifecycle;
 mod limits;

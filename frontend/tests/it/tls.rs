@@ -204,11 +204,11 @@ both_drivers!(sni_picks_exact_then_wildcard_then_the_first, |d| {
     assert_eq!(c.get("/").status, 200);
 });
 
-both_drivers!(alpn_offers_http11_and_not_h2, |d| {
+both_drivers!(alpn_offers_h2_then_http11_in_config_order, |d| {
     let origin = Origin::fixed(b"ok");
     let site = Site::new();
-    // The default `alpn` is ["h2", "http/1.1"]; h2 is filtered out of the offer until HTTP/2 lands
-    // (DESIGN.md "TLS": without h2, TLS clients speak HTTP/1.1).
+    // The default `alpn` is ["h2", "http/1.1"], offered in that order (DESIGN.md "TLS"): a client that
+    // offers both gets h2, one that offers only http/1.1 gets HTTP/1.1.
     let edge = Edge::start(&site.cfg(d, origin.addr));
     let addr = edge.tls_addr();
 
@@ -216,21 +216,26 @@ both_drivers!(alpn_offers_http11_and_not_h2, |d| {
     assert_eq!(c.alpn().as_deref(), Some(&b"http/1.1"[..]));
     assert_eq!(c.get("/").body, b"ok");
 
-    let both = site.opts().alpn(&["h2", "http/1.1"]).build();
+    let both = site.opts().alpn(&["http/1.1", "h2"]).build();
     let c = TlsConn::connect(addr, &both, "localhost").unwrap();
-    assert_eq!(
-        c.alpn().as_deref(),
-        Some(&b"http/1.1"[..]),
-        "h2 must not be chosen"
-    );
+    assert_eq!(c.alpn().as_deref(), Some(&b"h2"[..]), "edge's order wins");
 
     let none = site.opts().alpn(&[]).build();
     let mut c = TlsConn::connect(addr, &none, "localhost").unwrap();
     assert_eq!(c.alpn(), None);
     assert_eq!(c.get("/").body, b"ok", "no ALPN: HTTP/1.1");
+    drop(edge);
 
-    // Offering only h2: there is no common protocol, and rustls refuses the handshake with a
-    // no_application_protocol alert (RFC 7301 §3.2), counted as a failed handshake.
+    // `alpn = ["http/1.1"]`: h2 is not offered, and an h2-only client has no common protocol: rustls
+    // refuses the handshake with a no_application_protocol alert (RFC 7301 §3.2), counted as failed.
+    let edge = Edge::start(
+        &site
+            .cfg(d, origin.addr)
+            .tls("alpn", crate::harness::Value::Strs(vec!["http/1.1".into()])),
+    );
+    let addr = edge.tls_addr();
+    let c = TlsConn::connect(addr, &both, "localhost").unwrap();
+    assert_eq!(c.alpn().as_deref(), Some(&b"http/1.1"[..]), "h2 not listed");
     let h2 = site.opts().alpn(&["h2"]).build();
     let before = edge.metric(HANDSHAKES, &["result=\"failed\""]);
     let err = TlsConn::connect(addr, &h2, "localhost")

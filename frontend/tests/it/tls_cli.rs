@@ -35,7 +35,7 @@ both_drivers!(curl_verifies_and_fetches_over_tls, |d| {
     let edge = Edge::start(&site.cfg(d, origin.addr));
     let port = edge.tls_addr().port();
     let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--cacert"])
+        .args(["-sS", "--http1.1", "--max-time", "10", "--cacert"])
         .arg(&site.ca_file)
         .arg("--resolve")
         .arg(format!("localhost:{port}:127.0.0.1"))

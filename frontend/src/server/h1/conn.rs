@@ -18,7 +18,7 @@ use edge_core::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
-    metrics::{InboundPhase, InvalidReason},
+    metrics::{InboundPhase, InvalidReason, Protocol},
     slot::{self, Slot},
 };
 use monoio::time::{timeout_at, Instant};
@@ -142,6 +142,11 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         refuse_proxy_header: false,
         https,
     };
+    // Counted as HTTP/1 now unless h2c may make it HTTP/2 (then once its first bytes tell).
+    let h2c = !https && !over_capacity && w.current().cfg.config.server.h2c;
+    if !h2c {
+        w.metrics.connection_opened(Protocol::Http1);
+    }
     // PROXY protocol: the header comes before anything else; its source is the client from here on.
     // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
     if let Some(versions) = crate::proxy_protocol::expected(&w).filter(|_| !proxy_header_read) {
@@ -158,6 +163,9 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
         // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
         return Box::pin(local::shed(&w, c)).await;
+    }
+    if h2c && !super::sniff::stays_http1(&w, &mut c).await {
+        return super::sniff::serve_h2(w, c).await;
     }
     let mut held = Held(None);
     loop {
@@ -184,7 +192,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
 
 /// Closes the connection; a transport that announces its close (TLS: close_notify) does so first,
 /// within the `send` deadline.
-async fn close<T: Transport>(w: &Worker, mut stream: T) {
+pub(super) async fn close<T: Transport>(w: &Worker, mut stream: T) {
     if stream.announces_close() {
         let _ = monoio::time::timeout(
             w.send_timeout(),
@@ -213,7 +221,7 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Step {
 
 /// Waits under the `idle` deadline, holding no buffer (nor slot), for a request to start.
 /// `false` = close.
-async fn wait_idle<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bool {
+pub(super) async fn wait_idle<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bool {
     let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
     // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
     // connection is about to serve a request. On io_uring a read in flight would already have taken the
@@ -524,7 +532,7 @@ async fn conclude<T: Transport>(
 /// Counts a finished request and logs it when slow.
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
     let elapsed = started.elapsed();
-    w.metrics.count_status(status);
+    w.metrics.count_status(Protocol::Http1, status);
     w.metrics.duration.record(elapsed);
     let live = w.current();
     let log = &live.cfg.config.log;

@@ -224,7 +224,8 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
         false,
     );
     let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
-    w.metrics.count_status(503);
+    w.metrics
+        .count_status(edge_core::metrics::Protocol::Http1, 503);
     if r.is_ok() {
         respond::linger_close(c.stream).await;
     }

@@ -8,5 +8,6 @@ pub mod conn;
 pub mod encode;
 mod local;
 pub mod session;
+mod sniff;
 
 pub use conn::{serve, Accepted};

@@ -1,0 +1,163 @@
+//! The request view of one HTTP/2 stream (DESIGN.md "HTTP/2"): its pseudo-headers and fields written as
+//! an HTTP/1.1-syntax head, so routing, framing, the forwarding rules and the status table see one shape
+//! whatever the client spoke (`edge_core::http::view`). Sans-IO: bytes in, bytes out.
+//!
+//! - `:method` and `:path` become the request line; `:authority` becomes Host (RFC 9113 §8.3.1); a Host
+//!   field that differs from `:authority` is refused (400 `bad_host`).
+//! - Connection-specific fields (RFC 9113 §8.2.2: Connection, Keep-Alive, Proxy-Connection,
+//!   Transfer-Encoding, Upgrade, and TE other than `trailers`) are refused (400 `bad_head`); h2 itself
+//!   already resets such streams with PROTOCOL_ERROR, this is the second line.
+//! - Cookie fields are joined into one with `"; "` (RFC 9113 §8.2.3).
+//! - A body without Content-Length is framed chunked toward the upstream.
+
+use edge_core::{http::hop::field, metrics::InvalidReason};
+use http::{header, request::Parts};
+
+use crate::respond::Failure;
+
+/// Fields that are connection-specific in HTTP/2 (RFC 9113 §8.2.2).
+const CONNECTION_SPECIFIC: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Writes the HTTP/1.1-syntax head of `req` into `out` (request line, Host, fields, the empty line).
+/// `end_stream`: the HEADERS frame ended the stream (no body); otherwise a body without Content-Length
+/// gets `Transfer-Encoding: chunked`.
+///
+/// # Errors
+/// 400 `bad_host` (no `:authority` and no Host, or a Host that differs from `:authority`), 400
+/// `bad_head` (a connection-specific field, a method or path that cannot be written).
+pub fn write_head(out: &mut Vec<u8>, req: &Parts, end_stream: bool) -> Result<(), Failure> {
+    let bad = |r| Failure::Invalid(r);
+    let authority = req.uri.authority().map(|a| a.as_str().as_bytes());
+    let host = req.headers.get(header::HOST).map(|h| h.as_bytes());
+    let host = match (authority, host) {
+        (Some(a), Some(h)) if !a.eq_ignore_ascii_case(h) => {
+            return Err(bad(InvalidReason::BadHost))
+        }
+        (Some(a), _) => a,
+        (None, Some(h)) => h,
+        (None, None) => return Err(bad(InvalidReason::BadHost)),
+    };
+    if req.headers.get_all(header::HOST).iter().count() > 1 {
+        return Err(bad(InvalidReason::BadHost));
+    }
+    let path = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    if path.is_empty() || path.bytes().any(|b| b <= b' ') {
+        return Err(bad(InvalidReason::BadHead));
+    }
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    field(out, b"Host", host);
+    let mut cookie = false;
+    let mut length = false;
+    for (name, value) in &req.headers {
+        let n = name.as_str();
+        if CONNECTION_SPECIFIC.contains(&n) {
+            return Err(bad(InvalidReason::BadHead));
+        }
+        match *name {
+            header::HOST | header::COOKIE => continue,
+            header::TE if value.as_bytes().eq_ignore_ascii_case(b"trailers") => continue,
+            header::TE => return Err(bad(InvalidReason::BadHead)),
+            header::CONTENT_LENGTH => length = true,
+            _ => {}
+        }
+        field(out, n.as_bytes(), value.as_bytes());
+    }
+    for (i, v) in req.headers.get_all(header::COOKIE).iter().enumerate() {
+        if i == 0 {
+            out.extend_from_slice(b"Cookie: ");
+            cookie = true;
+        } else {
+            out.extend_from_slice(b"; ");
+        }
+        out.extend_from_slice(v.as_bytes());
+    }
+    if cookie {
+        out.extend_from_slice(b"\r\n");
+    }
+    if !end_stream && !length {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(build: http::request::Builder) -> Parts {
+        build.body(()).unwrap().into_parts().0
+    }
+
+    fn head(p: &Parts, end: bool) -> Result<String, Failure> {
+        let mut out = Vec::new();
+        write_head(&mut out, p, end).map(|()| String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn pseudo_headers_become_request_line_and_host_and_cookies_are_joined() {
+        let p = parts(
+            http::Request::post("https://Example.com:8443/a/b?q=1")
+                .header("cookie", "a=1")
+                .header("x-one", "1")
+                .header("cookie", "b=2")
+                .header("te", "trailers"),
+        );
+        assert_eq!(
+            head(&p, false).unwrap(),
+            "POST /a/b?q=1 HTTP/1.1\r\nHost: Example.com:8443\r\nx-one: 1\r\nCookie: a=1; b=2\r\n\
+             Transfer-Encoding: chunked\r\n\r\n"
+        );
+        let p = parts(http::Request::get("https://e.test/").header("content-length", "0"));
+        assert_eq!(
+            head(&p, true).unwrap(),
+            "GET / HTTP/1.1\r\nHost: e.test\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn host_must_match_authority() {
+        let same = parts(http::Request::get("https://e.test/").header("host", "E.TEST"));
+        assert!(head(&same, true).is_ok());
+        let other = parts(http::Request::get("https://e.test/").header("host", "other.test"));
+        assert_eq!(
+            head(&other, true),
+            Err(Failure::Invalid(InvalidReason::BadHost))
+        );
+        let host_only = parts(http::Request::get("/x").header("host", "h.test"));
+        assert!(head(&host_only, true).unwrap().contains("Host: h.test\r\n"));
+        let neither = parts(http::Request::get("/x"));
+        assert_eq!(
+            head(&neither, true),
+            Err(Failure::Invalid(InvalidReason::BadHost))
+        );
+    }
+
+    #[test]
+    fn connection_specific_fields_are_refused() {
+        for (name, value) in [
+            ("connection", "close"),
+            ("keep-alive", "5"),
+            ("proxy-connection", "x"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("te", "gzip"),
+        ] {
+            let p = parts(http::Request::get("https://e.test/").header(name, value));
+            assert_eq!(
+                head(&p, true),
+                Err(Failure::Invalid(InvalidReason::BadHead)),
+                "{name}"
+            );
+        }
+    }
+}

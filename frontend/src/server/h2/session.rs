@@ -1,0 +1,428 @@
+//! [`H2Session`]: one HTTP/2 stream as a [`Session`] (DESIGN.md "HTTP/2"). It owns only its stream:
+//! the request view is the HTTP/1.1-syntax head [`super::request`] wrote; the body source forwards
+//! DATA frames upstream (chunked when the client sent no Content-Length), releasing flow-control
+//! capacity only once the bytes are written upstream, so a slow upstream slows only its client's
+//! stream; sends become HEADERS and DATA frames with hop-by-hop fields dropped, each DATA frame
+//! waiting for the client's flow-control window under the `send` deadline (a client that stops
+//! reading pauses this stream's upstream read, nothing else). A session dropped before its response
+//! ended resets its stream (RST_STREAM INTERNAL_ERROR, RFC 9113 §8.1); the connection goes on.
+
+use std::{future::poll_fn, time::Duration};
+
+use bytes::{Buf, Bytes};
+use edge_core::{
+    buf::{self, RecvBuf},
+    http::{
+        framing::{Body, RequestInfo},
+        head::{Field, Fields, RequestHead, ResponseHead},
+        hop::is_hop_by_hop,
+        view::{RequestView, ResponseView, Version},
+    },
+    metrics::InvalidReason,
+};
+use edge_upstream::{
+    h1::request::{BodySource, SendBodyError},
+    UpstreamError, UpstreamErrorKind,
+};
+use h2::{server::SendResponse, RecvStream, SendStream};
+use monoio::{
+    io::{AsyncWriteRent, AsyncWriteRentExt},
+    time::{timeout, timeout_at, Instant},
+};
+
+use crate::{
+    respond::{Failure, SendFailure},
+    server::h1::{body::ResponseBody, encode::OutFraming},
+    server::{BodyFailure, RelayError, Session, Started},
+};
+
+/// A DATA frame's payload in a pooled buffer ([`edge_core::buf`]), given back to the worker's pool once
+/// h2 has written it.
+pub struct Chunk {
+    data: Vec<u8>,
+    pos: usize,
+}
+
+impl Chunk {
+    /// The bytes of `data` (a pooled buffer).
+    pub fn new(data: Vec<u8>) -> Self {
+        Chunk { data, pos: 0 }
+    }
+
+    /// An empty payload (the END_STREAM frame of a body that already went out).
+    pub fn empty() -> Self {
+        Chunk::new(Vec::new())
+    }
+}
+
+impl Buf for Chunk {
+    fn remaining(&self) -> usize {
+        self.data.len() - self.pos
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.data[self.pos..]
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.pos += n;
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        buf::give(std::mem::take(&mut self.data));
+    }
+}
+
+/// The request side of one stream, as [`super::stream`] parsed it.
+pub struct Request<'a> {
+    /// The HTTP/1.1-syntax head's bytes.
+    pub buf: &'a [u8],
+    /// The head parsed from `buf`.
+    pub head: &'a RequestHead,
+    /// Framing and semantics of the request.
+    pub info: RequestInfo,
+}
+
+/// One HTTP/2 stream, borrowed by the orchestrator for the exchange.
+pub struct H2Session<'a> {
+    req: Request<'a>,
+    fields: Fields,
+    body: RecvStream,
+    /// Body bytes taken so far, against `max_body`.
+    received: u64,
+    max_body: u64,
+    body_done: bool,
+    respond: SendResponse<Chunk>,
+    send: Option<SendStream<Chunk>>,
+    /// The stream's END_STREAM went out: the response is complete.
+    ended: bool,
+    relay: ResponseBody,
+    send_timeout: Duration,
+    deadline: Instant,
+}
+
+impl<'a> H2Session<'a> {
+    /// The session of a stream whose head is `req` (its fields in `fields`). `max_body` is
+    /// `max_body_bytes` (u64::MAX for none), `send_timeout` the `send` deadline, `deadline` the stream's
+    /// `request` deadline.
+    pub fn new(
+        req: Request<'a>,
+        fields: Fields,
+        body: RecvStream,
+        respond: SendResponse<Chunk>,
+        max_body: u64,
+        send_timeout: Duration,
+        deadline: Instant,
+    ) -> Self {
+        let body_done = req.info.body == Body::None || body.is_end_stream();
+        H2Session {
+            req,
+            fields,
+            body,
+            received: 0,
+            max_body,
+            body_done,
+            respond,
+            send: None,
+            ended: false,
+            relay: ResponseBody::new(Body::None, OutFraming::None),
+            send_timeout,
+            deadline,
+        }
+    }
+
+    /// Whether the response head went out (a later failure can only reset the stream).
+    pub fn started(&self) -> bool {
+        self.send.is_some()
+    }
+
+    /// Answers the stream with a complete response edge made itself (`status`, `text/plain` `body`;
+    /// `retry_after` adds `Retry-After: 1`; `head_only` for HEAD).
+    ///
+    /// # Errors
+    /// The client reset the stream or did not take the body within `send`.
+    pub async fn answer(
+        &mut self,
+        status: u16,
+        body: &str,
+        retry_after: bool,
+        head_only: bool,
+    ) -> Result<(), SendFailure> {
+        let mut resp = http::Response::builder()
+            .status(status)
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("content-length", body.len())
+            .header("cache-control", "no-store");
+        if retry_after {
+            resp = resp.header("retry-after", "1");
+        }
+        let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
+        let empty = head_only || body.is_empty();
+        let stream = self
+            .respond
+            .send_response(resp, empty)
+            .map_err(|_| SendFailure::Closed)?;
+        self.send = Some(stream);
+        self.ended = empty;
+        if !empty {
+            let mut out = buf::take();
+            out.extend_from_slice(body.as_bytes());
+            self.send_data(out, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends `data` as DATA frames, each as large as the client's flow-control window allows, waiting
+    /// for window under the `send` deadline (RFC 9113 §6.9); `end` sets END_STREAM on the last.
+    async fn send_data(&mut self, data: Vec<u8>, end: bool) -> Result<(), SendFailure> {
+        let Some(stream) = self.send.as_mut() else {
+            return Err(SendFailure::Closed);
+        };
+        let mut chunk = Chunk::new(data);
+        while chunk.remaining() > 0 {
+            stream.reserve_capacity(chunk.remaining());
+            let mut cap = stream.capacity();
+            while cap == 0 {
+                match timeout(self.send_timeout, poll_fn(|cx| stream.poll_capacity(cx))).await {
+                    Err(_) => return Err(SendFailure::Timeout),
+                    Ok(Some(Ok(n))) => cap = n,
+                    Ok(_) => return Err(SendFailure::Closed),
+                }
+            }
+            if cap >= chunk.remaining() {
+                break;
+            }
+            let mut piece = buf::take();
+            piece.extend_from_slice(&chunk.chunk()[..cap]);
+            chunk.advance(cap);
+            stream
+                .send_data(Chunk::new(piece), false)
+                .map_err(|_| SendFailure::Closed)?;
+        }
+        if chunk.remaining() > 0 || end {
+            stream
+                .send_data(chunk, end)
+                .map_err(|_| SendFailure::Closed)?;
+        }
+        self.ended |= end;
+        Ok(())
+    }
+
+    /// The response head as h2 sends it: status and the fields that are not hop-by-hop.
+    fn response(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Option<http::Response<()>> {
+        let mut resp = http::Response::builder().status(head.status);
+        for f in fields
+            .iter()
+            .filter(|f| !is_hop_by_hop(buf, fields, f, true))
+        {
+            resp = resp.header(f.name(buf), f.value(buf));
+        }
+        resp.body(()).ok()
+    }
+
+    /// Forwards one DATA frame's bytes upstream (chunk-framed when `chunked`) under `write_timeout`.
+    async fn forward<W: AsyncWriteRent>(
+        up: &mut W,
+        data: &Bytes,
+        chunked: bool,
+        write_timeout: Duration,
+    ) -> Result<(), UpstreamError> {
+        let mut out = match data.len() + 32 > buf::BUF_SIZE {
+            true => buf::take_large(),
+            false => buf::take(),
+        };
+        if chunked {
+            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        }
+        out.extend_from_slice(data);
+        if chunked {
+            out.extend_from_slice(b"\r\n");
+        }
+        let (res, out) = match timeout(write_timeout, up.write_all(out)).await {
+            Ok(r) => r,
+            Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::WriteTimeout)),
+        };
+        buf::give(out);
+        res.map(|_| ()).map_err(|e| UpstreamError::from_io(&e))
+    }
+}
+
+impl Drop for H2Session<'_> {
+    /// A response that did not end resets its stream (RST_STREAM INTERNAL_ERROR); no response at all is
+    /// up to the stream's owner (it answers or resets).
+    fn drop(&mut self) {
+        if let (Some(s), false) = (self.send.as_mut(), self.ended) {
+            s.send_reset(h2::Reason::INTERNAL_ERROR);
+        }
+    }
+}
+
+impl BodySource for H2Session<'_> {
+    type Error = BodyFailure;
+
+    /// DATA frames read under the stream's `request` deadline, each written upstream under
+    /// `write_timeout`, then its flow-control capacity released (RFC 9113 §6.9): the client sends more
+    /// only as fast as the upstream takes it.
+    async fn forward_rest<W: AsyncWriteRent>(
+        &mut self,
+        up: &mut W,
+        write_timeout: Duration,
+    ) -> Result<(), SendBodyError<BodyFailure>> {
+        let source = |f| SendBodyError::Source(f);
+        let chunked = self.req.info.body == Body::Chunked;
+        while !self.body_done {
+            let data = match timeout_at(self.deadline, self.body.data()).await {
+                Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
+                Ok(None) => {
+                    self.body_done = true;
+                    break;
+                }
+                Ok(Some(Err(_))) => return Err(source(BodyFailure::ClientGone)),
+                Ok(Some(Ok(d))) => d,
+            };
+            self.received += data.len() as u64;
+            if self.received > self.max_body {
+                let f = Failure::Invalid(InvalidReason::BodyTooLarge);
+                return Err(source(BodyFailure::Client(f)));
+            }
+            if !data.is_empty() {
+                Self::forward(up, &data, chunked, write_timeout)
+                    .await
+                    .map_err(SendBodyError::Upstream)?;
+                let _ = self.body.flow_control().release_capacity(data.len());
+            }
+            self.body_done = self.body.is_end_stream();
+        }
+        if chunked {
+            let last = Bytes::new();
+            Self::forward(up, &last, true, write_timeout)
+                .await
+                .map_err(SendBodyError::Upstream)?;
+        }
+        Ok(())
+    }
+}
+
+impl Session for H2Session<'_> {
+    fn request(&self) -> RequestView<'_> {
+        RequestView {
+            buf: self.req.buf,
+            head: self.req.head,
+            fields: &self.fields,
+            version: Version::H2,
+        }
+    }
+
+    fn body_prefix(&mut self, _out: &mut Vec<u8>) -> Result<(), Failure> {
+        // No DATA is read before the upstream head is written: the body streams in `forward_rest`.
+        Ok(())
+    }
+
+    fn body_done(&self) -> bool {
+        self.body_done
+    }
+
+    fn expects_continue(&self) -> bool {
+        self.req.info.expect_continue && !self.body_done
+    }
+
+    fn take_fields(&mut self) -> Fields {
+        std::mem::take(&mut self.fields)
+    }
+
+    fn put_fields(&mut self, fields: Fields) {
+        self.fields = fields;
+    }
+
+    async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
+        let Some(interim) = Self::response(resp.buf, resp.head, resp.fields) else {
+            return Ok(());
+        };
+        self.respond
+            .send_informational(interim)
+            .map_err(|_| SendFailure::Closed)
+    }
+
+    async fn send_continue(&mut self) -> Result<(), SendFailure> {
+        let interim = http::Response::builder()
+            .status(100)
+            .body(())
+            .map_err(|_| SendFailure::Closed)?;
+        self.respond
+            .send_informational(interim)
+            .map_err(|_| SendFailure::Closed)
+    }
+
+    async fn send_switching(&mut self, _resp: &ResponseView<'_>) -> Result<(), SendFailure> {
+        // HTTP/2 has no 101 (RFC 9113 §8.6); Upgrade is refused in the request, so none is asked for.
+        Err(SendFailure::Closed)
+    }
+
+    async fn send_head(
+        &mut self,
+        head: &ResponseHead,
+        fields: &[Field],
+        upstream: Body,
+        _close: bool,
+        rest: &mut RecvBuf,
+    ) -> Result<Started, RelayError> {
+        let framing = match upstream {
+            Body::None => OutFraming::None,
+            Body::Length(n) => OutFraming::Length(n),
+            // DATA frames delimit the body: a chunked upstream body is de-chunked.
+            Body::Chunked | Body::CloseDelimited => OutFraming::Close,
+        };
+        self.relay = ResponseBody::new(upstream, framing);
+        let resp = Self::response(rest.data(), head, fields).ok_or(RelayError::BadBody)?;
+        rest.consume(head.len);
+        let mut out = buf::take_large();
+        let complete = self
+            .relay
+            .take_available(rest, &mut out)
+            .map_err(|_| RelayError::BadBody)?;
+        let empty = complete && out.is_empty();
+        let stream = self
+            .respond
+            .send_response(resp, empty)
+            .map_err(|_| RelayError::Client(SendFailure::Closed))?;
+        self.send = Some(stream);
+        self.ended = empty;
+        if !empty {
+            self.send_data(out, complete)
+                .await
+                .map_err(RelayError::Client)?;
+        }
+        Ok(Started {
+            complete,
+            close: false,
+        })
+    }
+
+    fn passthrough(&self) -> bool {
+        self.relay.passthrough()
+    }
+
+    async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
+        let mut out = buf::take_large();
+        let done = self
+            .relay
+            .take_available(rest, &mut out)
+            .map_err(|_| RelayError::BadBody)?;
+        if !out.is_empty() || done {
+            self.send_data(out, done)
+                .await
+                .map_err(RelayError::Client)?;
+        } else {
+            buf::give(out);
+        }
+        Ok(done)
+    }
+
+    async fn end_body(&mut self) -> Result<(), SendFailure> {
+        let mut out = Vec::new();
+        self.relay.finish(&mut out);
+        self.send_data(out, true).await
+    }
+}
