@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use crate::harness::check_config;
+
 fn edge_cmd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_edge"))
 }
@@ -35,12 +37,7 @@ fn unknown_config_key_exits_2_naming_file_and_key() {
         "[server]\nlisten = \"127.0.0.1:0\"\nmax_conections = 5\n",
     )
     .unwrap();
-    let out = edge_cmd()
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("max_conections"), "{err}");

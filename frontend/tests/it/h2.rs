@@ -9,7 +9,7 @@
 use std::{process::Command, time::Duration};
 
 use crate::harness::{
-    block_on, h2_connect, h2_request, Cfg, Driver, Edge, Origin, Reply, Site, TempDir,
+    block_on, check_config, h2_connect, h2_request, Cfg, Driver, Edge, Origin, Reply, Site, TempDir,
 };
 
 /// Whether curl runs here and speaks HTTP/2; prints why a test is skipped when not.
@@ -265,12 +265,7 @@ fn http2_settings_are_in_check_output() {
                 [[routes]]\npath_prefix = \"/\"\nupstream = \"o\"\n";
     let text = "[server]\nh2c = true\n[server.http2]\nmax_concurrent_streams = 9\n";
     std::fs::write(&path, format!("{text}{rest}")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("h2c = true"), "{text}");
@@ -280,12 +275,7 @@ fn http2_settings_are_in_check_output() {
     );
     let text = "[server.http2]\nmax_frame_size = 100\n";
     std::fs::write(&path, format!("{text}{rest}")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("server.http2.max_frame_size"), "{err}");

@@ -5,7 +5,7 @@
 
 use std::{process::Command, time::Duration};
 
-use crate::harness::{Cfg, Driver, Edge, Origin, Site, TempDir};
+use crate::harness::{check_config, Cfg, Driver, Edge, Origin, Site, TempDir};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -99,12 +99,7 @@ both_drivers!(openssl_s_client_verifies_and_negotiates_http11, |d| {
 fn check(cfg: &Cfg, dir: &TempDir) -> (Option<i32>, String) {
     let path = dir.0.join("check.toml");
     std::fs::write(&path, cfg.render()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

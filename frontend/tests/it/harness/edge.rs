@@ -219,3 +219,13 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
     let rest = &line[start..];
     rest.split_whitespace().next().unwrap().trim_matches('"')
 }
+
+/// `edge --check --config path`: the exit status and both streams (the CLI contract of DESIGN.md "CLI").
+pub fn check_config(path: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_edge"))
+        .arg("--check")
+        .arg("--config")
+        .arg(path)
+        .output()
+        .unwrap()
+}
