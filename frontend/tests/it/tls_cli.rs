@@ -3,7 +3,7 @@
 //! match its certificate, an expired certificate and a chain in the wrong order, naming the file;
 //! `edge healthcheck` over https; P-384, Ed25519 and SEC1 (openssl-converted) keys load and serve.
 
-use std::{process::Command, time::Duration};
+use std::{path::Path, process::Command, time::Duration};
 
 use crate::harness::{check_config, Cfg, Driver, Edge, Origin, Site, TempDir};
 
@@ -117,20 +117,27 @@ fn check_accepts_a_good_certificate_and_a_chain_leaf_first() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// `edge --check` on a config serving `cert` with `key` exits 2, naming `named` (the bad file) and
+/// saying `why`.
+fn assert_check_refuses(site: &Site, cert: &Path, key: &Path, named: &Path, why: &str) {
+    let o = crate::harness::refused_addr();
+    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(cert, key)]);
+    let (code, err) = check(&cfg, &site.dir);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&named.display().to_string()),
+        "names {}: {err}",
+        named.display()
+    );
+    assert!(err.contains(why), "{err}");
+}
+
 #[test]
 fn check_reports_a_key_that_does_not_match_its_certificate() {
     let site = Site::new();
     let other = site.ca.leaf("other", &["localhost"]);
     let (_, other_key) = other.write(&site.dir, "other");
-    let o = crate::harness::refused_addr();
-    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&site.cert, &other_key)]);
-    let (code, err) = check(&cfg, &site.dir);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(
-        err.contains(&other_key.display().to_string()),
-        "names the key file: {err}"
-    );
-    assert!(err.contains("does not match"), "{err}");
+    assert_check_refuses(&site, &site.cert, &other_key, &other_key, "does not match");
 }
 
 #[test]
@@ -138,15 +145,7 @@ fn check_reports_an_expired_certificate() {
     let site = Site::new();
     let old = site.ca.expired_leaf("old", &["localhost"]);
     let (c, k) = old.write(&site.dir, "expired");
-    let o = crate::harness::refused_addr();
-    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&c, &k)]);
-    let (code, err) = check(&cfg, &site.dir);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(
-        err.contains(&c.display().to_string()),
-        "names the cert file: {err}"
-    );
-    assert!(err.contains("expired"), "{err}");
+    assert_check_refuses(&site, &c, &k, &c, "expired");
 }
 
 #[test]
@@ -154,15 +153,7 @@ fn check_reports_a_chain_in_the_wrong_order() {
     let site = Site::new();
     let bad = site.ca.wrong_order_chain("reversed", &["localhost"]);
     let (c, k) = bad.write(&site.dir, "reversed");
-    let o = crate::harness::refused_addr();
-    let cfg = Cfg::new(Driver::Epoll, o).tls_certs(&[(&c, &k)]);
-    let (code, err) = check(&cfg, &site.dir);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(
-        err.contains(&c.display().to_string()),
-        "names the cert file: {err}"
-    );
-    assert!(err.contains("wrong order"), "{err}");
+    assert_check_refuses(&site, &c, &k, &c, "wrong order");
 }
 
 #[test]
