@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::harness::check_config;
+use crate::harness::{assert_exit, check_config, run_edge};
 
 fn edge_cmd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_edge"))
@@ -104,26 +104,18 @@ fn healthcheck_subcommand_reports_status() {
     let cfg = crate::harness::Cfg::new(crate::harness::Driver::Epoll, origin.addr);
     let proxy = crate::harness::Edge::start(&cfg);
     let url = format!("http://{}/_health", proxy.addr);
-    let ok = edge_cmd()
-        .args(["healthcheck", "--url", &url])
-        .output()
-        .unwrap();
-    assert_eq!(ok.status.code(), Some(0));
+    assert_exit(&run_edge(["healthcheck", "--url", &url]), 0);
     // Without --url the configured listener and health_path are probed.
     let dir = crate::harness::TempDir::new();
     let path = dir.0.join("hc.toml");
     std::fs::write(&path, cfg.listen(proxy.addr).render()).unwrap();
-    let ok = edge_cmd()
-        .arg("healthcheck")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
+    assert_exit(
+        &run_edge([
+            "healthcheck".as_ref(),
+            "--config".as_ref(),
+            path.as_os_str(),
+        ]),
+        0,
     );
     // A non-200 answer and a refused connect both fail, saying why.
     let url = format!("http://{}/not-health", proxy.admin);

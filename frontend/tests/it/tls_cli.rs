@@ -5,7 +5,9 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use crate::harness::{check_config, Cfg, Driver, Edge, Origin, Site, TempDir};
+use crate::harness::{
+    assert_exit, check_config, run_edge, Cfg, Driver, Edge, Origin, Site, TempDir,
+};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -163,32 +165,19 @@ fn healthcheck_subcommand_probes_a_tls_only_edge_over_https() {
     let cfg = site.cfg(Driver::Epoll, origin.addr).server("listen", "");
     let edge = Edge::start(&cfg);
     let url = format!("https://{}/_health", edge.tls_addr());
-    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
-        .args(["healthcheck", "--url", &url])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&run_edge(["healthcheck", "--url", &url]), 0);
     // Without --url: a config with no plain listener is probed on its TLS listener.
     let dir = TempDir::new();
     let path = dir.0.join("hc.toml");
     let fixed = cfg.tls("listen", edge.tls_addr());
     std::fs::write(&path, fixed.render()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_edge"))
-        .arg("healthcheck")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_exit(
+        &run_edge([
+            "healthcheck".as_ref(),
+            "--config".as_ref(),
+            path.as_os_str(),
+        ]),
+        0,
     );
 }
 

@@ -220,12 +220,29 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
     rest.split_whitespace().next().unwrap().trim_matches('"')
 }
 
-/// `edge --check --config path`: the exit status and both streams (the CLI contract of DESIGN.md "CLI").
-pub fn check_config(path: &std::path::Path) -> std::process::Output {
+/// Runs the `edge` binary with `args` to its exit: the status and both streams.
+pub fn run_edge<I, S>(args: I) -> std::process::Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     std::process::Command::new(env!("CARGO_BIN_EXE_edge"))
-        .arg("--check")
-        .arg("--config")
-        .arg(path)
+        .args(args)
         .output()
         .unwrap()
+}
+
+/// `edge --check --config path`: the exit status and both streams (the CLI contract of DESIGN.md "CLI").
+pub fn check_config(path: &std::path::Path) -> std::process::Output {
+    run_edge(["--check".as_ref(), "--config".as_ref(), path.as_os_str()])
+}
+
+/// Asserts `out` exited with `code`, showing its stderr when not.
+pub fn assert_exit(out: &std::process::Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
