@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::wire::{fill, find_header, owned_headers, read_chunked};
+use super::wire::{fill, find_header, owned_headers, read_body, read_chunked};
 
 /// A response as the client saw it.
 #[derive(Debug, Default)]
@@ -81,23 +81,7 @@ impl Client {
         if head_request || r.status == 204 || r.status == 304 {
             return Some(r);
         }
-        if let Some(cl) = r
-            .header("content-length")
-            .map(|v| v.parse::<usize>().unwrap())
-        {
-            while self.buf.len() < cl {
-                fill(&mut self.s, &mut self.buf)?;
-            }
-            r.body = self.buf.drain(..cl).collect();
-        } else if r.header("transfer-encoding").is_some() {
-            r.chunked = true;
-            let (body, end) = read_chunked(&mut self.s, &mut self.buf, 0)?;
-            r.body = body;
-            self.buf.drain(..end);
-        } else {
-            while fill(&mut self.s, &mut self.buf).is_some() {}
-            r.body = std::mem::take(&mut self.buf);
-        }
+        read_body(&mut self.s, &mut self.buf, &mut r)?;
         Some(r)
     }
 

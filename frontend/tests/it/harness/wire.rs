@@ -105,3 +105,30 @@ pub(super) fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Op
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
 }
+
+/// Reads the body of `r` (a final response whose head was consumed from `buf`) by its framing:
+/// Content-Length, chunked, or to EOF (RFC 9112 §6.3). `None` when the connection ends first.
+pub(super) fn read_body(
+    s: &mut impl Read,
+    buf: &mut Vec<u8>,
+    r: &mut super::Response,
+) -> Option<()> {
+    if let Some(cl) = r
+        .header("content-length")
+        .map(|v| v.parse::<usize>().unwrap())
+    {
+        while buf.len() < cl {
+            fill(s, buf)?;
+        }
+        r.body = buf.drain(..cl).collect();
+    } else if r.header("transfer-encoding").is_some() {
+        r.chunked = true;
+        let (body, end) = read_chunked(s, buf, 0)?;
+        r.body = body;
+        buf.drain(..end);
+    } else {
+        while fill(s, buf).is_some() {}
+        r.body = std::mem::take(buf);
+    }
+    Some(())
+}
