@@ -161,21 +161,11 @@ both_drivers!(rotations_under_load_fail_no_request, |d| {
             .tls("reload_check", "none"),
     );
     let addr = edge.tls_addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
     // Two loaders: one makes a new connection (full or resumed handshake) per request, one keeps a
     // connection alive and sends request after request on it.
-    let loaders: Vec<_> = [true, false]
-        .into_iter()
-        .map(|fresh| {
-            let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
-            let cfg = TlsOpts::trusting(site.ca.cert_der()).build();
-            thread::spawn(move || tls_load(addr, cfg, fresh, stop, done, failures))
-        })
-        .collect();
+    let load = TlsLoad::start(addr, &site, &[true, false]);
     assert!(
-        wait_until(5 * SEC, || done.load(Ordering::SeqCst) >= 20),
+        wait_until(5 * SEC, || load.done() >= 20),
         "the loaders made no progress"
     );
     for i in 0..4 {
@@ -184,18 +174,14 @@ both_drivers!(rotations_under_load_fail_no_request, |d| {
             .leaf(&format!("rotated-{i}"), &["localhost", "127.0.0.1"]);
         install(&site, &next);
         sighup_and_wait(&edge, i + 1);
-        let at = done.load(Ordering::SeqCst);
+        let at = load.done();
         assert!(
-            wait_until(5 * SEC, || done.load(Ordering::SeqCst) >= at + 20),
+            wait_until(5 * SEC, || load.done() >= at + 20),
             "requests stalled after rotation {i}"
         );
         assert!(served(&edge, &site) == next.der, "rotation {i} not served");
     }
-    stop.store(true, Ordering::SeqCst);
-    for l in loaders {
-        l.join().unwrap();
-    }
-    let failures = failures.lock().unwrap();
+    let (_, failures) = load.finish();
     assert!(
         failures.is_empty(),
         "{} failed requests during rotations: {:?}",
@@ -204,6 +190,52 @@ both_drivers!(rotations_under_load_fail_no_request, |d| {
     );
     assert_eq!(edge.count_log("tls.reload_failed"), 0);
 });
+
+/// TLS load from client threads until [`TlsLoad::finish`]: one thread per entry of `fresh` (see
+/// [`tls_load`]), all trusting the site's CA.
+struct TlsLoad {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl TlsLoad {
+    fn start(addr: std::net::SocketAddr, site: &Site, fresh: &[bool]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+        let threads = fresh
+            .iter()
+            .map(|&fresh| {
+                let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
+                let cfg = TlsOpts::trusting(site.ca.cert_der()).build();
+                thread::spawn(move || tls_load(addr, cfg, fresh, stop, done, failures))
+            })
+            .collect();
+        TlsLoad {
+            stop,
+            done,
+            failures,
+            threads,
+        }
+    }
+
+    /// Requests answered so far.
+    fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    /// Stops and joins the threads: (requests answered, failures described).
+    fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in std::mem::take(&mut self.threads) {
+            t.join().unwrap();
+        }
+        let failures = std::mem::take(&mut *self.failures.lock().unwrap());
+        (self.done(), failures)
+    }
+}
 
 /// A TLS load loop until `stop`: a new connection per request (`fresh`) or one kept alive (a new one
 /// after `Connection: close`); counts successes in `done` and describes failures in `failures`.
@@ -253,38 +285,24 @@ both_drivers!(a_binary_upgrade_hands_the_tls_listener_over, |d| {
         .timeout("drain", "10s");
     let mut old = Edge::start(&cfg);
     let addr = old.tls_addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let loaders: Vec<_> = [true, true, false, false]
-        .into_iter()
-        .map(|fresh| {
-            let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
-            let cfg = TlsOpts::trusting(site.ca.cert_der()).build();
-            thread::spawn(move || tls_load(addr, cfg, fresh, stop, done, failures))
-        })
-        .collect();
-    assert!(wait_until(5 * SEC, || done.load(Ordering::SeqCst) > 100));
+    let load = TlsLoad::start(addr, &site, &[true, true, false, false]);
+    assert!(wait_until(5 * SEC, || load.done() > 100));
 
     let new = Edge::start_args(&cfg, &["--upgrade"]);
     assert_eq!(new.tls, old.tls, "the new process serves the same TLS port");
     assert!(new.wait_log("upgrade.done", 5 * SEC).is_some());
     assert_eq!(old.wait_exit(10 * SEC), Some(0), "the old process exits 0");
-    let after_exit = done.load(Ordering::SeqCst);
+    let after_exit = load.done();
     assert!(
-        wait_until(5 * SEC, || done.load(Ordering::SeqCst) > after_exit + 100),
+        wait_until(5 * SEC, || load.done() > after_exit + 100),
         "TLS load made no progress against the new process"
     );
-    stop.store(true, Ordering::SeqCst);
-    for l in loaders {
-        l.join().unwrap();
-    }
-    let failures = failures.lock().unwrap();
+    let (done, failures) = load.finish();
     assert!(
         failures.is_empty(),
         "{} failed TLS requests of {}: {:?}",
         failures.len(),
-        done.load(Ordering::SeqCst),
+        done,
         &failures[..failures.len().min(5)]
     );
     assert!(
