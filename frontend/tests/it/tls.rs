@@ -24,14 +24,7 @@ fn echo_or_big() -> Origin {
         if req.target == "/big" {
             return Reply::ok(&pattern(1 << 20));
         }
-        let mut b = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
-            req.body.len(),
-            req.method
-        )
-        .into_bytes();
-        b.extend_from_slice(&req.body);
-        Reply::raw(&b, false)
+        Reply::echo(req)
     })
 }
 

@@ -52,6 +52,17 @@ impl Reply {
             delay: Duration::ZERO,
         }
     }
+    /// 200 with the body `req` carried, plus `X-Method: METHOD`.
+    pub fn echo(req: &Seen) -> Reply {
+        let mut b = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
+            req.body.len(),
+            req.method
+        )
+        .into_bytes();
+        b.extend_from_slice(&req.body);
+        Reply::raw(&b, false)
+    }
     pub fn raw(bytes: &[u8], close: bool) -> Reply {
         Reply {
             bytes: bytes.to_vec(),
@@ -127,16 +138,7 @@ impl Origin {
 
     /// An origin answering 200 with the request body it received, plus `X-Method: METHOD`.
     pub fn echo() -> Origin {
-        Origin::start(|req| {
-            let mut b = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Method: {}\r\n\r\n",
-                req.body.len(),
-                req.method
-            )
-            .into_bytes();
-            b.extend_from_slice(&req.body);
-            Reply::raw(&b, false)
-        })
+        Origin::start(Reply::echo)
     }
 
     /// An origin answering 200 with `body` to everything.
