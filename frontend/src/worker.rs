@@ -392,15 +392,15 @@ async fn guarded<F: Future<Output = ()>>(
     }
 }
 
-/// A future that turns a panic in its inner future into `Err` (monoio does not catch task panics).
-/// Catches a panic of the future it polls (monoio does not catch task panics).
-pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
+/// A future that turns a panic in the future it polls into `Err` (monoio does not catch task panics).
+/// `F` is a pinned future (`Pin<Box<_>>`, or `Pin<&mut _>` pinned in place by its owner).
+pub(crate) struct CatchUnwind<F>(pub(crate) F);
 
-impl<F: Future> Future for CatchUnwind<F> {
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
+        let inner = Pin::new(&mut self.0);
         match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),

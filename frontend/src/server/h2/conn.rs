@@ -1,6 +1,6 @@
 //! One HTTP/2 connection from a client (DESIGN.md "HTTP/2"): the h2 server handshake with the limits of
 //! `[server.http2]`, then the accept loop that drives the connection and spawns one local task per
-//! stream on this worker ([`super::stream::serve`]).
+//! stream on this worker's stream tasks ([`super::tasks`]).
 //!
 //! - `idle`: armed while no stream is open (from the handshake, and whenever the last stream ends);
 //!   while idle the connection is evictable like an idle HTTP/1.1 one. Expiry or eviction sends GOAWAY
@@ -28,11 +28,8 @@ use edge_core::{
 use h2::server::{Builder, Connection};
 use monoio::time::{timeout_at, Instant};
 
-use super::{
-    session::Chunk,
-    stream::{self, Origin},
-};
-use crate::worker::{CatchUnwind, Worker};
+use super::{session::Chunk, stream::Origin, tasks::StreamTasks};
+use crate::worker::Worker;
 
 /// The HTTP/2 connection preface a client sends first (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -81,7 +78,7 @@ fn builder(h: &edge_core::config::Http2) -> Builder {
 }
 
 /// A stream as h2 hands it over: its request (head and body) and its response side.
-type Accepted = (
+pub(super) type Accepted = (
     http::Request<h2::RecvStream>,
     h2::server::SendResponse<Chunk>,
 );
@@ -137,6 +134,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
         }
     };
     let open = Rc::new(Open::default());
+    let tasks = StreamTasks::new();
     let mut served = 0u64;
     // Set once GOAWAY went out: the connection ends when its streams have, or at this instant.
     let mut closing: Option<Instant> = None;
@@ -149,8 +147,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
                 let (req, respond) = *accepted;
                 served += 1;
                 let guard = OpenStream::new(&open);
-                let task = stream_task(w.clone(), req, respond, from, guard);
-                monoio::spawn(task);
+                tasks.dispatch(&w, (req, respond), guard, from);
             }
             Event::Quiet => {}
             Event::Idle => {
@@ -239,23 +236,4 @@ async fn next_event(
         r = accept => boxed(r),
         () = quiet => Event::Quiet,
     }
-}
-
-/// One stream's task: panics are caught and counted (the stream is reset by h2 when its handles drop).
-async fn stream_task(
-    w: Rc<Worker>,
-    req: http::Request<h2::RecvStream>,
-    respond: h2::server::SendResponse<Chunk>,
-    from: Origin,
-    guard: OpenStream,
-) {
-    let serve = stream::serve(&w, req, respond, from);
-    w.metrics.http2_streams_active.increment(1.0);
-    let res = CatchUnwind(Box::pin(serve)).await;
-    w.metrics.http2_streams_active.decrement(1.0);
-    if res.is_err() {
-        w.metrics.panics.increment(1);
-        tracing::error!(event = "connection.panic", worker = w.id, peer = %from.peer, "an h2 stream task panicked");
-    }
-    drop(guard);
 }

@@ -1,6 +1,6 @@
 //! HTTP/2 downstream (RFC 9113, DESIGN.md "HTTP/2") on hyperium's `h2` crate, run on the worker's own
-//! monoio runtime through [`edge_core::io::PollIo`]: the connection and its accept loop ([`conn`]), one
-//! stream's request lifecycle ([`stream`]), the stream's request view as an HTTP/1.1-syntax head
+//! monoio runtime through [`edge_core::io::PollIo`]: the connection and its accept loop ([`conn`]), the
+//! connection's reused stream tasks ([`tasks`]), one stream's request lifecycle ([`stream`]), the stream's request view as an HTTP/1.1-syntax head
 //! ([`request`]), and [`session::H2Session`], one stream as a [`Session`](super::Session) for the
 //! orchestrator.
 
@@ -8,6 +8,7 @@ pub mod conn;
 pub mod request;
 pub mod session;
 pub mod stream;
+pub mod tasks;
 
 pub use conn::{serve, PREFACE};
 pub use stream::Origin;

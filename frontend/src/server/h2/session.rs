@@ -210,16 +210,29 @@ impl<'a> H2Session<'a> {
         Ok(())
     }
 
-    /// The response head as h2 sends it: status and the fields that are not hop-by-hop.
+    /// The response head as h2 sends it: status and the fields that are not hop-by-hop. The head's
+    /// bytes are copied once and every field value is a slice of that copy (no allocation per value;
+    /// a field name outside the standard ones is still one).
     fn response(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Option<http::Response<()>> {
-        let mut resp = http::Response::builder().status(head.status);
+        let mut resp = http::Response::new(());
+        *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
+        let end = fields
+            .iter()
+            .map(|f| (f.value_start + f.value_len) as usize)
+            .max();
+        let shared = Bytes::copy_from_slice(&buf[..end.unwrap_or(0)]);
+        let map = resp.headers_mut();
+        map.reserve(fields.len());
         for f in fields
             .iter()
             .filter(|f| !is_hop_by_hop(buf, fields, f, true))
         {
-            resp = resp.header(f.name(buf), f.value(buf));
+            let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
+            let start = f.value_start as usize;
+            let value = shared.slice(start..start + f.value_len as usize);
+            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
         }
-        resp.body(()).ok()
+        Some(resp)
     }
 
     /// Forwards one DATA frame's bytes upstream (chunk-framed when `chunked`) under `write_timeout`.

@@ -19,6 +19,7 @@ use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
 
 use super::session::{Chunk, H2Session, Request};
+use crate::server::Session as _;
 use crate::{
     proxy::{self, Outcome},
     respond::{self, Failure, RequestLog},
@@ -77,29 +78,43 @@ fn check(
     Ok((head, info))
 }
 
-/// Method and target of the head in `buf` (at most [`LOG_LINE_MAX`] bytes), for log lines.
-fn log_line(buf: &[u8]) -> Vec<u8> {
+/// Writes the method and target of the head in `buf` (at most [`LOG_LINE_MAX`] bytes) into `out`, for
+/// log lines.
+fn log_line(buf: &[u8], out: &mut Vec<u8>) {
     let line = &buf[..buf.len().min(LOG_LINE_MAX)];
     let end = line.windows(9).position(|w| w == b" HTTP/1.1");
-    line[..end.unwrap_or(line.len())].to_vec()
+    out.clear();
+    out.extend_from_slice(&line[..end.unwrap_or(line.len())]);
+}
+
+/// What a stream task keeps from one stream to the next, so that serving a stream allocates none of
+/// it again: the parsed fields, the log line and the request id.
+#[derive(Default)]
+pub struct Scratch {
+    fields: Fields,
+    line: Vec<u8>,
+    id: Vec<u8>,
 }
 
 /// Serves one stream: `req` is its head (the body streams from its `RecvStream`), `respond` its
-/// response side.
+/// response side; `scratch` is the stream task's reused memory.
 pub async fn serve(
     w: &Worker,
     req: http::Request<RecvStream>,
     respond: SendResponse<Chunk>,
     from: Origin,
+    scratch: &mut Scratch,
 ) {
     let started = Instant::now();
     let live = w.live();
     let server = &live.cfg.config.server;
     let (parts, body) = req.into_parts();
     let mut head_buf = SendBuf::take();
-    let mut fields = Fields::new();
+    let mut fields = std::mem::take(&mut scratch.fields);
+    fields.clear();
     let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream());
-    let line = log_line(&head_buf.0);
+    let mut line = std::mem::take(&mut scratch.line);
+    log_line(&head_buf.0, &mut line);
     let buf = &head_buf.0;
     let checked = written.and_then(|()| check(buf, &parts.method, &server.limits, &mut fields));
     let deadline = started + server.timeouts.request.0;
@@ -117,8 +132,9 @@ pub async fn serve(
                 head: &dummy,
                 info: NO_INFO,
             };
-            let mut s = new_session(req, Fields::new(), deadline);
-            return fail(w, &mut s, f, &line, b"-", started).await;
+            let mut s = new_session(req, fields, deadline);
+            fail(w, &mut s, f, &line, b"-", started).await;
+            return scratch.keep(s.take_fields(), line);
         }
     };
     let request = Request {
@@ -137,7 +153,8 @@ pub async fn serve(
             (503, "not ready\n")
         };
         let _ = s.answer(status, text, !ready, is_head).await;
-        return finish(w, status, started);
+        finish(w, status, started);
+        return scratch.keep(s.take_fields(), line);
     }
     let host = head
         .authority
@@ -146,12 +163,14 @@ pub async fn serve(
         .or_else(|| info.host.map(|i| fields[i].value(buf)));
     let Some(route) = live.router.find(path, host) else {
         let mut s = new_session(request, fields, deadline);
-        return fail(w, &mut s, Failure::NoRoute, &line, b"-", started).await;
+        fail(w, &mut s, Failure::NoRoute, &line, b"-", started).await;
+        return scratch.keep(s.take_fields(), line);
     };
     let deadline = route
         .client_request_timeout
         .map_or(deadline, |t| started + t);
-    let mut id = Vec::new();
+    let mut id = std::mem::take(&mut scratch.id);
+    id.clear();
     let next_id = w.next_request_id();
     edge_core::http::request_id::RequestId::of(buf, &fields, next_id).write(buf, &fields, &mut id);
     let mut s = new_session(request, fields, deadline);
@@ -168,6 +187,16 @@ pub async fn serve(
         log,
     };
     forward(w, &live, &mut s, exchange, started).await;
+    scratch.keep(s.take_fields(), line);
+    scratch.id = id;
+}
+
+impl Scratch {
+    /// Keeps the memory of a served stream's fields and log line for the next stream.
+    fn keep(&mut self, fields: Fields, line: Vec<u8>) {
+        self.fields = fields;
+        self.line = line;
+    }
 }
 
 /// What [`forward`] needs besides the session.
