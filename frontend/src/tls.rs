@@ -115,7 +115,11 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
     tracing::trace!(event = "tls.handshake", worker = w.id, %peer, result = result.as_str());
     // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
     if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
-        let from = crate::server::h2::Origin { peer, https: true };
+        let from = crate::server::h2::Origin {
+            peer,
+            https: true,
+            shed: over_capacity,
+        };
         return crate::server::h2::serve(w, tls, &[], from).await;
     }
     let accepted = Accepted {

@@ -13,7 +13,7 @@ use crate::harness::{
 };
 
 /// Whether curl runs here and speaks HTTP/2; prints why a test is skipped when not.
-fn have_curl_h2() -> bool {
+pub(crate) fn have_curl_h2() -> bool {
     let ok = Command::new("curl")
         .arg("--version")
         .output()
@@ -25,7 +25,7 @@ fn have_curl_h2() -> bool {
 }
 
 /// Runs curl with `args`; returns its stdout, panicking with stderr when it fails.
-fn curl(args: &[&str]) -> String {
+pub(crate) fn curl(args: &[&str]) -> String {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10"])
         .args(args)

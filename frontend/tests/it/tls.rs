@@ -1,6 +1,6 @@
 //! The TLS listener (DESIGN.md "TLS", "Status codes" TLS rows, "Metrics"): requests through TLS are
 //! byte-exact and marked `X-Forwarded-Proto: https`; SNI picks the certificate (exact, wildcard, first);
-//! ALPN offers only http/1.1 while HTTP/2 is not built; TLS 1.2 and 1.3 and `min_version`; session
+//! ALPN in the configured order (HTTP/2 itself is in `h2`); TLS 1.2 and 1.3 and `min_version`; session
 //! resumption on whichever worker accepts; a clean close; plain HTTP to the TLS port; a TLS-only
 //! edge; `redirect_plain`. Deadlines and capacity over TLS are in `tls_session`.
 

@@ -14,7 +14,7 @@ use crate::{respond, worker::Worker};
 /// Most unread request body edge discards to keep a connection after an error response.
 const DISCARD_MAX: u64 = 64 * 1024;
 /// Deadline for the first head of a connection accepted over capacity (DESIGN.md "Capacity").
-const SHED_HEAD_DEADLINE: Duration = Duration::from_secs(1);
+pub(crate) const SHED_HEAD_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Reads and drops a Content-Length body of at most [`DISCARD_MAX`] bytes; `true` when it was read whole.
 pub(super) async fn discard_body<T: Transport>(
@@ -100,7 +100,7 @@ pub(super) async fn last_hop<T: Transport>(
 
 /// Where `redirect_plain` sends a plain request (DESIGN.md "TLS"): `https://` + the request's host
 /// (without its port) + `:port` unless 443 + the target as received (path and query).
-pub(super) struct Redirect<'a> {
+pub(crate) struct Redirect<'a> {
     /// The Host (or absolute-form authority); `None`: the TLS listener's own address is not known to
     /// the client either, so `localhost` is used.
     pub host: Option<&'a [u8]>,
@@ -112,7 +112,7 @@ pub(super) struct Redirect<'a> {
 
 impl Redirect<'_> {
     /// The `Location` value.
-    pub(super) fn location(&self) -> Vec<u8> {
+    pub(crate) fn location(&self) -> Vec<u8> {
         let mut location = Vec::with_capacity(64 + self.target.len());
         location.extend_from_slice(b"https://");
         let host = self.host.unwrap_or(b"localhost");

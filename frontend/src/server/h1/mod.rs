@@ -11,3 +11,4 @@ pub mod session;
 mod sniff;
 
 pub use conn::{serve, Accepted};
+pub(crate) use local::{Redirect, SHED_HEAD_DEADLINE};

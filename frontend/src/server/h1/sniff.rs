@@ -36,6 +36,7 @@ pub(super) async fn serve_h2<T: Transport>(w: Rc<Worker>, mut c: Conn<T>) {
     let from = crate::server::h2::Origin {
         peer: c.peer,
         https: c.https,
+        shed: false,
     };
     let rb = std::mem::take(&mut c.rb);
     crate::server::h2::serve(w, c.stream, rb.data(), from).await

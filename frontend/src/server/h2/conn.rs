@@ -115,6 +115,11 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
             s.max_requests_per_connection,
         )
     };
+    // Over capacity (DESIGN.md "Capacity"): one stream, which must come within 1 s.
+    let (idle, max_requests) = match from.shed {
+        true => (crate::server::h1::SHED_HEAD_DEADLINE, 1),
+        false => (idle, max_requests),
+    };
     w.metrics
         .connection_opened(edge_core::metrics::Protocol::H2);
     let fd = stream.fd();
@@ -151,9 +156,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
             }
             Event::Quiet => {}
             Event::Idle => {
-                w.metrics
-                    .inbound_timeout(edge_core::metrics::InboundPhase::Idle)
-                    .increment(1);
+                idle_expired(&w, from, served);
                 closing.get_or_insert(
                     Instant::now() + send.min(drain).max(Duration::from_millis(100)),
                 );
@@ -171,6 +174,23 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
             goaway(&w, &mut conn, reason, from);
         }
     }
+}
+
+/// Counts an idle connection's end: an idle timeout, or a connection accepted over capacity that sent
+/// no stream within its second (shed, as for HTTP/1.1: DESIGN.md "Capacity").
+fn idle_expired(w: &Worker, from: Origin, served: u64) {
+    if from.shed && served == 0 {
+        w.metrics
+            .connection_shed(edge_core::metrics::ShedReason::Limit)
+            .increment(1);
+        if w.log_limit.allow() {
+            tracing::warn!(event = "connection.shed", worker = w.id, peer = %from.peer, reason = "limit", "at max_connections with nothing evictable");
+        }
+        return;
+    }
+    w.metrics
+        .inbound_timeout(edge_core::metrics::InboundPhase::Idle)
+        .increment(1);
 }
 
 /// Sends GOAWAY (RFC 9113 §6.8: h2's graceful shutdown, open streams finish), counted and logged.

@@ -150,13 +150,34 @@ impl<'a> H2Session<'a> {
         retry_after: bool,
         head_only: bool,
     ) -> Result<(), SendFailure> {
+        let retry: &[(&str, &[u8])] = match retry_after {
+            true => &[("retry-after", b"1")],
+            false => &[],
+        };
+        self.answer_with(status, retry, body, head_only).await
+    }
+
+    /// [`Self::answer`] with `fields` (name, value) added to the head: `Location` of a redirect,
+    /// `Allow` of an OPTIONS answer, `Retry-After`.
+    ///
+    /// # Errors
+    /// The client reset the stream or did not take the body within `send`.
+    pub async fn answer_with(
+        &mut self,
+        status: u16,
+        fields: &[(&str, &[u8])],
+        body: &str,
+        head_only: bool,
+    ) -> Result<(), SendFailure> {
         let mut resp = http::Response::builder()
             .status(status)
-            .header("content-type", "text/plain; charset=utf-8")
             .header("content-length", body.len())
             .header("cache-control", "no-store");
-        if retry_after {
-            resp = resp.header("retry-after", "1");
+        if !body.is_empty() {
+            resp = resp.header("content-type", "text/plain; charset=utf-8");
+        }
+        for (name, value) in fields {
+            resp = resp.header(*name, *value);
         }
         let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
         let empty = head_only || body.is_empty();

@@ -13,7 +13,7 @@ use edge_core::{
         framing::{request_info, Body, RequestInfo},
         head::{parse_request, Fields, HeadError, RequestHead},
     },
-    metrics::{InvalidReason, Protocol, ResetSide},
+    metrics::{InvalidReason, Protocol, ResetSide, ShedReason},
 };
 use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
@@ -23,6 +23,7 @@ use crate::server::Session as _;
 use crate::{
     proxy::{self, Outcome},
     respond::{self, Failure, RequestLog},
+    server::h1::Redirect,
     worker::Worker,
 };
 
@@ -36,6 +37,9 @@ pub struct Origin {
     pub peer: SocketAddr,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub https: bool,
+    /// Accepted at `max_connections` with nothing evictable (DESIGN.md "Capacity"): its one stream is
+    /// answered only if it is a health probe; anything else gets 503 + Retry-After.
+    pub shed: bool,
 }
 
 /// A request head that failed its checks: an empty view for the session that answers it.
@@ -161,6 +165,33 @@ pub async fn serve(
         .as_ref()
         .map(|a| &buf[a.clone()])
         .or_else(|| info.host.map(|i| fields[i].value(buf)));
+    let redirect = server.tls.as_ref().is_some_and(|t| t.redirect_plain) && !from.https;
+    if !from.shed && (info.max_forwards == Some(0) || redirect) {
+        let mut s = new_session(request, fields, deadline);
+        let status = match redirect && info.max_forwards != Some(0) {
+            true => {
+                let port = w.shared.tls_port.load(std::sync::atomic::Ordering::Relaxed);
+                let location = Redirect {
+                    host,
+                    target: path,
+                    port,
+                }
+                .location();
+                let _ = s
+                    .answer_with(308, &[("location", &location)], "", is_head)
+                    .await;
+                308
+            }
+            false => last_hop(&mut s, &parts.method, is_head).await,
+        };
+        finish(w, status, started);
+        return scratch.keep(s.take_fields(), line);
+    }
+    if from.shed {
+        let mut s = new_session(request, fields, deadline);
+        shed(w, &mut s, from, &line, started).await;
+        return scratch.keep(s.take_fields(), line);
+    }
     let Some(route) = live.router.find(path, host) else {
         let mut s = new_session(request, fields, deadline);
         fail(w, &mut s, Failure::NoRoute, &line, b"-", started).await;
@@ -286,6 +317,41 @@ async fn fail(
         respond::record_undelivered(w, &log, f.status(), cause);
     }
     finish(w, f.status(), started);
+}
+
+/// Answers an OPTIONS or TRACE stream carrying `Max-Forwards: 0` itself, as for HTTP/1.1 (RFC 9110
+/// §7.6.2): OPTIONS gets 200 with `Allow`, TRACE 405 (edge never reflects a request). Returns the
+/// status.
+async fn last_hop(s: &mut H2Session<'_>, method: &http::Method, is_head: bool) -> u16 {
+    if method == http::Method::TRACE {
+        let text = "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n";
+        let _ = s.answer(405, text, false, is_head).await;
+        return 405;
+    }
+    let _ = s
+        .answer_with(200, &[("allow", respond::ALLOW)], "", is_head)
+        .await;
+    200
+}
+
+/// The stream of a connection accepted over capacity that is not a health probe (DESIGN.md
+/// "Capacity"): 503 with `Retry-After: 1`, `edge_connections_shed_total{reason="limit"}`, and the
+/// connection's GOAWAY follows (it serves one stream).
+async fn shed(w: &Worker, s: &mut H2Session<'_>, from: Origin, line: &[u8], started: Instant) {
+    w.metrics.connection_shed(ShedReason::Limit).increment(1);
+    if w.log_limit.allow() {
+        tracing::warn!(event = "connection.shed", worker = w.id, peer = %from.peer, reason = "limit", "at max_connections with nothing evictable");
+    }
+    let text = "service unavailable: connection limit reached\n";
+    if let Err(e) = s.answer(503, text, true, false).await {
+        let log = RequestLog { line, id: b"-" };
+        let cause = match e {
+            respond::SendFailure::Closed => "client reset the stream before the error response",
+            respond::SendFailure::Timeout => "client did not read the error response within send",
+        };
+        respond::record_undelivered(w, &log, 503, cause);
+    }
+    finish(w, 503, started);
 }
 
 /// Counts a finished request.
