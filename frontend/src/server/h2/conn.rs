@@ -139,7 +139,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
         }
     };
     let open = Rc::new(Open::default());
-    let tasks = StreamTasks::new();
+    let tasks = StreamTasks::default();
     let mut served = 0u64;
     // Set once GOAWAY went out: the connection ends when its streams have, or at this instant.
     let mut closing: Option<Instant> = None;

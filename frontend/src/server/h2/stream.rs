@@ -148,48 +148,15 @@ pub async fn serve(
     };
     let path = &buf[head.path.clone()];
     let is_head = parts.method == http::Method::HEAD;
-    if path.split(|&b| b == b'?').next() == Some(server.health_path.as_bytes()) {
-        let mut s = new_session(request, fields, deadline);
-        let ready = w.shared.ready();
-        let (status, text) = if ready {
-            (200, "ok")
-        } else {
-            (503, "not ready\n")
-        };
-        let _ = s.answer(status, text, !ready, is_head).await;
-        finish(w, status, started);
-        return scratch.keep(s.take_fields(), line);
-    }
     let host = head
         .authority
         .as_ref()
         .map(|a| &buf[a.clone()])
         .or_else(|| info.host.map(|i| fields[i].value(buf)));
-    let redirect = server.tls.as_ref().is_some_and(|t| t.redirect_plain) && !from.https;
-    if !from.shed && (info.max_forwards == Some(0) || redirect) {
+    if let Some(local) = Local::of(server, from, path, &info) {
         let mut s = new_session(request, fields, deadline);
-        let status = match redirect && info.max_forwards != Some(0) {
-            true => {
-                let port = w.shared.tls_port.load(std::sync::atomic::Ordering::Relaxed);
-                let location = Redirect {
-                    host,
-                    target: path,
-                    port,
-                }
-                .location();
-                let _ = s
-                    .answer_with(308, &[("location", &location)], "", is_head)
-                    .await;
-                308
-            }
-            false => last_hop(&mut s, &parts.method, is_head).await,
-        };
+        let status = local.answer(w, &mut s, host, path, is_head, &line).await;
         finish(w, status, started);
-        return scratch.keep(s.take_fields(), line);
-    }
-    if from.shed {
-        let mut s = new_session(request, fields, deadline);
-        shed(w, &mut s, from, &line, started).await;
         return scratch.keep(s.take_fields(), line);
     }
     let Some(route) = live.router.find(path, host) else {
@@ -319,11 +286,78 @@ async fn fail(
     finish(w, f.status(), started);
 }
 
+/// A stream edge answers itself, in the order HTTP/1.1 checks them (DESIGN.md "Status codes").
+enum Local {
+    /// `health_path`: 200, or 503 when not ready.
+    Health,
+    /// OPTIONS or TRACE with `Max-Forwards: 0` (RFC 9110 §7.6.2).
+    LastHop,
+    /// `redirect_plain` on the plain listener (h2c): 308 to https.
+    Redirect,
+    /// Accepted over capacity (from this client): 503 + Retry-After.
+    Shed(SocketAddr),
+}
+
+impl Local {
+    /// Whether the stream for `path` is answered locally, and how.
+    fn of(
+        server: &edge_core::config::Server,
+        from: Origin,
+        path: &[u8],
+        info: &RequestInfo,
+    ) -> Option<Local> {
+        let redirect = server.tls.as_ref().is_some_and(|t| t.redirect_plain) && !from.https;
+        match () {
+            _ if path.split(|&b| b == b'?').next() == Some(server.health_path.as_bytes()) => {
+                Some(Local::Health)
+            }
+            _ if from.shed => Some(Local::Shed(from.peer)),
+            _ if info.max_forwards == Some(0) => Some(Local::LastHop),
+            _ if redirect => Some(Local::Redirect),
+            _ => None,
+        }
+    }
+
+    /// Answers the stream; returns the status. `host` and `path` (with its query) build a redirect's
+    /// `Location`; `line` names the request in log lines.
+    async fn answer(
+        self,
+        w: &Worker,
+        s: &mut H2Session<'_>,
+        host: Option<&[u8]>,
+        path: &[u8],
+        is_head: bool,
+        line: &[u8],
+    ) -> u16 {
+        match self {
+            Local::Health => {
+                let ready = w.shared.ready();
+                let (status, text) = match ready {
+                    true => (200, "ok"),
+                    false => (503, "not ready\n"),
+                };
+                let _ = s.answer(status, text, !ready, is_head).await;
+                status
+            }
+            Local::LastHop => last_hop(s, is_head).await,
+            Local::Redirect => {
+                let port = w.shared.tls_port.load(std::sync::atomic::Ordering::Relaxed);
+                let target = path;
+                let location = Redirect { host, target, port }.location();
+                let location: &[(&str, &[u8])] = &[("location", &location)];
+                let _ = s.answer_with(308, location, "", is_head).await;
+                308
+            }
+            Local::Shed(peer) => shed(w, s, peer, line).await,
+        }
+    }
+}
+
 /// Answers an OPTIONS or TRACE stream carrying `Max-Forwards: 0` itself, as for HTTP/1.1 (RFC 9110
 /// §7.6.2): OPTIONS gets 200 with `Allow`, TRACE 405 (edge never reflects a request). Returns the
 /// status.
-async fn last_hop(s: &mut H2Session<'_>, method: &http::Method, is_head: bool) -> u16 {
-    if method == http::Method::TRACE {
+async fn last_hop(s: &mut H2Session<'_>, is_head: bool) -> u16 {
+    if s.request().method() == b"TRACE" {
         let text = "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n";
         let _ = s.answer(405, text, false, is_head).await;
         return 405;
@@ -337,10 +371,10 @@ async fn last_hop(s: &mut H2Session<'_>, method: &http::Method, is_head: bool) -
 /// The stream of a connection accepted over capacity that is not a health probe (DESIGN.md
 /// "Capacity"): 503 with `Retry-After: 1`, `edge_connections_shed_total{reason="limit"}`, and the
 /// connection's GOAWAY follows (it serves one stream).
-async fn shed(w: &Worker, s: &mut H2Session<'_>, from: Origin, line: &[u8], started: Instant) {
+async fn shed(w: &Worker, s: &mut H2Session<'_>, peer: SocketAddr, line: &[u8]) -> u16 {
     w.metrics.connection_shed(ShedReason::Limit).increment(1);
     if w.log_limit.allow() {
-        tracing::warn!(event = "connection.shed", worker = w.id, peer = %from.peer, reason = "limit", "at max_connections with nothing evictable");
+        tracing::warn!(event = "connection.shed", worker = w.id, peer = %peer, reason = "limit", "at max_connections with nothing evictable");
     }
     let text = "service unavailable: connection limit reached\n";
     if let Err(e) = s.answer(503, text, true, false).await {
@@ -351,7 +385,7 @@ async fn shed(w: &Worker, s: &mut H2Session<'_>, from: Origin, line: &[u8], star
         };
         respond::record_undelivered(w, &log, 503, cause);
     }
-    finish(w, 503, started);
+    503
 }
 
 /// Counts a finished request.

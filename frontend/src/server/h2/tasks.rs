@@ -51,9 +51,9 @@ pub struct StreamTasks<G: 'static> {
     shared: Rc<Shared<G>>,
 }
 
-impl<G: 'static> StreamTasks<G> {
+impl<G: 'static> Default for StreamTasks<G> {
     /// No task yet.
-    pub fn new() -> Self {
+    fn default() -> Self {
         StreamTasks {
             shared: Rc::new(Shared {
                 queue: RefCell::new(VecDeque::new()),
@@ -62,7 +62,9 @@ impl<G: 'static> StreamTasks<G> {
             }),
         }
     }
+}
 
+impl<G: 'static> StreamTasks<G> {
     /// Serves `accepted` on a parked task, or on a new one when none is parked; `guard` is dropped once
     /// the stream has been served. `from`: where the connection came from.
     pub fn dispatch(&self, w: &Rc<Worker>, accepted: Accepted, guard: G, from: stream::Origin) {
