@@ -64,6 +64,13 @@ impl Drop for OpenStream {
     }
 }
 
+/// Response bytes h2 may hold for one stream before that stream's sender waits (h2's default is
+/// 400 KiB): a stream's next upstream read waits until its earlier bytes went to the socket, so 640
+/// streams of 1 MiB responses hold 640 x 64 KiB at most instead of 250 MiB, and the socket's pace,
+/// not only the client's window, paces the upstream reads (DESIGN.md "HTTP/2": flow control follows
+/// the client's reading).
+const SEND_BUFFER: usize = 64 * 1024;
+
 /// The h2 server builder for `[server.http2]`.
 fn builder(h: &edge_core::config::Http2) -> Builder {
     let mut b = Builder::new();
@@ -73,7 +80,8 @@ fn builder(h: &edge_core::config::Http2) -> Builder {
         .max_frame_size(h.max_frame_size.0 as u32)
         .max_header_list_size(h.max_header_list.0 as u32)
         .max_pending_accept_reset_streams(h.max_resets_per_second as usize)
-        .max_local_error_reset_streams(Some(h.max_resets_per_second as usize));
+        .max_local_error_reset_streams(Some(h.max_resets_per_second as usize))
+        .max_send_buffer_size(SEND_BUFFER);
     b
 }
 
