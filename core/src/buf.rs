@@ -168,6 +168,14 @@ impl RecvBuf {
         }
     }
 
+    /// Takes the storage whole, as `(storage, start)`: `storage[start..]` are the bytes [`RecvBuf::data`]
+    /// returned. The buffer is left empty with no storage (its next fill takes pooled storage), so a relay
+    /// can hand received bytes on without copying them; the taker gives the storage back with [`give`].
+    pub fn take_storage(&mut self) -> (Vec<u8>, usize) {
+        let start = std::mem::replace(&mut self.pos, 0);
+        (std::mem::take(&mut self.storage), start)
+    }
+
     /// Returns the storage to the pool when nothing is buffered.
     pub fn release(&mut self) {
         if self.is_empty() && self.storage.capacity() > 0 {

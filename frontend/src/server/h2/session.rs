@@ -49,6 +49,11 @@ impl Chunk {
         Chunk { data, pos: 0 }
     }
 
+    /// The bytes of `data[start..]` (a pooled buffer taken whole from a receive buffer).
+    pub fn at(data: Vec<u8>, start: usize) -> Self {
+        Chunk { data, pos: start }
+    }
+
     /// An empty payload (the END_STREAM frame of a body that already went out).
     pub fn empty() -> Self {
         Chunk::new(Vec::new())
@@ -190,37 +195,28 @@ impl<'a> H2Session<'a> {
         if !empty {
             let mut out = buf::take();
             out.extend_from_slice(body.as_bytes());
-            self.send_data(out, true).await?;
+            self.send_data(Chunk::new(out), true).await?;
         }
         Ok(())
     }
 
-    /// Sends `data` as DATA frames, each as large as the client's flow-control window allows, waiting
-    /// for window under the `send` deadline (RFC 9113 §6.9); `end` sets END_STREAM on the last.
-    async fn send_data(&mut self, data: Vec<u8>, end: bool) -> Result<(), SendFailure> {
+    /// Sends `chunk` as DATA (h2 cuts it into frames within the client's flow-control window, RFC 9113
+    /// §6.9); `end` sets END_STREAM on the last. It waits, under the `send` deadline, until the stream
+    /// has send capacity: the client's window is open and h2 holds less than `SEND_BUFFER` of this
+    /// stream's earlier bytes, so a stream buffers at most one chunk beyond what the client took.
+    async fn send_data(&mut self, chunk: Chunk, end: bool) -> Result<(), SendFailure> {
         let Some(stream) = self.send.as_mut() else {
             return Err(SendFailure::Closed);
         };
-        let mut chunk = Chunk::new(data);
-        while chunk.remaining() > 0 {
+        if chunk.remaining() > 0 {
             stream.reserve_capacity(chunk.remaining());
-            let mut cap = stream.capacity();
-            while cap == 0 {
+            while stream.capacity() == 0 {
                 match timeout(self.send_timeout, poll_fn(|cx| stream.poll_capacity(cx))).await {
                     Err(_) => return Err(SendFailure::Timeout),
-                    Ok(Some(Ok(n))) => cap = n,
+                    Ok(Some(Ok(_))) => {}
                     Ok(_) => return Err(SendFailure::Closed),
                 }
             }
-            if cap >= chunk.remaining() {
-                break;
-            }
-            let mut piece = buf::take();
-            piece.extend_from_slice(&chunk.chunk()[..cap]);
-            chunk.advance(cap);
-            stream
-                .send_data(Chunk::new(piece), false)
-                .map_err(|_| SendFailure::Closed)?;
         }
         if chunk.remaining() > 0 || end {
             stream
@@ -254,6 +250,29 @@ impl<'a> H2Session<'a> {
             map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
         }
         Some(resp)
+    }
+
+    /// Sends the body bytes buffered in `rest` of a pass-through body; returns whether the body is
+    /// complete. When every buffered byte is body (the usual case), `rest`'s storage itself becomes the
+    /// DATA payload: no copy, and the buffer goes back to its pool once h2 has written it.
+    async fn send_passthrough(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
+        let n = self.relay.scan(rest.data()).map_err(|_| RelayError::BadBody)?;
+        let done = self.relay.done();
+        let chunk = if n == rest.len() && n > 0 {
+            let (storage, start) = rest.take_storage();
+            Chunk::at(storage, start)
+        } else {
+            let mut out = Vec::with_capacity(n);
+            out.extend_from_slice(&rest.data()[..n]);
+            rest.consume(n);
+            Chunk::new(out)
+        };
+        if chunk.remaining() > 0 || done {
+            self.send_data(chunk, done)
+                .await
+                .map_err(RelayError::Client)?;
+        }
+        Ok(done)
     }
 
     /// Forwards one DATA frame's bytes upstream (chunk-framed when `chunked`) under `write_timeout`.
@@ -424,7 +443,7 @@ impl Session for H2Session<'_> {
         self.send = Some(stream);
         self.ended = empty;
         if !empty {
-            self.send_data(out, complete)
+            self.send_data(Chunk::new(out), complete)
                 .await
                 .map_err(RelayError::Client)?;
         }
@@ -439,13 +458,16 @@ impl Session for H2Session<'_> {
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
+        if self.relay.passthrough() {
+            return self.send_passthrough(rest).await;
+        }
         let mut out = buf::take_large();
         let done = self
             .relay
             .take_available(rest, &mut out)
             .map_err(|_| RelayError::BadBody)?;
         if !out.is_empty() || done {
-            self.send_data(out, done)
+            self.send_data(Chunk::new(out), done)
                 .await
                 .map_err(RelayError::Client)?;
         } else {
@@ -457,6 +479,6 @@ impl Session for H2Session<'_> {
     async fn end_body(&mut self) -> Result<(), SendFailure> {
         let mut out = Vec::new();
         self.relay.finish(&mut out);
-        self.send_data(out, true).await
+        self.send_data(Chunk::new(out), true).await
     }
 }
