@@ -9,7 +9,8 @@
 # Environment:
 #   HTTPWG_ROOT       cargo install --root for httpwg-cli (default: target/httpwg); installed when missing
 #   JOBS              cargo -j (default 2)
-#   EDGE_BIN          use this edge binary (and EDGE_BENCH_BIN for the origin) instead of building them
+#   EDGE_BIN          use this edge binary instead of building (EDGE_BENCH_BIN: the origin, default the
+#                     edge-bench beside it), e.g. target/debug/edge after CI's own build
 #   FRAME_TIMEOUT_MS  httpwg's wait for one frame (default 1000; its own default, 250, makes a loaded
 #                     machine's slow answer look like EOF, which several cases count as a pass)
 #   SUITE_TIMEOUT     seconds allowed for the suite run itself (default 120; it takes ~2 s)
@@ -40,7 +41,7 @@ if [ -z "${EDGE_BIN:-}" ]; then
     timeout 3600 nice cargo build -j "$jobs" --release -p edge-frontend -p edge-bench
 fi
 edge=${EDGE_BIN:-target/release/edge}
-bench=${EDGE_BENCH_BIN:-target/release/edge-bench}
+bench=${EDGE_BENCH_BIN:-$(dirname "$edge")/edge-bench}
 
 tmp=$(mktemp -d /tmp/h2-conformance.XXXXXX)
 pids=()
