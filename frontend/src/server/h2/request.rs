@@ -9,6 +9,8 @@
 //!   already resets such streams with PROTOCOL_ERROR, this is the second line.
 //! - Cookie fields are joined into one with `"; "` (RFC 9113 §8.2.3).
 //! - A body without Content-Length is framed chunked toward the upstream.
+//! - [`malformed`]: what h2 lets through but RFC 9113 calls malformed (a field value with leading or
+//!   trailing whitespace, CONNECT without `:authority`) is a stream error, not a 400.
 
 use edge_core::{http::hop::field, metrics::InvalidReason};
 use http::{header, request::Parts};
@@ -23,6 +25,22 @@ const CONNECTION_SPECIFIC: [&str; 5] = [
     "transfer-encoding",
     "upgrade",
 ];
+
+/// The request is malformed in RFC 9113's terms although h2 let it through: a field value that starts
+/// or ends with SP or HTAB (§8.2.1), or a CONNECT without `:authority` (§8.5). Such a request "MUST be
+/// treated as a stream error of type PROTOCOL_ERROR" (§8.1.1), as h2 itself treats the other malformed
+/// requests (uppercase or connection-specific fields, missing pseudo-headers): the caller resets the
+/// stream rather than answering 400.
+pub fn malformed(req: &Parts) -> bool {
+    let ws = |b: &u8| *b == b' ' || *b == b'\t';
+    if req.method == http::Method::CONNECT && req.uri.authority().is_none() {
+        return true;
+    }
+    req.headers.values().any(|v| {
+        let v = v.as_bytes();
+        v.first().is_some_and(ws) || v.last().is_some_and(ws)
+    })
+}
 
 /// Writes the HTTP/1.1-syntax head of `req` into `out` (request line, Host, fields, the empty line).
 /// `end_stream`: the HEADERS frame ended the stream (no body); otherwise a body without Content-Length
@@ -140,6 +158,20 @@ mod tests {
             head(&neither, true),
             Err(Failure::Invalid(InvalidReason::BadHost))
         );
+    }
+
+    #[test]
+    fn whitespace_around_a_value_and_connect_without_authority_are_malformed() {
+        let ok = parts(http::Request::get("https://e.test/").header("x-a", "a b"));
+        assert!(!malformed(&ok));
+        for value in [" a", "a ", "\ta", "a\t"] {
+            let p = parts(http::Request::get("https://e.test/").header("x-a", value));
+            assert!(malformed(&p), "{value:?}");
+        }
+        let connect = parts(http::Request::connect("e.test:443"));
+        assert!(!malformed(&connect));
+        let no_authority = parts(http::Request::connect("/"));
+        assert!(malformed(&no_authority));
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub struct Scratch {
 pub async fn serve(
     w: &Worker,
     req: http::Request<RecvStream>,
-    respond: SendResponse<Chunk>,
+    mut respond: SendResponse<Chunk>,
     from: Origin,
     scratch: &mut Scratch,
 ) {
@@ -113,6 +113,13 @@ pub async fn serve(
     let live = w.live();
     let server = &live.cfg.config.server;
     let (parts, body) = req.into_parts();
+    if super::request::malformed(&parts) {
+        // RFC 9113 §8.1.1: a stream error of type PROTOCOL_ERROR, like h2's own for malformed requests.
+        w.metrics.invalid(InvalidReason::BadHead).increment(1);
+        w.metrics.http2_reset(ResetSide::Edge).increment(1);
+        respond.send_reset(h2::Reason::PROTOCOL_ERROR);
+        return;
+    }
     let mut head_buf = SendBuf::take();
     let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
