@@ -78,6 +78,10 @@ impl H2loadSpec<'_> {
 pub struct H2loadReport {
     /// `requests: N total`.
     pub total: u64,
+    /// `… N started`.
+    pub started: u64,
+    /// `… N done`.
+    pub done: u64,
     /// `… N succeeded`.
     pub succeeded: u64,
     /// `… N failed`.
@@ -90,6 +94,8 @@ pub struct H2loadReport {
     pub req_per_sec: f64,
     /// `status codes: … N 4xx, N 5xx`, summed.
     pub status_4xx_5xx: u64,
+    /// Response body bytes received (`traffic: … (N) data`).
+    pub data_bytes: Option<u64>,
     /// `Application protocol: …` (absent when no connection was made).
     pub alpn: Option<String>,
     /// `TLS Protocol: …`.
@@ -105,22 +111,36 @@ impl H2loadReport {
         format!("{}, {} {}", or(&self.alpn), or(&self.tls), or(&self.cipher))
     }
 
-    /// Fails unless the run spoke h2 over TLS 1.3 and completed requests.
+    /// Fails unless the run spoke h2 over TLS 1.3 and completed requests (a run that negotiated
+    /// nothing fails as one without requests).
     ///
     /// # Errors
     /// `Other`, naming what was negotiated.
     pub fn check_h2(&self) -> io::Result<()> {
-        if self.alpn.as_deref() != Some("h2") || self.tls.as_deref() != Some("TLSv1.3") {
-            return Err(io::Error::other(format!(
+        let h2 = self.alpn.as_deref() == Some("h2") && self.tls.as_deref() == Some("TLSv1.3");
+        let wrong = || {
+            io::Error::other(format!(
                 "negotiated {} instead of h2 over TLSv1.3: not counted",
                 self.protocol()
-            )));
+            ))
+        };
+        if !h2 && self.alpn.is_some() {
+            return Err(wrong());
         }
         if self.succeeded == 0 {
             return Err(io::Error::other(format!(
-                "no request succeeded ({} failed, {} errored, {} timeout)",
-                self.failed, self.errored, self.timeout
+                "no request succeeded in the run ({} started, {} done, {} failed, {} errored, {} \
+                 timeout; {} bytes of response data received)",
+                self.started,
+                self.done,
+                self.failed,
+                self.errored,
+                self.timeout,
+                self.data_bytes.map_or("?".into(), |b| b.to_string())
             )));
+        }
+        if !h2 {
+            return Err(wrong());
         }
         Ok(())
     }
@@ -183,6 +203,7 @@ pub fn parse_h2load(out: &str) -> Option<H2loadReport> {
     let mut requests = None;
     let mut req_per_sec = None;
     let mut status = 0;
+    let mut data_bytes = None;
     let (mut alpn, mut tls, mut cipher) = (None, None, None);
     for line in out.lines().map(str::trim) {
         let value = |prefix: &str| line.strip_prefix(prefix).map(|v| v.trim().to_string());
@@ -197,11 +218,19 @@ pub fn parse_h2load(out: &str) -> Option<H2loadReport> {
             let n = |label| count_before(line, label);
             requests = Some((
                 n("total")?,
+                n("started")?,
+                n("done")?,
                 n("succeeded")?,
                 n("failed")?,
                 n("errored")?,
                 n("timeout")?,
             ));
+        } else if let Some(v) = line.strip_prefix("traffic:") {
+            // "traffic: 121.33KB (124246) total, 23.04KB (23591) headers (…), 41.86KB (42861) data"
+            data_bytes = v
+                .rsplit_once(") data")
+                .and_then(|(head, _)| head.rsplit_once('('))
+                .and_then(|(_, n)| n.parse().ok());
         } else if line.starts_with("status codes:") {
             status = count_before(line, "4xx")? + count_before(line, "5xx")?;
         } else if let Some(v) = value("Application protocol:") {
@@ -212,15 +241,18 @@ pub fn parse_h2load(out: &str) -> Option<H2loadReport> {
             cipher = Some(v);
         }
     }
-    let (total, succeeded, failed, errored, timeout) = requests?;
+    let (total, started, done, succeeded, failed, errored, timeout) = requests?;
     Some(H2loadReport {
         total,
+        started,
+        done,
         succeeded,
         failed,
         errored,
         timeout,
         req_per_sec: req_per_sec?,
         status_4xx_5xx: status,
+        data_bytes,
         alpn,
         tls,
         cipher,
@@ -337,7 +369,11 @@ mod tests {
     #[test]
     fn parses_a_real_report() {
         let r = parse_h2load(H2).unwrap();
-        assert_eq!((r.total, r.succeeded), (3257, 3257));
+        assert_eq!(
+            (r.total, r.started, r.done, r.succeeded),
+            (3257, 3257, 3257, 3257)
+        );
+        assert_eq!(r.data_bytes, Some(42861));
         assert_eq!(
             (r.failed, r.errored, r.timeout, r.status_4xx_5xx),
             (0, 0, 0, 0)
@@ -364,7 +400,11 @@ mod tests {
         let r = parse_h2load(REFUSED).unwrap();
         assert_eq!((r.total, r.succeeded, r.failed, r.errored), (1, 0, 1, 1));
         assert_eq!(r.alpn, None);
-        assert!(r.check_h2().is_err());
+        let e = r.check_h2().unwrap_err().to_string();
+        assert!(
+            e.contains("0 started, 0 done, 1 failed") && e.contains("0 bytes"),
+            "{e}"
+        );
         assert_eq!(parse_h2load("starting benchmark...\n"), None);
     }
 

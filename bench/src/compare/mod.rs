@@ -18,6 +18,10 @@
 //!   ECDSA P-256 certificate (`direct`: a second origin process in TLS mode); wrk gets an
 //!   `OPENSSL_CONF` that fixes TLS 1.3 (1.2) and AES-128-GCM, and the connection-per-request TLS
 //!   workloads run on edge-bench's own [`handshake`] loader;
+//! - the HTTP/2 workloads (`h2-get`, `h2-get-1m`) run on [`h2load`] (64 connections × 10
+//!   streams, ALPN h2, a round that negotiates anything else fails) against a target set of
+//!   their own ([`setup`]: proxies with ALPN h2 first, 1024-connection upstream pools and no
+//!   per-connection request cap; no `direct`, the origin speaks HTTP/1.1 only);
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
@@ -30,8 +34,9 @@
 //! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
 //! died, or a wrk run failed.
 //!
-//! Where things are: [`plan`] checks the arguments, [`target`] and [`proxies`] start and account
-//! the targets, [`run`](mod@run) runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
+//! Where things are: [`plan`] checks the arguments, [`setup`] starts each group's origin and
+//! targets, [`target`] and [`proxies`] start and account the targets, [`run`](mod@run) runs one
+//! workload's rounds through [`wrk`] (or [`h2load`], [`handshake`]), [`report`] and [`tables`]
 //! summarise, [`json`] and [`plot`] write the files.
 
 pub mod h2load;
@@ -89,7 +94,8 @@ pub struct Args {
     pub connections: usize,
     /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close, heads, and
     /// the small-request ones against the nginx origin (get-64@nginx, get-256@nginx, heads@nginx,
-    /// close@nginx).
+    /// close@nginx); named explicitly: the TLS ones (tls-get-64, tls-get-1m, tls-handshake,
+    /// tls-resume, tls12-get-64) and the HTTP/2 ones (h2-get, h2-get-1m).
     #[arg(
         long,
         value_delimiter = ',',
