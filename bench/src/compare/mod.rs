@@ -4,9 +4,11 @@
 //!
 //! Method:
 //! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
-//!   CPU, pinned to the load CPU set; see [`start_origin`] for why not in-process); edge-bench's
-//!   own threads are pinned to the load CPU set too;
-//! - every proxy is started once, pinned to the proxy CPU set with `taskset`, health-checked
+//!   CPU, pinned to the load CPU set; see
+//!   [`start_origin`](crate::peers::origin::child::start_origin) for why not in-process);
+//!   edge-bench's own threads are pinned to the load CPU set too;
+//! - every proxy is started once per group of workloads ([`setup`]), pinned to the proxy CPU set
+//!   with `taskset`, health-checked
 //!   through the proxy (`GET /fast` answers 200), warmed up with one unmeasured wrk run, and kept
 //!   running across all rounds (only the target under test gets load; idle proxies sleep);
 //! - workloads run one after the other; within one, rounds interleave the targets
@@ -279,14 +281,19 @@ pub fn run(args: &Args) -> io::Result<bool> {
     if !args.no_files {
         write_results(&args.out_dir, &info, &samples)?;
     }
+    Ok(print_failures(&failures))
+}
+
+/// Prints the first line of every failure; `true` when there were none.
+fn print_failures(failures: &[String]) -> bool {
     if failures.is_empty() {
-        return Ok(true);
+        return true;
     }
     eprintln!("\nfailures:");
-    for f in &failures {
+    for f in failures {
         eprintln!("  {}", f.lines().next().unwrap_or(""));
     }
-    Ok(false)
+    false
 }
 
 /// Every workload in turn over the running targets, printing each workload's tables; then every
