@@ -222,5 +222,6 @@ fn to_result(t: &Tally, duration: Duration) -> io::Result<WrkResult> {
             .map(|&p| (p, us(t.hist.value_at_quantile(p / 100.0))))
             .collect(),
         max: Some(us(t.hist.max())),
+        protocol: None,
     })
 }

@@ -34,6 +34,7 @@ fn sample_json(s: &Sample) -> Value {
         "percentiles_ms": s.wrk.percentiles.iter().map(|&(p, d)| json!([p, ms(d)])).collect::<Vec<_>>(),
         "socket_errors": s.wrk.socket_errors,
         "non_2xx": s.wrk.non_2xx,
+        "protocol": s.wrk.protocol,
         "cpu_s": s.cpu.map(|c| c.as_secs_f64()),
         "cpu_s_per_100k_req": s.cpu_s_per_100k(),
         "cpu_util": s.utilisation(),
@@ -97,6 +98,9 @@ fn workload_json(
         "path": w.path(),
         "connections": w.connections(info.connections),
         "headers": w.headers(),
+        "streams_per_connection": w.is_h2().then_some(crate::compare::h2load::STREAMS),
+        "load_generator": if w.is_h2() { "h2load" } else if w.handshake_loader().is_some() { "edge-bench handshake loader" } else { "wrk" },
+        "proxy_settings": w.is_h2().then_some(crate::compare::proxies::H2_SETTINGS),
         "medians": medians,
         "latency_percentiles_ms": cdfs,
     })

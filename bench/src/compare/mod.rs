@@ -4,9 +4,11 @@
 //!
 //! Method:
 //! - one origin serves every target: `edge-bench origin` as a child process (1 worker per load
-//!   CPU, pinned to the load CPU set; see [`start_origin`] for why not in-process); edge-bench's
-//!   own threads are pinned to the load CPU set too;
-//! - every proxy is started once, pinned to the proxy CPU set with `taskset`, health-checked
+//!   CPU, pinned to the load CPU set; see
+//!   [`start_origin`](crate::peers::origin::child::start_origin) for why not in-process);
+//!   edge-bench's own threads are pinned to the load CPU set too;
+//! - every proxy is started once per group of workloads ([`setup`]), pinned to the proxy CPU set
+//!   with `taskset`, health-checked
 //!   through the proxy (`GET /fast` answers 200), warmed up with one unmeasured wrk run, and kept
 //!   running across all rounds (only the target under test gets load; idle proxies sleep);
 //! - workloads run one after the other; within one, rounds interleave the targets
@@ -18,6 +20,10 @@
 //!   ECDSA P-256 certificate (`direct`: a second origin process in TLS mode); wrk gets an
 //!   `OPENSSL_CONF` that fixes TLS 1.3 (1.2) and AES-128-GCM, and the connection-per-request TLS
 //!   workloads run on edge-bench's own [`handshake`] loader;
+//! - the HTTP/2 workloads (`h2-get`, `h2-get-1m`) run on [`h2load`] (64 connections × 10
+//!   streams, ALPN h2, a round that negotiates anything else fails) against a target set of
+//!   their own ([`setup`]: proxies with ALPN h2 first, 1024-connection upstream pools and no
+//!   per-connection request cap; no `direct`, the origin speaks HTTP/1.1 only);
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
@@ -30,10 +36,12 @@
 //! Figures are reported, not asserted: the exit code is 1 only when a target failed to start,
 //! died, or a wrk run failed.
 //!
-//! Where things are: [`plan`] checks the arguments, [`target`] and [`proxies`] start and account
-//! the targets, [`run`](mod@run) runs one workload's rounds through [`wrk`], [`report`] and [`tables`]
+//! Where things are: [`plan`] checks the arguments, [`setup`] starts each group's origin and
+//! targets, [`target`] and [`proxies`] start and account the targets, [`run`](mod@run) runs one
+//! workload's rounds through [`wrk`] (or [`h2load`], [`handshake`]), [`report`] and [`tables`]
 //! summarise, [`json`] and [`plot`] write the files.
 
+pub mod h2load;
 pub mod handshake;
 pub mod json;
 pub mod plan;
@@ -41,6 +49,7 @@ pub mod plot;
 pub mod proxies;
 pub mod report;
 pub mod run;
+pub mod setup;
 pub mod tables;
 pub mod target;
 pub mod tls;
@@ -55,17 +64,17 @@ use crate::compare::plan::Plan;
 use crate::compare::proxies::{HAPROXY_BIN, NGINX_BIN};
 use crate::compare::report::{Sample, LOAD_BOUND_UTIL};
 use crate::compare::run::WorkloadRun;
+use crate::compare::setup::{
+    placement, start_origin_of, start_targets, start_tls_origin, stop_all, stop_tls_origin, Group,
+};
 use crate::compare::tables::{nginx_summary_table, ratio_table, rounds_table, summary_table};
-use crate::compare::target::{check_tls, closes_after_request, Binaries, Target, TargetKind};
+use crate::compare::target::{closes_after_request, Binaries, Target, TargetKind, TargetTls};
 use crate::compare::tls::TlsSetup;
-use crate::compare::workload::{OriginKind, Workload};
+use crate::compare::workload::Workload;
 use crate::compare::wrk::wrk_seconds;
-use crate::peers::origin::child::{start_origin, start_origin_with};
 use crate::peers::origin::LOAD_PATH;
-use crate::support::certs::CertFiles;
 use crate::support::edge_proc::{EdgeProcess, STOP_GRACE};
 use crate::support::host::{pin_current_thread, version_of};
-use crate::support::procfs::cpus_allowed;
 
 /// How long a proxy gets to answer its first request through to the origin.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -87,7 +96,8 @@ pub struct Args {
     pub connections: usize,
     /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close, heads, and
     /// the small-request ones against the nginx origin (get-64@nginx, get-256@nginx, heads@nginx,
-    /// close@nginx).
+    /// close@nginx); named explicitly: the TLS ones (tls-get-64, tls-get-1m, tls-handshake,
+    /// tls-resume, tls12-get-64) and the HTTP/2 ones (h2-get, h2-get-1m).
     #[arg(
         long,
         value_delimiter = ',',
@@ -136,6 +146,9 @@ pub struct Args {
     /// wrk executable.
     #[arg(long, default_value = "/usr/bin/wrk")]
     pub wrk_bin: PathBuf,
+    /// h2load executable (nghttp2-client), for the HTTP/2 workloads.
+    #[arg(long, default_value = "/usr/bin/h2load")]
+    pub h2load_bin: PathBuf,
 }
 
 /// Everything about one run of `compare` that the JSON record and the plots need.
@@ -188,40 +201,47 @@ pub fn run(args: &Args) -> io::Result<bool> {
         std::env::temp_dir().join(format!("edge-bench-compare-{}-tls", std::process::id()));
     let any_tls = plan.workloads.iter().any(|w| w.is_tls());
     let tls = any_tls.then(|| TlsSetup::create(&tls_dir)).transpose()?;
-    for origin_kind in [OriginKind::Own, OriginKind::Nginx] {
+    for group in Group::ALL {
         let workloads: Vec<Workload> = plan
             .workloads
             .iter()
             .copied()
-            .filter(|w| w.origin() == origin_kind)
+            .filter(|&w| Group::of(w) == group)
             .collect();
         if workloads.is_empty() {
             continue;
         }
-        let (mut origin, origin_addr) = start_origin_of(origin_kind, &plan)?;
+        let (mut origin, origin_addr) = start_origin_of(group.origin(), &plan)?;
         let tls_here = tls
             .as_ref()
             .filter(|_| workloads.iter().any(|w| w.is_tls()));
         let mut tls_origin = match tls_here {
-            Some(t) if plan.kinds.contains(&TargetKind::Direct) => {
+            Some(t)
+                if plan.kinds.contains(&TargetKind::Direct) && group.runs(TargetKind::Direct) =>
+            {
                 Some(start_tls_origin(&plan, t)?)
             }
             _ => None,
         };
-        let tls_targets = tls_here.map(|t| (&t.certs, tls_origin.as_ref().map(|o| o.1)));
-        let mut targets =
-            start_targets(&plan, origin_addr, origin_kind, tls_targets, &mut failures);
+        let tls_targets = tls_here.map(|t| TargetTls {
+            certs: &t.certs,
+            origin: tls_origin.as_ref().map(|o| o.1),
+            h2: group == Group::H2,
+        });
+        let mut targets = start_targets(&plan, origin_addr, group, tls_targets, &mut failures);
         let placement = placement(&targets, &plan.proxy_list, &plan.load_list, origin.pid());
         print!("{placement}");
-        placements.push_str(&placement);
-        if origin_kind == OriginKind::Own {
+        if placements.is_empty() {
             let line: Vec<String> = versions.iter().map(|(_, v)| v.clone()).collect();
             println!("versions: {}", line.join("; "));
         }
+        placements.push_str(&placement);
         if workloads.iter().any(|w| w.load() == Workload::Close) && closes.is_empty() {
             closes = check_closes(&targets);
         }
-        ran = targets.iter().map(|t| t.kind).collect();
+        ran = (plan.kinds.iter().copied())
+            .filter(|&k| ran.contains(&k) || targets.iter().any(|t| t.kind == k))
+            .collect();
         let mut got = run_workloads(
             args,
             (&workloads, tls_here),
@@ -261,125 +281,19 @@ pub fn run(args: &Args) -> io::Result<bool> {
     if !args.no_files {
         write_results(&args.out_dir, &info, &samples)?;
     }
+    Ok(print_failures(&failures))
+}
+
+/// Prints the first line of every failure; `true` when there were none.
+fn print_failures(failures: &[String]) -> bool {
     if failures.is_empty() {
-        return Ok(true);
+        return true;
     }
     eprintln!("\nfailures:");
-    for f in &failures {
+    for f in failures {
         eprintln!("  {}", f.lines().next().unwrap_or(""));
     }
-    Ok(false)
-}
-
-/// Starts the origin the workloads of `kind` proxy to, on the load CPUs: `edge-bench origin`, or
-/// nginx (`return 200` with an application's fields; [`proxies::nginx_origin_config`]).
-///
-/// # Errors
-/// The origin does not start.
-fn start_origin_of(
-    kind: OriginKind,
-    plan: &Plan,
-) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
-    match kind {
-        OriginKind::Own => {
-            let (origin, addr) =
-                start_origin(&plan.load_list, plan.load_cpus.len(), START_TIMEOUT)?;
-            println!(
-                "origin: edge-bench origin (pid {}, {} worker(s) on CPU {}) on {addr}",
-                origin.pid(),
-                plan.load_cpus.len(),
-                plan.load_list,
-            );
-            Ok((origin, addr))
-        }
-        OriginKind::Nginx => {
-            let (origin, addr) =
-                proxies::start_nginx_origin(&plan.bins.nginx, &plan.load_list, START_TIMEOUT)?;
-            println!(
-                "origin: nginx (pid {}, 1 worker on CPU {}) on {addr}",
-                origin.pid(),
-                plan.load_list
-            );
-            Ok((origin, addr))
-        }
-    }
-}
-
-/// Starts `edge-bench origin` in TLS mode (the `direct` target of the TLS workloads) on the load
-/// CPUs and checks it with one HTTPS request.
-///
-/// # Errors
-/// The origin does not start or does not answer over TLS.
-fn start_tls_origin(
-    plan: &Plan,
-    tls: &TlsSetup,
-) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
-    let certs = &tls.certs;
-    let (origin, addr) = start_origin_with(
-        &plan.load_list,
-        plan.load_cpus.len(),
-        Some((&certs.cert, &certs.key)),
-        START_TIMEOUT,
-    )?;
-    check_tls(addr, certs)?;
-    println!(
-        "TLS origin: edge-bench origin --tls-cert {} (pid {}, on CPU {}) on {addr}",
-        certs.cert.display(),
-        origin.pid(),
-        plan.load_list
-    );
-    Ok((origin, addr))
-}
-
-/// Stops the TLS origin, recording a failure when it had exited during the runs.
-///
-/// # Errors
-/// Failure to check on it.
-fn stop_tls_origin(
-    origin: Option<(EdgeProcess, std::net::SocketAddr)>,
-    failures: &mut Vec<String>,
-) -> io::Result<()> {
-    if let Some((mut p, _)) = origin {
-        if let Some(st) = p.exited()? {
-            failures.push(format!("the TLS origin exited during the runs ({st})"));
-        }
-        let _ = p.stop(STOP_GRACE);
-    }
-    Ok(())
-}
-
-/// Starts every target of the plan in front of `origin` (those that fail are recorded and left
-/// out); with `tls`, each also gets a TLS listener (`direct`: the TLS origin's address).
-fn start_targets(
-    plan: &Plan,
-    origin: std::net::SocketAddr,
-    kind: OriginKind,
-    tls: Option<(&CertFiles, Option<std::net::SocketAddr>)>,
-    failures: &mut Vec<String>,
-) -> Vec<Target> {
-    let tag = match kind {
-        OriginKind::Own => "",
-        OriginKind::Nginx => "-nginx-origin",
-    };
-    let mut targets = Vec::new();
-    for &k in &plan.kinds {
-        match Target::start(
-            k,
-            &plan.bins,
-            origin,
-            &plan.proxy_list,
-            tag,
-            START_TIMEOUT,
-            tls,
-        ) {
-            Ok(t) => targets.push(t),
-            Err(e) => {
-                eprintln!("{e}");
-                failures.push(format!("{} failed to start: {e}", k.name()));
-            }
-        }
-    }
-    targets
+    false
 }
 
 /// Every workload in turn over the running targets, printing each workload's tables; then every
@@ -478,6 +392,9 @@ fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<(
 /// setup when TLS workloads run.
 fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
     let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
+    if args.workloads.iter().any(|w| w.is_h2()) {
+        v.push(("h2load".into(), version_of(&args.h2load_bin, "--version")));
+    }
     if kinds.iter().any(|k| k.is_edge()) {
         v.push((
             "edge".to_string(),
@@ -526,52 +443,4 @@ fn check_closes(targets: &[Target]) -> Vec<(TargetKind, String)> {
             (t.kind, what)
         })
         .collect()
-}
-
-/// The CPU placement, with each proxy's pids and their actual affinity from `/proc`.
-fn placement(targets: &[Target], proxy: &str, load: &str, origin: u32) -> String {
-    let origin_cpus = cpus_allowed(origin).unwrap_or_else(|| "?".into());
-    let mut s = format!(
-        "CPU placement: proxy under test on CPU {proxy} (edge --workers 1, nginx worker_processes 1, \
-         HAProxy nbthread 1); wrk -t1, the origin and edge-bench on CPU {load}\n  origin: pid {origin} on CPU {origin_cpus}\n"
-    );
-    for t in targets.iter().filter(|t| t.kind.is_proxy()) {
-        let pids: Vec<String> = t
-            .pids()
-            .into_iter()
-            .map(|p| {
-                format!(
-                    "{p} on CPU {}",
-                    cpus_allowed(p).unwrap_or_else(|| "?".into())
-                )
-            })
-            .collect();
-        s.push_str(&format!(
-            "  {} on {}: pid {}\n",
-            t.kind.name(),
-            t.addr,
-            pids.join(", pid ")
-        ));
-    }
-    s
-}
-
-/// Stops every proxy (SIGTERM to its own pid, SIGKILL after [`STOP_GRACE`]) in parallel and
-/// removes their scratch directories.
-fn stop_all(targets: Vec<Target>) {
-    std::thread::scope(|scope| {
-        for mut t in targets {
-            scope.spawn(move || {
-                let name = t.kind.name();
-                if let Some(p) = t.process.as_mut() {
-                    let pid = p.pid();
-                    match p.stop(STOP_GRACE) {
-                        Ok(how) => println!("stopped {name} (pid {pid}): {how}"),
-                        Err(e) => eprintln!("stopping {name} (pid {pid}): {e}"),
-                    }
-                }
-                drop(t);
-            });
-        }
-    });
 }

@@ -53,8 +53,8 @@ impl Plan {
     ///
     /// # Errors
     /// `InvalidInput` for bad or empty CPU lists, CPUs outside this process's affinity, zero
-    /// rounds or connections, no targets or workloads; `NotFound` for a missing wrk; failures to
-    /// find or build edge.
+    /// rounds or connections, no targets or workloads; `NotFound` for a missing wrk (or h2load,
+    /// with HTTP/2 workloads); failures to find or build edge.
     pub fn new(args: &Args) -> io::Result<Plan> {
         let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
         let proxy_cpus = parse_cpus(&args.proxy_cpus).map_err(invalid)?;
@@ -81,6 +81,9 @@ impl Plan {
             return Err(invalid("no targets or no workloads".into()));
         }
         require_file(&args.wrk_bin, "wrk (install it with bench/setup.sh)")?;
+        if workloads.iter().any(|w| w.is_h2()) {
+            require_file(&args.h2load_bin, "h2load (apt-get install nghttp2-client)")?;
+        }
         let skipped = skip_missing(args, &mut kinds);
         if kinds.is_empty() {
             return Err(invalid("every target was skipped".into()));

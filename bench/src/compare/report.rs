@@ -345,6 +345,7 @@ pub(crate) mod tests {
                     (99.9, Duration::from_micros(5000)),
                 ],
                 max: None,
+                protocol: None,
             },
             wall: Duration::from_secs(10),
             cpu: cpu_ms.map(Duration::from_millis),

@@ -1,11 +1,13 @@
-//! One workload of `edge-bench compare` over every target: one unmeasured wrk warm-up per
-//! target, then interleaved rounds (A B C … per round); each run resets the proxy's peak RSS and
-//! samples its CPU counters right before wrk starts, and reads both right after it exits.
+//! One workload of `edge-bench compare` over every target: one unmeasured warm-up per target,
+//! then interleaved rounds (A B C … per round); each run resets the proxy's peak RSS and samples
+//! its CPU counters right before the load generator (wrk, h2load or the handshake loader)
+//! starts, and reads both right after it exits.
 
 use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::compare::h2load::{run_h2load, H2loadSpec, STREAMS};
 use crate::compare::handshake::{run_handshakes, HandshakeSpec};
 use crate::compare::report::Sample;
 use crate::compare::target::Target;
@@ -55,8 +57,21 @@ impl WorkloadRun<'_> {
         t.tls_addr.map(|a| format!("https://{a}"))
     }
 
-    /// One run of `duration` against `t`: wrk, or the handshake loader for the
-    /// connection-per-request TLS workloads.
+    /// h2load's settings for a run of `duration` (its files go beside the wrk script).
+    fn h2load_spec(&self, duration: Duration) -> H2loadSpec<'_> {
+        H2loadSpec {
+            h2load: &self.args.h2load_bin,
+            cpus: self.load_list,
+            connections: self.workload.connections(self.args.connections),
+            streams: STREAMS,
+            duration,
+            openssl_conf: self.tls.map(|t| t.openssl_conf_for(false)),
+            dir: self.script.parent().unwrap_or(Path::new("/tmp")),
+        }
+    }
+
+    /// One run of `duration` against `t`: wrk, h2load for the HTTP/2 workloads, or the handshake
+    /// loader for the connection-per-request TLS workloads.
     fn load_once(
         &self,
         t: &Target,
@@ -76,6 +91,11 @@ impl WorkloadRun<'_> {
                 };
                 run_handshakes(&spec, addr, self.workload.path(), before)
             }
+            _ if self.workload.is_h2() => run_h2load(
+                &self.h2load_spec(duration),
+                &format!("{base}{}", self.workload.path()),
+                before,
+            ),
             _ => run_wrk(
                 &self.spec(duration),
                 &format!("{base}{}", self.workload.path()),
@@ -179,6 +199,16 @@ impl WorkloadRun<'_> {
         let c = w.connections(args.connections);
         let d = wrk_seconds(args.duration);
         let load = match (w.handshake_loader(), self.tls) {
+            (None, tls) if w.is_h2() => format!(
+                "{}taskset -c {} {} {}; {}",
+                tls.map_or(String::new(), |t| format!("OPENSSL_CONF={} ", t.openssl_conf_for(false).display())),
+                self.load_list,
+                args.h2load_bin.display(),
+                self.h2load_spec(args.duration)
+                    .args(&format!("https://TARGET{}", w.path()), Path::new("LOG"))
+                    .join(" "),
+                crate::compare::proxies::H2_SETTINGS
+            ),
             (Some(resume), _) => format!(
                 "edge-bench's handshake loader (TLS 1.3, {}) on CPU {}, -c{c} -d{d}s, GET {} with Connection: close",
                 if resume { "sessions resumed" } else { "full handshakes" },
@@ -209,7 +239,7 @@ impl WorkloadRun<'_> {
 fn print_round(s: &Sample, rounds: usize) {
     let pct = |v: Option<f64>| v.map_or("-".into(), |u| format!("{:.0} %", u * 100.0));
     println!(
-        "{} round {}/{rounds} {:<14} {:>8.0} req/s  p99 {:>9}  p99.9 {:>9}  CPU {} (runq wait {}){}{}",
+        "{} round {}/{rounds} {:<14} {:>8.0} req/s  p99 {:>9}  p99.9 {:>9}  CPU {} (runq wait {}){}{}{}",
         s.workload,
         s.round,
         s.kind.name(),
@@ -219,6 +249,7 @@ fn print_round(s: &Sample, rounds: usize) {
         pct(s.utilisation()),
         pct(s.wait_share()),
         if s.load_bound() { "  load-bound" } else { "" },
+        s.wrk.protocol.as_ref().map_or(String::new(), |p| format!("  {p}")),
         if s.wrk.errors() > 0 {
             format!("  errors: {}", s.wrk.error_detail())
         } else {

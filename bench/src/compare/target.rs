@@ -159,7 +159,8 @@ impl Target {
     /// Starts proxy `kind` on a free loopback port in front of `origin`, pinned to `cpus`, and
     /// waits until `GET /fast` through it answers 200. `tag` tells apart the scratch directories of the
     /// target sets of different origins. With `tls`, the proxy also gets a TLS listener serving
-    /// that certificate (`direct` gets `tls_origin`), checked with one HTTPS `GET /fast`.
+    /// that certificate (`direct` gets the TLS origin), checked with one HTTPS `GET /fast`; with
+    /// its `h2`, the proxy gets the HTTP/2 settings ([`super::proxies::H2_SETTINGS`]).
     ///
     /// # Errors
     /// Config-writing and spawn failures; the proxy exiting or not answering within `timeout`
@@ -171,16 +172,17 @@ impl Target {
         cpus: &str,
         tag: &str,
         timeout: Duration,
-        tls: Option<(&CertFiles, Option<SocketAddr>)>,
+        tls: Option<TargetTls<'_>>,
     ) -> io::Result<Target> {
         if !kind.is_proxy() {
-            return Ok(Target::direct(origin, tls.and_then(|(_, o)| o)));
+            return Ok(Target::direct(origin, tls.and_then(|t| t.origin)));
         }
         let listen = crate::support::stack::free_port()?;
-        let tls_listen = match tls {
-            Some((certs, _)) => Some((crate::support::stack::free_port()?, certs)),
+        let tls_listen = match &tls {
+            Some(t) => Some((crate::support::stack::free_port()?, t.certs)),
             None => None,
         };
+        let h2 = tls.is_some_and(|t| t.h2);
         let dir = std::env::temp_dir().join(format!(
             "edge-bench-compare-{}-{}{tag}",
             std::process::id(),
@@ -195,7 +197,7 @@ impl Target {
             process: None,
             dir: Some(dir.clone()),
         };
-        let (bin, args) = proxy_command(kind, bins, &dir, listen, origin, tls_listen)?;
+        let (bin, args) = proxy_command(kind, bins, &dir, listen, origin, tls_listen, h2)?;
         target.process = Some(start_pinned_proxy(
             kind.name(),
             &bin,
@@ -305,6 +307,18 @@ impl Drop for Target {
             let _ = fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The TLS side of a target set: the certificate, the TLS origin of `direct`, and whether the
+/// proxies get the HTTP/2 settings (ALPN h2 first, large upstream pools, no request cap).
+#[derive(Debug, Clone, Copy)]
+pub struct TargetTls<'a> {
+    /// The certificate every TLS listener serves.
+    pub certs: &'a CertFiles,
+    /// Where `direct` connects over TLS (the TLS origin), when it runs.
+    pub origin: Option<SocketAddr>,
+    /// The HTTP/2 settings.
+    pub h2: bool,
 }
 
 /// Cumulative CPU use of a proxy (see [`Target::usage`]).

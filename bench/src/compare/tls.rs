@@ -106,6 +106,37 @@ session_resumption = true
     )
 }
 
+/// The TOML edge gets with `--config` for the HTTP/2 workloads: the TLS listener on `listen` with
+/// edge's default ALPN (`h2` first), [`H2_MAX_REQUESTS`](super::proxies::H2_MAX_REQUESTS) per
+/// client connection, and `origin` as upstream `origin` (route `/`) with
+/// [`H2_POOL`](super::proxies::H2_POOL) idle connections (`--upstream` would reset the pool to
+/// its default, so the upstream is here and not on the command line).
+pub fn edge_h2_toml(listen: SocketAddr, certs: &CertFiles, origin: SocketAddr) -> String {
+    format!(
+        "# written by edge-bench compare: the HTTP/2 workloads
+[server]
+max_requests_per_connection = {}
+[server.tls]
+listen = \"{listen}\"
+certificates = [{{ cert = \"{}\", key = \"{}\" }}]
+min_version = \"1.2\"
+alpn = [\"h2\", \"http/1.1\"]
+session_resumption = true
+[[upstreams]]
+name = \"origin\"
+endpoints = [\"{origin}\"]
+pool_max_idle = {}
+[[routes]]
+path_prefix = \"/\"
+upstream = \"origin\"
+",
+        super::proxies::H2_MAX_REQUESTS,
+        certs.cert.display(),
+        certs.key.display(),
+        super::proxies::H2_POOL,
+    )
+}
+
 /// The lines nginx's proxy server block gets for a TLS listener on `listen`.
 pub fn nginx_tls_lines(listen: SocketAddr, certs: &CertFiles) -> String {
     format!(

@@ -64,6 +64,10 @@ pub enum Workload {
     TlsResume,
     /// `GET /fast` over TLS 1.2 (ECDHE-ECDSA-AES128-GCM-SHA256), keep-alive, 64 connections.
     Tls12Get64,
+    /// `GET /fast` over HTTP/2 (TLS 1.3, ALPN h2), h2load, 64 connections × 10 concurrent streams.
+    H2Get,
+    /// `GET /size/1m` over HTTP/2, h2load, 64 connections × 10 concurrent streams.
+    H2Get1m,
 }
 
 /// Which origin a workload's targets proxy to.
@@ -95,7 +99,7 @@ pub const BROWSER_FIELDS: [(&str, &str); 13] = [
 
 impl Workload {
     /// Every workload, in the default order.
-    pub const ALL: [Workload; 16] = [
+    pub const ALL: [Workload; 18] = [
         Workload::Get64,
         Workload::Get256,
         Workload::Get16k,
@@ -112,7 +116,18 @@ impl Workload {
         Workload::TlsHandshake,
         Workload::TlsResume,
         Workload::Tls12Get64,
+        Workload::H2Get,
+        Workload::H2Get1m,
     ];
+
+    /// The HTTP/2 workloads (DESIGN.md "Benchmark method": h2load over TLS with ALPN h2).
+    pub const H2: [Workload; 2] = [Workload::H2Get, Workload::H2Get1m];
+
+    /// Whether h2load runs it over HTTP/2 (its targets get the settings of
+    /// [`super::proxies::H2_SETTINGS`]).
+    pub fn is_h2(self) -> bool {
+        Workload::H2.contains(&self)
+    }
 
     /// The TLS workloads (DESIGN.md "Benchmark method": TLS), in their default order.
     pub const TLS: [Workload; 5] = [
@@ -123,9 +138,9 @@ impl Workload {
         Workload::Tls12Get64,
     ];
 
-    /// Whether the load goes to the targets' TLS listeners.
+    /// Whether the load goes to the targets' TLS listeners (the TLS and the HTTP/2 workloads).
     pub fn is_tls(self) -> bool {
-        Workload::TLS.contains(&self)
+        Workload::TLS.contains(&self) || self.is_h2()
     }
 
     /// Whether the client is limited to TLS 1.2.
@@ -184,6 +199,8 @@ impl Workload {
             Workload::TlsHandshake => "tls-handshake",
             Workload::TlsResume => "tls-resume",
             Workload::Tls12Get64 => "tls12-get-64",
+            Workload::H2Get => "h2-get",
+            Workload::H2Get1m => "h2-get-1m",
         }
     }
 
@@ -214,6 +231,14 @@ impl Workload {
             Workload::TlsResume => format!(
                 "new TLS 1.3 connection per request, session resumed, {c} connections"
             ),
+            Workload::H2Get => format!(
+                "small GETs over HTTP/2 (TLS 1.3, ALPN h2), {c} connections x {} streams",
+                super::h2load::STREAMS
+            ),
+            Workload::H2Get1m => format!(
+                "1 MiB responses over HTTP/2 (TLS 1.3, ALPN h2), {c} connections x {} streams",
+                super::h2load::STREAMS
+            ),
             _ => format!(
                 "realistic heads (browser-like request, application-like response), keep-alive, {c} connections"
             ),
@@ -223,7 +248,11 @@ impl Workload {
     /// wrk connections: fixed for the small-GET pair, else `default`.
     pub fn connections(self, default: usize) -> usize {
         match self.load() {
-            Workload::Get64 | Workload::TlsGet64 | Workload::Tls12Get64 => 64,
+            Workload::Get64
+            | Workload::TlsGet64
+            | Workload::Tls12Get64
+            | Workload::H2Get
+            | Workload::H2Get1m => 64,
             Workload::Get256 => 256,
             _ => default,
         }
@@ -234,7 +263,7 @@ impl Workload {
         match self.load() {
             Workload::Heads => crate::peers::origin::APP_PATH,
             Workload::Get16k => "/size/16k",
-            Workload::Get1m | Workload::TlsGet1m => "/size/1m",
+            Workload::Get1m | Workload::TlsGet1m | Workload::H2Get1m => "/size/1m",
             _ => "/fast",
         }
     }
@@ -337,6 +366,13 @@ mod tests {
         assert_eq!(Workload::TlsResume.handshake_loader(), Some(true));
         assert_eq!(Workload::TlsGet1m.path(), "/size/1m");
         assert_eq!(Workload::TlsGet64.connections(8), 64);
+        for w in Workload::H2 {
+            assert!(w.is_h2() && w.is_tls() && !w.tls12() && w.origin() == OriginKind::Own);
+            assert_eq!((w.connections(8), w.handshake_loader()), (64, None));
+        }
+        assert_eq!(Workload::H2Get1m.path(), "/size/1m");
+        assert_eq!("h2-get-1m".parse::<Workload>(), Ok(Workload::H2Get1m));
+        assert!(!Workload::TlsGet64.is_h2());
     }
 
     #[test]

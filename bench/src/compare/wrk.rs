@@ -38,6 +38,8 @@ pub struct WrkResult {
     pub percentiles: Vec<(f64, Duration)>,
     /// Slowest request, from the script's report.
     pub max: Option<Duration>,
+    /// The negotiated protocol, when the load generator reports it (h2load: `h2, TLSv1.3 SUITE`).
+    pub protocol: Option<String>,
 }
 
 impl WrkResult {
@@ -225,6 +227,7 @@ pub fn parse_wrk(out: &str) -> Option<WrkResult> {
             percentiles
         },
         max,
+        protocol: None,
     })
 }
 
