@@ -7,10 +7,15 @@
 //!   and closes.
 //! - `max_requests_per_connection` streams, or drain: GOAWAY (RFC 9113 §6.8), open streams finish
 //!   (bounded by `drain`), then the connection closes.
-//! - Flood defences are h2's own, sized from the config: SETTINGS_MAX_CONCURRENT_STREAMS, the header
-//!   list limit (SETTINGS_MAX_HEADER_LIST_SIZE, across HEADERS and CONTINUATION), and the reset-stream
-//!   limits (`max_pending_accept_reset_streams`, `max_local_error_reset_streams`, both
-//!   `max_resets_per_second`), past which h2 ends the connection with GOAWAY ENHANCE_YOUR_CALM.
+//! - Flood defences: h2's own, sized from the config: SETTINGS_MAX_CONCURRENT_STREAMS, the header
+//!   list limit (SETTINGS_MAX_HEADER_LIST_SIZE, across HEADERS and CONTINUATION, and h2's bound on
+//!   CONTINUATION frames), and the reset-stream limits (`max_pending_accept_reset_streams`,
+//!   `max_local_error_reset_streams`, both `max_resets_per_second`), past which h2 ends the connection
+//!   with GOAWAY ENHANCE_YOUR_CALM at once; and edge's per-second limits on resets, SETTINGS, PING,
+//!   empty frames and WINDOW_UPDATE ([`super::flood`], run on the IO by [`super::guard`]), past which
+//!   the accept loop sends GOAWAY ENHANCE_YOUR_CALM and lets open streams finish (bounded by `drain`),
+//!   or closes at once if the flood goes on. Either way: `edge_http2_goaways_total{reason="flood"}`
+//!   and a rate-limited `http2.goaway` line.
 
 use std::{
     cell::Cell,
@@ -26,9 +31,12 @@ use edge_core::{
     metrics::GoawayReason,
 };
 use h2::server::{Builder, Connection};
+use h2::Reason;
 use monoio::time::{timeout_at, Instant};
 
 use super::{
+    flood::Flood,
+    guard::{Alarm, Guarded},
     session::Chunk,
     stream::{self, Origin},
 };
@@ -80,6 +88,9 @@ fn builder(h: &edge_core::config::Http2) -> Builder {
     b
 }
 
+/// The h2 connection over edge's guarded IO.
+type H2Conn = Connection<Guarded, Chunk>;
+
 /// A stream as h2 hands it over: its request (head and body) and its response side.
 type Accepted = (
     http::Request<h2::RecvStream>,
@@ -96,6 +107,8 @@ enum Event {
     Idle,
     /// The GOAWAY phase ran out of time.
     Overdue,
+    /// A flood tripped the connection's alarm; `true` when it went on after GOAWAY.
+    Flood(Flood, bool),
 }
 
 /// Boxes an accepted stream (one allocation per stream, beside h2's own).
@@ -121,7 +134,12 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
     w.metrics
         .connection_opened(edge_core::metrics::Protocol::H2);
     let fd = stream.fd();
-    let io = PollIo::new(stream, prefix, send);
+    let alarm = Alarm::new(w.clone(), from);
+    let io = Guarded::new(
+        PollIo::new(stream, prefix, send),
+        h.max_resets_per_second,
+        alarm.clone(),
+    );
     let handshake = builder(&h).handshake::<_, Chunk>(io);
     let mut conn = match timeout_at(Instant::now() + idle, handshake).await {
         Ok(Ok(c)) => c,
@@ -141,10 +159,19 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
     // Set once GOAWAY went out: the connection ends when its streams have, or at this instant.
     let mut closing: Option<Instant> = None;
     loop {
-        let event = next_event(&w, &mut conn, &open, fd, idle, closing).await;
+        let event = next_event(&w, &mut conn, &alarm, &open, fd, idle, closing).await;
         match event {
             Event::Stream(None) => break,
             Event::Stream(Some(Err(e))) => break connection_error(&w, &e, from),
+            Event::Flood(flood, true) => {
+                tracing::debug!(event = "connection.closed", worker = w.id, peer = %from.peer, flood = flood.as_str(), "h2 flood went on after GOAWAY");
+                break;
+            }
+            Event::Flood(flood, false) => {
+                let until = Instant::now() + drain;
+                closing = Some(closing.map_or(until, |c| c.min(until)));
+                flood_goaway(&w, &mut conn, &alarm, flood, from);
+            }
             Event::Stream(Some(Ok(accepted))) => {
                 let (req, respond) = *accepted;
                 served += 1;
@@ -177,9 +204,20 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
 }
 
 /// Sends GOAWAY (RFC 9113 §6.8: h2's graceful shutdown, open streams finish), counted and logged.
-fn goaway(w: &Worker, conn: &mut Connection<PollIo, Chunk>, reason: GoawayReason, from: Origin) {
+fn goaway(w: &Worker, conn: &mut H2Conn, reason: GoawayReason, from: Origin) {
     w.metrics.http2_goaway(reason).increment(1);
     tracing::debug!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = reason.as_str());
+    conn.graceful_shutdown();
+}
+
+/// Answers a flood: GOAWAY ENHANCE_YOUR_CALM through h2's graceful shutdown (the alarm rewrites its
+/// code; open streams finish), counted as `reason="flood"` and logged (rate-limited) with the flood.
+fn flood_goaway(w: &Worker, conn: &mut H2Conn, alarm: &Alarm, flood: Flood, from: Origin) {
+    w.metrics.http2_goaway(GoawayReason::Flood).increment(1);
+    if w.log_limit.allow() {
+        tracing::info!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = GoawayReason::Flood.as_str(), flood = flood.as_str(), code = %Reason::ENHANCE_YOUR_CALM);
+    }
+    alarm.calm();
     conn.graceful_shutdown();
 }
 
@@ -189,7 +227,7 @@ fn goaway(w: &Worker, conn: &mut Connection<PollIo, Chunk>, reason: GoawayReason
 fn connection_error(w: &Worker, e: &h2::Error, from: Origin) {
     if e.is_go_away() && !e.is_remote() {
         let reason = match e.reason() {
-            Some(h2::Reason::ENHANCE_YOUR_CALM) => GoawayReason::Flood,
+            Some(Reason::ENHANCE_YOUR_CALM) => GoawayReason::Flood,
             _ => GoawayReason::Protocol,
         };
         w.metrics.http2_goaway(reason).increment(1);
@@ -206,24 +244,31 @@ fn connection_error(w: &Worker, e: &h2::Error, from: Origin) {
 /// end.
 async fn next_event(
     w: &Worker,
-    conn: &mut Connection<PollIo, Chunk>,
+    conn: &mut H2Conn,
+    alarm: &Alarm,
     open: &Open,
     fd: std::os::fd::RawFd,
     idle: Duration,
     closing: Option<Instant>,
 ) -> Event {
     let accept = conn.accept();
+    let flood = alarm.tripped();
     if let Some(until) = closing {
-        return match timeout_at(until, accept).await {
-            Ok(r) => boxed(r),
-            Err(_) => Event::Overdue,
+        let either = async {
+            monoio::select! {
+                biased;
+                (f, again) = flood => Event::Flood(f, again),
+                r = accept => boxed(r),
+            }
         };
+        return timeout_at(until, either).await.unwrap_or(Event::Overdue);
     }
     if open.count.get() == 0 {
         let evicted = w.idle.enter(fd);
         let accept = timeout_at(Instant::now() + idle, accept);
         return monoio::select! {
             biased;
+            (f, again) = flood => Event::Flood(f, again),
             () = evicted => Event::Idle,
             r = accept => r.map_or(Event::Idle, boxed),
         };
@@ -236,6 +281,8 @@ async fn next_event(
         Poll::Pending
     });
     monoio::select! {
+        biased;
+        (f, again) = flood => Event::Flood(f, again),
         r = accept => boxed(r),
         () = quiet => Event::Quiet,
     }

@@ -1,0 +1,203 @@
+//! [`Guarded`]: the IO handed to h2, the connection's [`PollIo`] with edge's flood defences
+//! ([`super::flood`]) on its bytes. Inbound bytes are scanned as h2 reads them (one clock read per
+//! read); outbound bytes as h2 writes them (DATA frames grow the WINDOW_UPDATE budget, refusing
+//! RST_STREAMs count as resets, and as `edge_http2_resets_total{side="edge"}` with a rate-limited
+//! `request.invalid` line, the status table's h2 stream-error row).
+//!
+//! A flood trips the connection's [`Alarm`]: reading stops (the flood's bytes are no longer handed to
+//! h2) until the accept loop ([`super::conn`]) has answered it: it starts h2's graceful shutdown and
+//! sets the alarm [`calm`](Alarm::calm), after which every GOAWAY h2 writes carries ENHANCE_YOUR_CALM
+//! instead of NO_ERROR (so open streams still finish, RFC 9113 §6.8, which h2's `abrupt_shutdown`
+//! would cut). A flood that goes on after that trips the alarm again and the connection closes at
+//! once.
+
+use std::{
+    cell::Cell,
+    io,
+    pin::Pin,
+    rc::Rc,
+    task::{ready, Context, Poll, Waker},
+    time::Instant,
+};
+
+use edge_core::{io::PollIo, metrics::ResetSide};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{
+    flood::{Flood, Frame, Scanner, Window},
+    stream::Origin,
+};
+use crate::worker::Worker;
+
+/// ENHANCE_YOUR_CALM (RFC 9113 §7).
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+/// Where a connection stands against the flood defences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// No flood.
+    Quiet,
+    /// A flood tripped the alarm; reading waits for the accept loop.
+    Tripped(Flood),
+    /// GOAWAY ENHANCE_YOUR_CALM is on its way; open streams finish.
+    Calm,
+    /// The flood went on after GOAWAY: the connection closes.
+    Again(Flood),
+}
+
+/// A connection's flood state, shared by its [`Guarded`] IO and its accept loop.
+pub struct Alarm {
+    phase: Cell<Phase>,
+    /// The accept loop waits for a flood.
+    waiter: Cell<Option<Waker>>,
+    /// h2's read waits for the accept loop's answer.
+    reader: Cell<Option<Waker>>,
+    w: Rc<Worker>,
+    from: Origin,
+}
+
+impl Alarm {
+    /// The alarm of a connection from `from` on worker `w`.
+    pub fn new(w: Rc<Worker>, from: Origin) -> Rc<Self> {
+        Rc::new(Alarm {
+            phase: Cell::new(Phase::Quiet),
+            waiter: Cell::new(None),
+            reader: Cell::new(None),
+            w,
+            from,
+        })
+    }
+
+    fn trip(&self, f: Flood) {
+        let next = match self.phase.get() {
+            Phase::Quiet => Phase::Tripped(f),
+            Phase::Calm => Phase::Again(f),
+            p => p,
+        };
+        if next != self.phase.get() {
+            self.phase.set(next);
+            if let Some(w) = self.waiter.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Waits until a flood tripped the alarm: the flood, and whether it came after GOAWAY
+    /// ENHANCE_YOUR_CALM (then the connection closes at once).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the flood stays recorded until [`Alarm::calm`].
+    pub fn tripped(&self) -> impl std::future::Future<Output = (Flood, bool)> + '_ {
+        std::future::poll_fn(|cx| match self.phase.get() {
+            Phase::Tripped(f) => Poll::Ready((f, false)),
+            Phase::Again(f) => Poll::Ready((f, true)),
+            _ => {
+                self.waiter.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+    }
+
+    /// The accept loop started the shutdown: GOAWAYs now carry ENHANCE_YOUR_CALM, reading resumes.
+    pub fn calm(&self) {
+        self.phase.set(Phase::Calm);
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// A refusing RST_STREAM went out (status table: h2 stream error).
+    fn refused(&self, f: &Frame) {
+        self.w.metrics.http2_reset(ResetSide::Edge).increment(1);
+        if self.w.log_limit.allow() {
+            tracing::info!(event = "request.invalid", worker = self.w.id, peer = %self.from.peer, reason = "h2_stream_error", stream = f.stream, code = f.code, "h2 refused a stream");
+        }
+    }
+}
+
+/// The connection's IO as h2 sees it (see the module docs).
+pub struct Guarded {
+    io: PollIo,
+    inbound: Scanner,
+    outbound: Scanner,
+    window: Window,
+    alarm: Rc<Alarm>,
+}
+
+impl Guarded {
+    /// `io` under the flood limits (`max_resets` is `server.http2.max_resets_per_second`), tripping
+    /// `alarm`.
+    pub fn new(io: PollIo, max_resets: u32, alarm: Rc<Alarm>) -> Self {
+        Guarded {
+            io,
+            inbound: Scanner::inbound(),
+            outbound: Scanner::outbound(),
+            window: Window::new(Instant::now(), max_resets),
+            alarm,
+        }
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if matches!(this.alarm.phase.get(), Phase::Tripped(_) | Phase::Again(_)) {
+            this.alarm.reader.set(Some(cx.waker().clone()));
+            return Poll::Pending;
+        }
+        let before = out.filled().len();
+        ready!(Pin::new(&mut this.io).poll_read(cx, out))?;
+        let new = &out.filled()[before..];
+        if !new.is_empty() {
+            this.window.roll(Instant::now());
+            let (window, alarm) = (&mut this.window, &this.alarm);
+            this.inbound.scan(new, |f| {
+                if let Some(flood) = window.inbound(&f) {
+                    alarm.trip(flood);
+                }
+            });
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let n = match this.alarm.phase.get() {
+            Phase::Quiet => ready!(Pin::new(&mut this.io).poll_write(cx, data))?,
+            // Only on a flooding connection: a copy with the GOAWAY codes rewritten.
+            _ => {
+                let mut patched = data.to_vec();
+                this.outbound.patch_goaway(&mut patched, ENHANCE_YOUR_CALM);
+                ready!(Pin::new(&mut this.io).poll_write(cx, &patched))?
+            }
+        };
+        let (window, alarm) = (&mut this.window, &this.alarm);
+        this.outbound.scan(&data[..n], |f| {
+            if f.kind == super::flood::kind::RST_STREAM && super::flood::is_refusal(f.code) {
+                alarm.refused(&f);
+            }
+            if let Some(flood) = window.outbound(&f) {
+                alarm.trip(flood);
+            }
+        });
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
