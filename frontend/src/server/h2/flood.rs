@@ -298,11 +298,11 @@ impl Window {
         }
     }
 
-    /// Starts a new window when `now` is a second or more past this one's start.
-    pub fn roll(&mut self, now: Instant) {
+    /// Starts a new window when `now` is a second or more past this one's start; whether it did.
+    pub fn roll(&mut self, now: Instant) -> bool {
         let age = now.saturating_duration_since(self.start);
         if age < Duration::from_secs(1) {
-            return;
+            return false;
         }
         let data_before = match age < Duration::from_secs(2) {
             true => self.data,
@@ -310,6 +310,16 @@ impl Window {
         };
         *self = Window {
             data_before,
+            ..Window::new(now, self.max_resets)
+        };
+        true
+    }
+
+    /// Starts a new window at `now` whatever this one's age (the counts start over; the DATA edge
+    /// sent still grows the WINDOW_UPDATE budget).
+    pub fn restart(&mut self, now: Instant) {
+        *self = Window {
+            data_before: self.data.saturating_add(self.data_before),
             ..Window::new(now, self.max_resets)
         };
     }

@@ -8,7 +8,9 @@
 //! h2) until the accept loop ([`super::conn`]) has answered it: it starts h2's graceful shutdown and
 //! sets the alarm [`calm`](Alarm::calm), after which every GOAWAY h2 writes carries ENHANCE_YOUR_CALM
 //! instead of NO_ERROR (so open streams still finish, RFC 9113 §6.8, which h2's `abrupt_shutdown`
-//! would cut). A flood that goes on after that trips the alarm again and the connection closes at
+//! would cut). The counts start over then, and the rest of that second is grace: what the client
+//! had sent before it could see the GOAWAY (up to its socket buffers' worth) is not held against
+//! it. A flood that goes on in a later second trips the alarm again and the connection closes at
 //! once.
 
 use std::{
@@ -121,6 +123,8 @@ pub struct Guarded {
     inbound: Scanner,
     outbound: Scanner,
     window: Window,
+    /// `None` until the GOAWAY went out; then whether the window since is the grace second.
+    grace: Option<bool>,
     alarm: Rc<Alarm>,
 }
 
@@ -133,6 +137,7 @@ impl Guarded {
             inbound: Scanner::inbound(),
             outbound: Scanner::outbound(),
             window: Window::new(Instant::now(), max_resets),
+            grace: None,
             alarm,
         }
     }
@@ -153,10 +158,21 @@ impl AsyncRead for Guarded {
         ready!(Pin::new(&mut this.io).poll_read(cx, out))?;
         let new = &out.filled()[before..];
         if !new.is_empty() {
-            this.window.roll(Instant::now());
+            let now = Instant::now();
+            match this.grace {
+                None if this.alarm.phase.get() == Phase::Calm => {
+                    this.window.restart(now);
+                    this.grace = Some(true);
+                }
+                Some(true) if this.window.roll(now) => this.grace = Some(false),
+                _ => {
+                    this.window.roll(now);
+                }
+            }
             let (window, alarm) = (&mut this.window, &this.alarm);
+            let grace = this.grace == Some(true);
             this.inbound.scan(new, |f| {
-                if let Some(flood) = window.inbound(&f) {
+                if let (Some(flood), false) = (window.inbound(&f), grace) {
                     alarm.trip(flood);
                 }
             });
@@ -182,11 +198,12 @@ impl AsyncWrite for Guarded {
             }
         };
         let (window, alarm) = (&mut this.window, &this.alarm);
+        let grace = this.grace == Some(true);
         this.outbound.scan(&data[..n], |f| {
             if f.kind == super::flood::kind::RST_STREAM && super::flood::is_refusal(f.code) {
                 alarm.refused(&f);
             }
-            if let Some(flood) = window.outbound(&f) {
+            if let (Some(flood), false) = (window.outbound(&f), grace) {
                 alarm.trip(flood);
             }
         });
