@@ -160,6 +160,49 @@ both_drivers!(rapid_reset_gets_goaway_enhance_your_calm, |d| {
 });
 
 both_drivers!(
+    resets_of_accepted_streams_past_max_resets_per_second_get_goaway,
+    |d| {
+        // Each stream is accepted (a PING round trip after its HEADERS) before it is reset, so h2's own
+        // count of streams reset before they were accepted never sees it: only edge's per-second limit.
+        let origin = Origin::start(|_| Reply::ok(b"late").delayed(Duration::from_secs(3)));
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .timeout("drain", "10s")
+            .http2("max_resets_per_second", 20);
+        let edge = Edge::start(&cfg);
+        let mut c = connect(&edge);
+        let authority = edge.addr.to_string();
+        let mut goaway = None;
+        for i in 0..40u32 {
+            let stream = 2 * i + 1;
+            let fields = request_fields("GET", "/held", &authority);
+            c.headers(stream, &fields, true, true).unwrap();
+            c.ping(u64::from(i).to_be_bytes(), false).unwrap();
+            let pong = c.wait_for(WAIT, |f| f.kind == kind::PING && f.flags & flag::ACK != 0);
+            assert!(pong.is_ok(), "PING {i} not answered");
+            c.rst(stream, code::CANCEL).unwrap();
+            if let Ok(g) = c.wait_for(Duration::ZERO, is_goaway) {
+                goaway = Some((g, i + 1));
+                break;
+            }
+        }
+        let (goaway, resets) = goaway
+            .or_else(|| c.wait_for(WAIT, is_goaway).ok().map(|g| (g, 40)))
+            .expect("a GOAWAY");
+        assert_eq!(goaway.goaway_code(), Some(code::ENHANCE_YOUR_CALM));
+        assert!(resets > 20, "GOAWAY after {resets} resets, the limit is 20");
+        let flood = ["reason=\"flood\""];
+        assert_eq!(
+            edge.wait_metric("edge_http2_goaways_total", &flood, 1.0),
+            1.0
+        );
+        assert!(edge
+            .wait_log_all(&["http2.goaway", "resets"], WAIT)
+            .is_some());
+    }
+);
+
+both_drivers!(
     continuation_flood_gets_goaway_and_the_connection_closes,
     |d| {
         assert_flood_answered(d, |edge| {
