@@ -162,7 +162,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
         let event = next_event(&w, &mut conn, &alarm, &open, fd, idle, closing).await;
         match event {
             Event::Stream(None) => break,
-            Event::Stream(Some(Err(e))) => break connection_error(&w, &e, from),
+            Event::Stream(Some(Err(e))) => break connection_error(&w, &e, &alarm, from),
             Event::Flood(flood, true) => {
                 tracing::debug!(event = "connection.closed", worker = w.id, peer = %from.peer, flood = flood.as_str(), "h2 flood went on after GOAWAY");
                 break;
@@ -223,9 +223,10 @@ fn flood_goaway(w: &Worker, conn: &mut H2Conn, alarm: &Alarm, flood: Flood, from
 
 /// Counts and logs the error that ended an h2 connection: a GOAWAY edge (h2) sent for a protocol
 /// error or a flood (ENHANCE_YOUR_CALM) is `edge_http2_goaways_total{reason}` and `http2.goaway`; the
-/// client's own errors and IO errors are logged at debug.
-fn connection_error(w: &Worker, e: &h2::Error, from: Origin) {
-    if e.is_go_away() && !e.is_remote() {
+/// client's own errors, IO errors and errors after edge's own flood GOAWAY (already counted) are
+/// logged at debug.
+fn connection_error(w: &Worker, e: &h2::Error, alarm: &Alarm, from: Origin) {
+    if e.is_go_away() && !e.is_remote() && !alarm.answered() {
         let reason = match e.reason() {
             Some(Reason::ENHANCE_YOUR_CALM) => GoawayReason::Flood,
             _ => GoawayReason::Protocol,

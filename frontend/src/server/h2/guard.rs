@@ -8,10 +8,12 @@
 //! h2) until the accept loop ([`super::conn`]) has answered it: it starts h2's graceful shutdown and
 //! sets the alarm [`calm`](Alarm::calm), after which every GOAWAY h2 writes carries ENHANCE_YOUR_CALM
 //! instead of NO_ERROR (so open streams still finish, RFC 9113 §6.8, which h2's `abrupt_shutdown`
-//! would cut). The counts start over then, and the rest of that second is grace: what the client
-//! had sent before it could see the GOAWAY (up to its socket buffers' worth) is not held against
-//! it. A flood that goes on in a later second trips the alarm again and the connection closes at
-//! once.
+//! would cut). From then on the client's frames that only make work (new streams, non-ACK SETTINGS
+//! and PING, PRIORITY, empty DATA: [`super::flood::keep_after_goaway`]) are dropped before h2 sees
+//! them, so what the client had in flight costs a scan, not a request each. The counts start over
+//! then, and the rest of that second is grace: what the client had sent before it could see the
+//! GOAWAY (up to its socket buffers' worth) is not held against it. A flood that goes on in a later
+//! second trips the alarm again and the connection closes at once.
 
 use std::{
     cell::Cell,
@@ -26,7 +28,7 @@ use edge_core::{io::PollIo, metrics::ResetSide};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{
-    flood::{Flood, Frame, Scanner, Window},
+    flood::{keep_after_goaway, kind, Filter, Flood, Frame, Scanner, Window},
     stream::Origin,
 };
 use crate::worker::Worker;
@@ -100,6 +102,11 @@ impl Alarm {
         })
     }
 
+    /// Whether the flood GOAWAY went out (it is counted; a later h2 error must not count it again).
+    pub fn answered(&self) -> bool {
+        matches!(self.phase.get(), Phase::Calm | Phase::Again(_))
+    }
+
     /// The accept loop started the shutdown: GOAWAYs now carry ENHANCE_YOUR_CALM, reading resumes.
     pub fn calm(&self) {
         self.phase.set(Phase::Calm);
@@ -125,6 +132,10 @@ pub struct Guarded {
     window: Window,
     /// `None` until the GOAWAY went out; then whether the window since is the grace second.
     grace: Option<bool>,
+    /// Set when the GOAWAY went out: drops what the client sends beyond its open streams' needs.
+    filter: Option<Filter>,
+    /// The highest stream id of the client's HEADERS so far.
+    last_stream: u32,
     alarm: Rc<Alarm>,
 }
 
@@ -138,8 +149,38 @@ impl Guarded {
             outbound: Scanner::outbound(),
             window: Window::new(Instant::now(), max_resets),
             grace: None,
+            filter: None,
+            last_stream: 0,
             alarm,
         }
+    }
+}
+
+impl Guarded {
+    /// Counts the client's new bytes `new` (read at `now`), tripping the alarm on a flood (not in the
+    /// grace second after a flood GOAWAY).
+    fn count(&mut self, new: &[u8], now: Instant) {
+        match self.grace {
+            None if self.alarm.phase.get() == Phase::Calm => {
+                self.window.restart(now);
+                self.grace = Some(true);
+                self.filter = Some(self.inbound.filter());
+            }
+            Some(true) if self.window.roll(now) => self.grace = Some(false),
+            _ => {
+                self.window.roll(now);
+            }
+        }
+        let (window, alarm, last) = (&mut self.window, &self.alarm, &mut self.last_stream);
+        let grace = self.grace == Some(true);
+        self.inbound.scan(new, |f| {
+            if f.kind == kind::HEADERS {
+                *last = (*last).max(f.stream);
+            }
+            if let (Some(flood), false) = (window.inbound(&f), grace) {
+                alarm.trip(flood);
+            }
+        });
     }
 }
 
@@ -154,30 +195,27 @@ impl AsyncRead for Guarded {
             this.alarm.reader.set(Some(cx.waker().clone()));
             return Poll::Pending;
         }
-        let before = out.filled().len();
-        ready!(Pin::new(&mut this.io).poll_read(cx, out))?;
-        let new = &out.filled()[before..];
-        if !new.is_empty() {
-            let now = Instant::now();
-            match this.grace {
-                None if this.alarm.phase.get() == Phase::Calm => {
-                    this.window.restart(now);
-                    this.grace = Some(true);
-                }
-                Some(true) if this.window.roll(now) => this.grace = Some(false),
-                _ => {
-                    this.window.roll(now);
-                }
+        loop {
+            let before = out.filled().len();
+            ready!(Pin::new(&mut this.io).poll_read(cx, out))?;
+            let end = out.filled().len();
+            if end == before {
+                return Poll::Ready(Ok(()));
             }
-            let (window, alarm) = (&mut this.window, &this.alarm);
-            let grace = this.grace == Some(true);
-            this.inbound.scan(new, |f| {
-                if let (Some(flood), false) = (window.inbound(&f), grace) {
-                    alarm.trip(flood);
-                }
+            this.count(&out.filled()[before..], Instant::now());
+            let Some(filter) = this.filter.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            let last = this.last_stream;
+            let kept = filter.apply(&mut out.filled_mut()[before..], |f| {
+                keep_after_goaway(f, last)
             });
+            out.set_filled(before + kept);
+            // Everything read was dropped: read on (an empty read would be taken for EOF).
+            if kept > 0 {
+                return Poll::Ready(Ok(()));
+            }
         }
-        Poll::Ready(Ok(()))
     }
 }
 
