@@ -109,7 +109,8 @@ fn others_meanwhile(edge: &Edge) -> (Arc<AtomicBool>, thread::JoinHandle<(usize,
 
 /// Runs `flood` (which returns the GOAWAY it got) on one connection while other connections are
 /// served, then checks the flood's GOAWAY, count, log line, and that the others never failed.
-fn assert_flood_answered(d: Driver, flood: impl FnOnce(&Edge) -> Option<Frame>) {
+/// Returns edge and its origin for further checks.
+fn assert_flood_answered(d: Driver, flood: impl FnOnce(&Edge) -> Option<Frame>) -> (Edge, Origin) {
     let origin = Origin::fixed(b"ok");
     let edge = h2c(d, &origin);
     let (stop, others) = others_meanwhile(&edge);
@@ -131,14 +132,16 @@ fn assert_flood_answered(d: Driver, flood: impl FnOnce(&Edge) -> Option<Frame>) 
             .is_some(),
         "no http2.goaway line"
     );
+    (edge, origin)
 }
 
 both_drivers!(rapid_reset_gets_goaway_enhance_your_calm, |d| {
-    assert_flood_answered(d, |edge| {
+    let sent = std::cell::Cell::new(0);
+    let (edge, origin) = assert_flood_answered(d, |edge| {
         let mut c = connect(edge);
         let authority = edge.addr.to_string();
         let block = hpack_block(&request_fields("GET", "/reset", &authority));
-        let (goaway, sent) = flood_until_goaway(&mut c, 20_000, |i, out| {
+        let (goaway, n) = flood_until_goaway(&mut c, 20_000, |i, out| {
             let stream = 2 * i + 1;
             let flags = flag::END_STREAM | flag::END_HEADERS;
             frame(out, kind::HEADERS, flags, stream, &block);
@@ -150,13 +153,30 @@ both_drivers!(rapid_reset_gets_goaway_enhance_your_calm, |d| {
                 &code::CANCEL.to_be_bytes(),
             );
         });
-        assert!(goaway.is_some(), "no GOAWAY after {sent} resets");
+        sent.set(n);
+        assert!(goaway.is_some(), "no GOAWAY after {n} resets");
         assert!(
             answer_until_closed(&mut c, WAIT),
             "the flooding connection stayed open"
         );
         goaway
     });
+    // A stream reset before edge took it up costs no upstream exchange (only those whose HEADERS and
+    // RST_STREAM fell into different reads reach the origin).
+    let forwarded = origin
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.target == "/reset")
+        .count();
+    assert!(
+        forwarded * 10 < sent.get() as usize,
+        "{forwarded} of {} reset streams were forwarded",
+        sent.get()
+    );
+    let client = ["side=\"client\""];
+    assert!(edge.metric("edge_http2_resets_total", &client) > 0.0);
 });
 
 both_drivers!(

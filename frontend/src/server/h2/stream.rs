@@ -84,14 +84,26 @@ fn log_line(buf: &[u8]) -> Vec<u8> {
     line[..end.unwrap_or(line.len())].to_vec()
 }
 
+/// Whether the client reset the stream already (h2 hands over streams reset before they were
+/// accepted, e.g. HEADERS and RST_STREAM in one read: the rapid-reset pattern); such a stream gets no
+/// work at all. Polls once, without waiting.
+fn reset_already(respond: &mut SendResponse<Chunk>) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    respond.poll_reset(&mut cx).is_ready()
+}
+
 /// Serves one stream: `req` is its head (the body streams from its `RecvStream`), `respond` its
 /// response side.
 pub async fn serve(
     w: &Worker,
     req: http::Request<RecvStream>,
-    respond: SendResponse<Chunk>,
+    mut respond: SendResponse<Chunk>,
     from: Origin,
 ) {
+    if reset_already(&mut respond) {
+        w.metrics.http2_reset(ResetSide::Client).increment(1);
+        return;
+    }
     let started = Instant::now();
     let live = w.live();
     let server = &live.cfg.config.server;
