@@ -132,8 +132,9 @@ pub struct Guarded {
     window: Window,
     /// `None` until the GOAWAY went out; then whether the window since is the grace second.
     grace: Option<bool>,
-    /// Set when the GOAWAY went out: drops what the client sends beyond its open streams' needs.
-    filter: Option<Filter>,
+    /// Set when the GOAWAY went out: drops what the client sends beyond its open streams' needs;
+    /// with the highest stream id h2 had seen then (later streams are dropped).
+    filter: Option<(Filter, u32)>,
     /// The highest stream id of the client's HEADERS so far.
     last_stream: u32,
     alarm: Rc<Alarm>,
@@ -164,7 +165,7 @@ impl Guarded {
             None if self.alarm.phase.get() == Phase::Calm => {
                 self.window.restart(now);
                 self.grace = Some(true);
-                self.filter = Some(self.inbound.filter());
+                self.filter = Some((self.inbound.filter(), self.last_stream));
             }
             Some(true) if self.window.roll(now) => self.grace = Some(false),
             _ => {
@@ -203,10 +204,10 @@ impl AsyncRead for Guarded {
                 return Poll::Ready(Ok(()));
             }
             this.count(&out.filled()[before..], Instant::now());
-            let Some(filter) = this.filter.as_mut() else {
+            let Some((filter, last)) = this.filter.as_mut() else {
                 return Poll::Ready(Ok(()));
             };
-            let last = this.last_stream;
+            let last = *last;
             let kept = filter.apply(&mut out.filled_mut()[before..], |f| {
                 keep_after_goaway(f, last)
             });
