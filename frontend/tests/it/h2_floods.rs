@@ -309,6 +309,22 @@ both_drivers!(window_update_flood_gets_goaway_enhance_your_calm, |d| {
     });
 });
 
+// With no stream open, a flood GOAWAY closes the connection at once (nothing to finish): the
+// client's bytes still in flight are never read.
+both_drivers!(with_no_stream_open_a_flood_goaway_closes_at_once, |d| {
+    let origin = Origin::fixed(b"ok");
+    let edge = h2c(d, &origin);
+    let mut c = connect(&edge);
+    let (goaway, _) = flood_until_goaway(&mut c, 100_000, |i, out| {
+        frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
+    });
+    let goaway = goaway.expect("a GOAWAY");
+    assert_eq!(goaway.goaway_code(), Some(code::ENHANCE_YOUR_CALM));
+    assert!(goaway.goaway_last_stream() < Some(1), "{goaway:?}");
+    // No PING answered: closed without h2's graceful round trip.
+    assert!(c.closed_within(Duration::from_secs(2)), "still open");
+});
+
 both_drivers!(a_stream_open_at_a_flood_goaway_still_finishes, |d| {
     let origin = Origin::start(|s| match s.target.as_str() {
         "/slow" => Reply::ok(b"slow done").delayed(Duration::from_millis(800)),
@@ -335,9 +351,15 @@ both_drivers!(a_stream_open_at_a_flood_goaway_still_finishes, |d| {
 });
 
 both_drivers!(a_flood_that_goes_on_after_goaway_is_closed_at_once, |d| {
-    let origin = Origin::fixed(b"ok");
+    // A stream held open (its answer takes 8 s) keeps the connection in its GOAWAY phase: only the
+    // flood going on can close it before that answer and before drain (10 s).
+    let origin = Origin::start(|_| Reply::ok(b"late").delayed(Duration::from_secs(8)));
     let edge = h2c(d, &origin);
     let mut c = connect(&edge);
+    let authority = edge.addr.to_string();
+    c.headers(1, &request_fields("GET", "/held", &authority), true, true)
+        .unwrap();
+    assert!(origin.wait_until(WAIT, |o| o.seen_count() == 1));
     let settings = |_, out: &mut Vec<u8>| frame(out, kind::SETTINGS, 0, 0, &[]);
     let (goaway, _) = flood_until_goaway(&mut c, 100_000, settings);
     assert_eq!(goaway.unwrap().goaway_code(), Some(code::ENHANCE_YOUR_CALM));

@@ -158,8 +158,12 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
     let mut served = 0u64;
     // Set once GOAWAY went out: the connection ends when its streams have, or at this instant.
     let mut closing: Option<Instant> = None;
+    // After a flood GOAWAY with streams open: end the connection when the last one ends, without
+    // waiting for h2's graceful round trip (a flooding client need not answer its PING).
+    let mut end_when_quiet = false;
     loop {
-        let event = next_event(&w, &mut conn, &alarm, &open, fd, idle, closing).await;
+        let phase = closing.map(|until| (until, end_when_quiet));
+        let event = next_event(&w, &mut conn, &alarm, &open, fd, idle, phase).await;
         match event {
             Event::Stream(None) => break,
             Event::Stream(Some(Err(e))) => break connection_error(&w, &e, &alarm, from),
@@ -170,7 +174,7 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
             Event::Flood(flood, false) => {
                 let until = Instant::now() + drain;
                 closing = Some(closing.map_or(until, |c| c.min(until)));
-                flood_goaway(&w, &mut conn, &alarm, flood, from);
+                end_when_quiet = flood_goaway(&w, &mut conn, &alarm, flood, from, &open);
             }
             Event::Stream(Some(Ok(accepted))) => {
                 let (req, respond) = *accepted;
@@ -178,6 +182,10 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
                 let guard = OpenStream::new(&open);
                 let task = stream_task(w.clone(), req, respond, from, guard);
                 monoio::spawn(task);
+            }
+            Event::Quiet if end_when_quiet => {
+                end_when_quiet = false;
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             }
             Event::Quiet => {}
             Event::Idle => {
@@ -210,15 +218,30 @@ fn goaway(w: &Worker, conn: &mut H2Conn, reason: GoawayReason, from: Origin) {
     conn.graceful_shutdown();
 }
 
-/// Answers a flood: GOAWAY ENHANCE_YOUR_CALM through h2's graceful shutdown (the alarm rewrites its
-/// code; open streams finish), counted as `reason="flood"` and logged (rate-limited) with the flood.
-fn flood_goaway(w: &Worker, conn: &mut H2Conn, alarm: &Alarm, flood: Flood, from: Origin) {
+/// Answers a flood: GOAWAY ENHANCE_YOUR_CALM, counted as `reason="flood"` and logged (rate-limited)
+/// with the flood. With no stream open, h2's abrupt shutdown: the GOAWAY goes out and the connection
+/// closes without reading what the client still has in flight. Otherwise h2's graceful shutdown (the
+/// alarm rewrites its GOAWAYs' code) so open streams finish; returns `true` then: the connection is
+/// to end when its last stream has.
+fn flood_goaway(
+    w: &Worker,
+    conn: &mut H2Conn,
+    alarm: &Alarm,
+    flood: Flood,
+    from: Origin,
+    open: &Open,
+) -> bool {
     w.metrics.http2_goaway(GoawayReason::Flood).increment(1);
     if w.log_limit.allow() {
         tracing::info!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = GoawayReason::Flood.as_str(), flood = flood.as_str(), code = %Reason::ENHANCE_YOUR_CALM);
     }
     alarm.calm();
+    if open.count.get() == 0 {
+        conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+        return false;
+    }
     conn.graceful_shutdown();
+    true
 }
 
 /// Counts and logs the error that ended an h2 connection: a GOAWAY edge (h2) sent for a protocol
@@ -242,7 +265,7 @@ fn connection_error(w: &Worker, e: &h2::Error, alarm: &Alarm, from: Origin) {
 
 /// Waits for the connection's next stream, the end of its last open stream, or (with no stream open)
 /// its `idle` deadline or eviction; the connection is driven meanwhile. `closing`: the GOAWAY phase's
-/// end.
+/// end, and whether to wait for the last open stream's end during it.
 async fn next_event(
     w: &Worker,
     conn: &mut H2Conn,
@@ -250,16 +273,17 @@ async fn next_event(
     open: &Open,
     fd: std::os::fd::RawFd,
     idle: Duration,
-    closing: Option<Instant>,
+    closing: Option<(Instant, bool)>,
 ) -> Event {
     let accept = conn.accept();
     let flood = alarm.tripped();
-    if let Some(until) = closing {
+    if let Some((until, quiet)) = closing {
         let either = async {
             monoio::select! {
                 biased;
                 (f, again) = flood => Event::Flood(f, again),
                 r = accept => boxed(r),
+                () = last_stream_ended(quiet.then_some(open)) => Event::Quiet,
             }
         };
         return timeout_at(until, either).await.unwrap_or(Event::Overdue);
@@ -274,19 +298,27 @@ async fn next_event(
             r = accept => r.map_or(Event::Idle, boxed),
         };
     }
-    let quiet = poll_fn(|cx| {
+    monoio::select! {
+        biased;
+        (f, again) = flood => Event::Flood(f, again),
+        r = accept => boxed(r),
+        () = last_stream_ended(Some(open)) => Event::Quiet,
+    }
+}
+
+/// Resolves when no stream of `open` is open (never for `None`).
+async fn last_stream_ended(open: Option<&Open>) {
+    let Some(open) = open else {
+        return std::future::pending().await;
+    };
+    poll_fn(|cx| {
         if open.count.get() == 0 {
             return Poll::Ready(());
         }
         open.waker.set(Some(cx.waker().clone()));
         Poll::Pending
-    });
-    monoio::select! {
-        biased;
-        (f, again) = flood => Event::Flood(f, again),
-        r = accept => boxed(r),
-        () = quiet => Event::Quiet,
-    }
+    })
+    .await
 }
 
 /// One stream's task: panics are caught and counted (the stream is reset by h2 when its handles drop).
