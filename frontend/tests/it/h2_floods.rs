@@ -3,9 +3,10 @@
 //! also uses (`edge_bench::peers::h2_frames`): rapid reset, endless CONTINUATION, SETTINGS, PING, empty
 //! DATA and WINDOW_UPDATE floods each end in GOAWAY ENHANCE_YOUR_CALM, counted
 //! (`edge_http2_goaways_total{reason="flood"}`) and logged (`http2.goaway`), while other connections
-//! are served; a stream open when the flood GOAWAY goes out still finishes; a flood that goes on
-//! after GOAWAY closes at once; connection-specific fields reset one stream only; a legitimate
-//! client under the limits is not cut.
+//! are served; resets of streams edge already took up count against `max_resets_per_second`; with
+//! no stream open the flood GOAWAY closes at once, and a stream open when it goes out still
+//! finishes; a flood that goes on after GOAWAY closes at once; connection-specific fields reset one
+//! stream only; a legitimate client under the limits is not cut.
 
 use std::{
     io,

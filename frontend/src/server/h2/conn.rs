@@ -13,9 +13,9 @@
 //!   `max_local_error_reset_streams`, both `max_resets_per_second`), past which h2 ends the connection
 //!   with GOAWAY ENHANCE_YOUR_CALM at once; and edge's per-second limits on resets, SETTINGS, PING,
 //!   empty frames and WINDOW_UPDATE ([`super::flood`], run on the IO by [`super::guard`]), past which
-//!   the accept loop sends GOAWAY ENHANCE_YOUR_CALM and lets open streams finish (bounded by `drain`),
-//!   or closes at once if the flood goes on. Either way: `edge_http2_goaways_total{reason="flood"}`
-//!   and a rate-limited `http2.goaway` line.
+//!   the accept loop sends GOAWAY ENHANCE_YOUR_CALM and closes: at once with no stream open, else
+//!   when the open streams have finished (bounded by `drain`), or at once if the flood goes on.
+//!   Either way: `edge_http2_goaways_total{reason="flood"}` and a rate-limited `http2.goaway` line.
 
 use std::{
     cell::Cell,

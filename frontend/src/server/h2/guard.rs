@@ -5,15 +5,16 @@
 //! `request.invalid` line, the status table's h2 stream-error row).
 //!
 //! A flood trips the connection's [`Alarm`]: reading stops (the flood's bytes are no longer handed to
-//! h2) until the accept loop ([`super::conn`]) has answered it: it starts h2's graceful shutdown and
-//! sets the alarm [`calm`](Alarm::calm), after which every GOAWAY h2 writes carries ENHANCE_YOUR_CALM
-//! instead of NO_ERROR (so open streams still finish, RFC 9113 §6.8, which h2's `abrupt_shutdown`
-//! would cut). From then on the client's frames that only make work (new streams, non-ACK SETTINGS
-//! and PING, PRIORITY, empty DATA: [`super::flood::keep_after_goaway`]) are dropped before h2 sees
-//! them, so what the client had in flight costs a scan, not a request each. The counts start over
-//! then, and the rest of that second is grace: what the client had sent before it could see the
-//! GOAWAY (up to its socket buffers' worth) is not held against it. A flood that goes on in a later
-//! second trips the alarm again and the connection closes at once.
+//! h2) until the accept loop ([`super::conn`]) has answered it with GOAWAY ENHANCE_YOUR_CALM and set
+//! the alarm [`calm`](Alarm::calm). With no stream open that is h2's abrupt shutdown and the
+//! connection closes. With streams open it is h2's graceful shutdown, whose GOAWAYs this IO rewrites
+//! from NO_ERROR to ENHANCE_YOUR_CALM (so the open streams still finish, RFC 9113 §6.8, which
+//! `abrupt_shutdown` would cut); from then on the client's frames that only make work (new streams,
+//! non-ACK SETTINGS and PING, PRIORITY, empty DATA: [`super::flood::keep_after_goaway`]) are dropped
+//! before h2 sees them, so what the client had in flight costs a scan, not a request each. The
+//! counts start over then, and the rest of that second is grace: what the client had sent before it
+//! could see the GOAWAY (up to its socket buffers' worth) is not held against it. A flood that goes
+//! on in a later second trips the alarm again and the connection closes at once.
 
 use std::{
     cell::Cell,
