@@ -45,7 +45,8 @@ enum Cmd {
     Partial(inbound::Args),
     /// A request head dripped one byte per 200 ms: 408 at the deadline, not restarted per read.
     Drip(inbound::Args),
-    /// Every case of DESIGN.md "Fault matrix" (groups a-f; e: the TLS cases) with the invariants after each.
+    /// Every case of DESIGN.md "Fault matrix" (groups a-f; e: the TLS and HTTP/2 cases) with the
+    /// invariants after each.
     Matrix(matrix::Args),
     /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
     IdleMemory(idle_memory::Args),

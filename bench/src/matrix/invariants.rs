@@ -131,6 +131,16 @@ pub const COUNTER_EVENTS: &[CounterEvent] = &[
     ),
     ce("edge_requests_shed_total", &[], &["request.shed"]),
     ce("edge_connection_panics_total", &[], &["connection.panic"]),
+    ce(
+        "edge_http2_goaways_total",
+        &[("reason", "flood")],
+        &["http2.goaway"],
+    ),
+    ce(
+        "edge_http2_resets_total",
+        &[("side", "edge")],
+        &["request.invalid", "response.truncated"],
+    ),
     ce("edge_worker_restarts_total", &[], &["worker.restarted"]),
 ];
 

@@ -1,6 +1,6 @@
-//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a-f; of e the TLS cases) against the
-//! real `edge` binary and scripted origins, each with its expected client-visible outcome, and the
-//! invariants checked around every case:
+//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a-f; e has the TLS and the
+//! HTTP/2 cases) against the real `edge` binary and scripted origins, each with its expected
+//! client-visible outcome, and the invariants checked around every case:
 //!
 //! - health: `GET /_health` on a fresh connection every 50 ms while the case runs; a failed probe
 //!   or one over 1 s fails the case, the p99 is reported against the 5 ms goal (as `hol`);
@@ -15,12 +15,12 @@
 //! This module owns the command line, the group order and the report; the case runner is in
 //! [`runner`], the invariants in [`invariants`], the cases in [`sender`] (group a), [`upstream`]
 //! (group b), [`capacity`] (group c), [`lifecycle`] (group d), [`tls`] (group e, the TLS cases;
-//! skipped while edge has no TLS) and [`discovery`] (group f), the scripted
-//! origin and raw
-//! client in [`origin`].
+//! skipped while edge has no TLS), [`h2`] (group e, the HTTP/2 cases) and [`discovery`] (group f),
+//! the scripted origin and raw client in [`origin`].
 
 pub mod capacity;
 pub mod discovery;
+pub mod h2;
 pub mod health;
 pub mod invariants;
 pub mod lifecycle;
@@ -42,8 +42,8 @@ use runner::Row;
 /// Command line of `edge-bench matrix`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Groups to run (comma-separated among a, b, c, d, e, f; e, the TLS cases, is skipped while
-    /// edge has no TLS).
+    /// Groups to run (comma-separated among a, b, c, d, e, f; of e, the TLS cases are skipped while
+    /// edge has no TLS, the HTTP/2 cases always run).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f")]
     pub groups: Vec<String>,
     /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
@@ -95,7 +95,10 @@ pub fn run(opts: &Args) -> io::Result<bool> {
             "b" => upstream::group_b(&bin, &driver, "b"),
             "c" => capacity::group_c(&bin, &driver),
             "d" => lifecycle::group_d(&bin, &faults_bin, &driver),
-            "e" => tls::group_e_tls(&bin, &driver),
+            "e" => tls::group_e_tls(&bin, &driver).and_then(|mut rows| {
+                rows.append(&mut h2::group_e_h2(&bin, &driver)?);
+                Ok(rows)
+            }),
             "f" => discovery::group_f(&bin, &faults_bin, &driver),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

@@ -34,6 +34,7 @@ mod discovery;
 mod drops;
 mod faults;
 mod h2;
+mod h2_floods;
 mod h2_local;
 mod health_check;
 mod lifecycle;

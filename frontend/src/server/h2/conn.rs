@@ -7,10 +7,15 @@
 //!   and closes.
 //! - `max_requests_per_connection` streams, or drain: GOAWAY (RFC 9113 §6.8), open streams finish
 //!   (bounded by `drain`), then the connection closes.
-//! - Flood defences are h2's own, sized from the config: SETTINGS_MAX_CONCURRENT_STREAMS, the header
-//!   list limit (SETTINGS_MAX_HEADER_LIST_SIZE, across HEADERS and CONTINUATION), and the reset-stream
-//!   limits (`max_pending_accept_reset_streams`, `max_local_error_reset_streams`, both
-//!   `max_resets_per_second`), past which h2 ends the connection with GOAWAY ENHANCE_YOUR_CALM.
+//! - Flood defences: h2's own, sized from the config: SETTINGS_MAX_CONCURRENT_STREAMS, the header
+//!   list limit (SETTINGS_MAX_HEADER_LIST_SIZE, across HEADERS and CONTINUATION, and h2's bound on
+//!   CONTINUATION frames), and the reset-stream limits (`max_pending_accept_reset_streams`,
+//!   `max_local_error_reset_streams`, both `max_resets_per_second`), past which h2 ends the connection
+//!   with GOAWAY ENHANCE_YOUR_CALM at once; and edge's per-second limits on resets, SETTINGS, PING,
+//!   empty frames and WINDOW_UPDATE ([`super::flood`], run on the IO by [`super::guard`]), past which
+//!   the accept loop sends GOAWAY ENHANCE_YOUR_CALM and closes: at once with no stream open, else
+//!   when the open streams have finished (bounded by `drain`), or at once if the flood goes on.
+//!   Either way: `edge_http2_goaways_total{reason="flood"}` and a rate-limited `http2.goaway` line.
 
 use std::{
     cell::Cell,
@@ -26,9 +31,16 @@ use edge_core::{
     metrics::GoawayReason,
 };
 use h2::server::{Builder, Connection};
+use h2::Reason;
 use monoio::time::{timeout_at, Instant};
 
-use super::{session::Chunk, stream::Origin, tasks::StreamTasks};
+use super::{
+    flood::Flood,
+    guard::{Alarm, Guarded},
+    session::Chunk,
+    stream::Origin,
+    tasks::StreamTasks,
+};
 use crate::worker::Worker;
 
 /// The HTTP/2 connection preface a client sends first (RFC 9113 §3.4).
@@ -85,6 +97,9 @@ fn builder(h: &edge_core::config::Http2) -> Builder {
     b
 }
 
+/// The h2 connection over edge's guarded IO.
+type H2Conn = Connection<Guarded, Chunk>;
+
 /// A stream as h2 hands it over: its request (head and body) and its response side.
 pub(super) type Accepted = (
     http::Request<h2::RecvStream>,
@@ -101,6 +116,8 @@ enum Event {
     Idle,
     /// The GOAWAY phase ran out of time.
     Overdue,
+    /// A flood tripped the connection's alarm; `true` when it went on after GOAWAY.
+    Flood(Flood, bool),
 }
 
 /// Boxes an accepted stream (one allocation per stream, beside h2's own).
@@ -131,7 +148,12 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
     w.metrics
         .connection_opened(edge_core::metrics::Protocol::H2);
     let fd = stream.fd();
-    let io = PollIo::new(stream, prefix, send);
+    let alarm = Alarm::new(w.clone(), from);
+    let io = Guarded::new(
+        PollIo::new(stream, prefix, send),
+        h.max_resets_per_second,
+        alarm.clone(),
+    );
     let handshake = builder(&h).handshake::<_, Chunk>(io);
     let mut conn = match timeout_at(Instant::now() + idle, handshake).await {
         Ok(Ok(c)) => c,
@@ -151,16 +173,33 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
     let mut served = 0u64;
     // Set once GOAWAY went out: the connection ends when its streams have, or at this instant.
     let mut closing: Option<Instant> = None;
+    // After a flood GOAWAY with streams open: end the connection when the last one ends, without
+    // waiting for h2's graceful round trip (a flooding client need not answer its PING).
+    let mut end_when_quiet = false;
     loop {
-        let event = next_event(&w, &mut conn, &open, fd, idle, closing).await;
+        let phase = closing.map(|until| (until, end_when_quiet));
+        let event = next_event(&w, &mut conn, &alarm, &open, fd, idle, phase).await;
         match event {
             Event::Stream(None) => break,
-            Event::Stream(Some(Err(e))) => break connection_error(&w, &e, from),
+            Event::Stream(Some(Err(e))) => break connection_error(&w, &e, &alarm, from),
+            Event::Flood(flood, true) => {
+                tracing::debug!(event = "connection.closed", worker = w.id, peer = %from.peer, flood = flood.as_str(), "h2 flood went on after GOAWAY");
+                break;
+            }
+            Event::Flood(flood, false) => {
+                let until = Instant::now() + drain;
+                closing = Some(closing.map_or(until, |c| c.min(until)));
+                end_when_quiet = flood_goaway(&w, &mut conn, &alarm, flood, from, &open);
+            }
             Event::Stream(Some(Ok(accepted))) => {
                 let (req, respond) = *accepted;
                 served += 1;
                 let guard = OpenStream::new(&open);
                 tasks.dispatch(&w, (req, respond), guard, from);
+            }
+            Event::Quiet if end_when_quiet => {
+                end_when_quiet = false;
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             }
             Event::Quiet => {}
             Event::Idle => {
@@ -202,19 +241,46 @@ fn idle_expired(w: &Worker, from: Origin, served: u64) {
 }
 
 /// Sends GOAWAY (RFC 9113 §6.8: h2's graceful shutdown, open streams finish), counted and logged.
-fn goaway(w: &Worker, conn: &mut Connection<PollIo, Chunk>, reason: GoawayReason, from: Origin) {
+fn goaway(w: &Worker, conn: &mut H2Conn, reason: GoawayReason, from: Origin) {
     w.metrics.http2_goaway(reason).increment(1);
     tracing::debug!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = reason.as_str());
     conn.graceful_shutdown();
 }
 
+/// Answers a flood: GOAWAY ENHANCE_YOUR_CALM, counted as `reason="flood"` and logged (rate-limited)
+/// with the flood. With no stream open, h2's abrupt shutdown: the GOAWAY goes out and the connection
+/// closes without reading what the client still has in flight. Otherwise h2's graceful shutdown (the
+/// alarm rewrites its GOAWAYs' code) so open streams finish; returns `true` then: the connection is
+/// to end when its last stream has.
+fn flood_goaway(
+    w: &Worker,
+    conn: &mut H2Conn,
+    alarm: &Alarm,
+    flood: Flood,
+    from: Origin,
+    open: &Open,
+) -> bool {
+    w.metrics.http2_goaway(GoawayReason::Flood).increment(1);
+    if w.log_limit.allow() {
+        tracing::info!(event = "http2.goaway", worker = w.id, peer = %from.peer, reason = GoawayReason::Flood.as_str(), flood = flood.as_str(), code = %Reason::ENHANCE_YOUR_CALM);
+    }
+    alarm.calm();
+    if open.count.get() == 0 {
+        conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+        return false;
+    }
+    conn.graceful_shutdown();
+    true
+}
+
 /// Counts and logs the error that ended an h2 connection: a GOAWAY edge (h2) sent for a protocol
 /// error or a flood (ENHANCE_YOUR_CALM) is `edge_http2_goaways_total{reason}` and `http2.goaway`; the
-/// client's own errors and IO errors are logged at debug.
-fn connection_error(w: &Worker, e: &h2::Error, from: Origin) {
-    if e.is_go_away() && !e.is_remote() {
+/// client's own errors, IO errors and errors after edge's own flood GOAWAY (already counted) are
+/// logged at debug.
+fn connection_error(w: &Worker, e: &h2::Error, alarm: &Alarm, from: Origin) {
+    if e.is_go_away() && !e.is_remote() && !alarm.answered() {
         let reason = match e.reason() {
-            Some(h2::Reason::ENHANCE_YOUR_CALM) => GoawayReason::Flood,
+            Some(Reason::ENHANCE_YOUR_CALM) => GoawayReason::Flood,
             _ => GoawayReason::Protocol,
         };
         w.metrics.http2_goaway(reason).increment(1);
@@ -228,40 +294,58 @@ fn connection_error(w: &Worker, e: &h2::Error, from: Origin) {
 
 /// Waits for the connection's next stream, the end of its last open stream, or (with no stream open)
 /// its `idle` deadline or eviction; the connection is driven meanwhile. `closing`: the GOAWAY phase's
-/// end.
+/// end, and whether to wait for the last open stream's end during it.
 async fn next_event(
     w: &Worker,
-    conn: &mut Connection<PollIo, Chunk>,
+    conn: &mut H2Conn,
+    alarm: &Alarm,
     open: &Open,
     fd: std::os::fd::RawFd,
     idle: Duration,
-    closing: Option<Instant>,
+    closing: Option<(Instant, bool)>,
 ) -> Event {
     let accept = conn.accept();
-    if let Some(until) = closing {
-        return match timeout_at(until, accept).await {
-            Ok(r) => boxed(r),
-            Err(_) => Event::Overdue,
+    let flood = alarm.tripped();
+    if let Some((until, quiet)) = closing {
+        let either = async {
+            monoio::select! {
+                biased;
+                (f, again) = flood => Event::Flood(f, again),
+                r = accept => boxed(r),
+                () = last_stream_ended(quiet.then_some(open)) => Event::Quiet,
+            }
         };
+        return timeout_at(until, either).await.unwrap_or(Event::Overdue);
     }
     if open.count.get() == 0 {
         let evicted = w.idle.enter(fd);
         let accept = timeout_at(Instant::now() + idle, accept);
         return monoio::select! {
             biased;
+            (f, again) = flood => Event::Flood(f, again),
             () = evicted => Event::Idle,
             r = accept => r.map_or(Event::Idle, boxed),
         };
     }
-    let quiet = poll_fn(|cx| {
+    monoio::select! {
+        biased;
+        (f, again) = flood => Event::Flood(f, again),
+        r = accept => boxed(r),
+        () = last_stream_ended(Some(open)) => Event::Quiet,
+    }
+}
+
+/// Resolves when no stream of `open` is open (never for `None`).
+async fn last_stream_ended(open: Option<&Open>) {
+    let Some(open) = open else {
+        return std::future::pending().await;
+    };
+    poll_fn(|cx| {
         if open.count.get() == 0 {
             return Poll::Ready(());
         }
         open.waker.set(Some(cx.waker().clone()));
         Poll::Pending
-    });
-    monoio::select! {
-        r = accept => boxed(r),
-        () = quiet => Event::Quiet,
-    }
+    })
+    .await
 }

@@ -1,10 +1,14 @@
 //! HTTP/2 downstream (RFC 9113, DESIGN.md "HTTP/2") on hyperium's `h2` crate, run on the worker's own
-//! monoio runtime through [`edge_core::io::PollIo`]: the connection and its accept loop ([`conn`]), the
+//! monoio runtime through [`edge_core::io::PollIo`]: the connection and its accept loop ([`conn`]), edge's
+//! own flood limits ([`flood`], [`filter`], sans-IO) and the IO that runs them under h2 ([`guard`]), the
 //! connection's reused stream tasks ([`tasks`]), one stream's request lifecycle ([`stream`]), the stream's request view as an HTTP/1.1-syntax head
 //! ([`request`]), and [`session::H2Session`], one stream as a [`Session`](super::Session) for the
 //! orchestrator.
 
 pub mod conn;
+pub mod filter;
+pub mod flood;
+pub mod guard;
 pub mod request;
 pub mod session;
 pub mod stream;

@@ -256,7 +256,10 @@ impl<'a> H2Session<'a> {
     /// complete. When every buffered byte is body (the usual case), `rest`'s storage itself becomes the
     /// DATA payload: no copy, and the buffer goes back to its pool once h2 has written it.
     async fn send_passthrough(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
-        let n = self.relay.scan(rest.data()).map_err(|_| RelayError::BadBody)?;
+        let n = self
+            .relay
+            .scan(rest.data())
+            .map_err(|_| RelayError::BadBody)?;
         let done = self.relay.done();
         let chunk = if n == rest.len() && n > 0 {
             let (storage, start) = rest.take_storage();

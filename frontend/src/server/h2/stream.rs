@@ -100,6 +100,14 @@ pub struct Scratch {
     id: Vec<u8>,
 }
 
+/// Whether the client reset the stream already (h2 hands over streams reset before they were
+/// accepted, e.g. HEADERS and RST_STREAM in one read: the rapid-reset pattern); such a stream gets no
+/// work at all. Polls once, without waiting.
+fn reset_already(respond: &mut SendResponse<Chunk>) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    respond.poll_reset(&mut cx).is_ready()
+}
+
 /// Serves one stream: `req` is its head (the body streams from its `RecvStream`), `respond` its
 /// response side; `scratch` is the stream task's reused memory.
 pub async fn serve(
@@ -109,6 +117,10 @@ pub async fn serve(
     from: Origin,
     scratch: &mut Scratch,
 ) {
+    if reset_already(&mut respond) {
+        w.metrics.http2_reset(ResetSide::Client).increment(1);
+        return;
+    }
     let started = Instant::now();
     let live = w.live();
     let server = &live.cfg.config.server;

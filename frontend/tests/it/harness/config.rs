@@ -181,6 +181,7 @@ pub struct Cfg {
     timeouts: Table,
     limits: Table,
     tls: Table,
+    http2: Table,
     admin: Table,
     log: Table,
     upstreams: Vec<Upstream>,
@@ -197,6 +198,7 @@ impl Cfg {
             timeouts: Table::default(),
             limits: Table::default(),
             tls: Table::default(),
+            http2: Table::default(),
             admin: Table::default().with("listen", "127.0.0.1:0"),
             log: Table::default().with("level", "info"),
             upstreams: vec![Upstream::new("origin", &[origin])
@@ -249,6 +251,12 @@ impl Cfg {
             .collect();
         self.tls("listen", "127.0.0.1:0")
             .tls("certificates", Value::Certs(list))
+    }
+
+    /// A `[server.http2]` key, e.g. `max_resets_per_second`.
+    pub fn http2(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.http2.set(key, v);
+        self
     }
 
     /// A `[log]` key, e.g. `slow_request`.
@@ -318,6 +326,7 @@ impl Cfg {
             ("timeouts", &self.timeouts),
             ("limits", &self.limits),
             ("tls", &self.tls),
+            ("http2", &self.http2),
         ] {
             if !t.0.is_empty() {
                 t.render(&mut out, &format!("[server.{name}]"));
