@@ -169,11 +169,13 @@ impl RecvBuf {
     }
 
     /// Takes the storage whole, as `(storage, start)`: `storage[start..]` are the bytes [`RecvBuf::data`]
-    /// returned. The buffer is left empty with no storage (its next fill takes pooled storage), so a relay
-    /// can hand received bytes on without copying them; the taker gives the storage back with [`give`].
-    pub fn take_storage(&mut self) -> (Vec<u8>, usize) {
+    /// returned; `with` (an empty pooled buffer, whose capacity sizes the next reads) replaces it. A relay
+    /// hands received bytes on this way without copying them; the taker gives the storage back with
+    /// [`give`].
+    pub fn swap_storage(&mut self, mut with: Vec<u8>) -> (Vec<u8>, usize) {
+        with.clear();
         let start = std::mem::replace(&mut self.pos, 0);
-        (std::mem::take(&mut self.storage), start)
+        (std::mem::replace(&mut self.storage, with), start)
     }
 
     /// Returns the storage to the pool when nothing is buffered.
