@@ -91,35 +91,6 @@ upstream = \"origin\"
     Ok(rows)
 }
 
-fn is_goaway(f: &Frame) -> bool {
-    f.kind == kind::GOAWAY
-}
-
-/// Writes `unit(i)` for i = 0.. in batches of 64 until a GOAWAY arrives, the server stops taking
-/// bytes, or `deadline`; then waits (1 s) for the GOAWAY. Returns it and the units sent.
-fn flood(
-    c: &mut H2Frames,
-    deadline: Instant,
-    unit: impl Fn(u32, &mut Vec<u8>),
-) -> (Option<Frame>, u32) {
-    let mut i = 0;
-    let mut batch = Vec::new();
-    while Instant::now() < deadline {
-        batch.clear();
-        for _ in 0..64 {
-            unit(i, &mut batch);
-            i += 1;
-        }
-        if c.send(&batch).is_err() {
-            break;
-        }
-        if let Ok(g) = c.wait_for(Duration::ZERO, is_goaway) {
-            return (Some(g), i);
-        }
-    }
-    (c.wait_for(SEC, is_goaway).ok(), i)
-}
-
 /// p99 of the health samples (`None` when there are none).
 fn p99(samples: &super::invariants::Samples) -> Option<Duration> {
     let lat: Vec<Duration> = samples.iter().map(|(d, _)| *d).collect();
@@ -139,18 +110,23 @@ fn rapid_reset(addr: SocketAddr) -> io::Result<Check> {
     while Instant::now() < end {
         let mut c = H2Frames::connect(addr, &[])?;
         conns += 1;
-        let (goaway, sent) = flood(&mut c, end, |i, out| {
-            let stream = 2 * i + 1;
-            let flags = flag::END_STREAM | flag::END_HEADERS;
-            frame(out, kind::HEADERS, flags, stream, &block);
-            frame(
-                out,
-                kind::RST_STREAM,
-                0,
-                stream,
-                &code::CANCEL.to_be_bytes(),
-            );
-        });
+        let (goaway, sent) = c.flood_until_goaway(
+            64,
+            SEC,
+            |_| Instant::now() < end,
+            |i, out| {
+                let stream = 2 * i + 1;
+                let flags = flag::END_STREAM | flag::END_HEADERS;
+                frame(out, kind::HEADERS, flags, stream, &block);
+                frame(
+                    out,
+                    kind::RST_STREAM,
+                    0,
+                    stream,
+                    &code::CANCEL.to_be_bytes(),
+                );
+            },
+        );
         resets += u64::from(sent);
         match goaway.as_ref().and_then(Frame::goaway_code) {
             Some(code::ENHANCE_YOUR_CALM) => calm += 1,
@@ -229,9 +205,15 @@ fn endless_continuation(addr: SocketAddr) -> io::Result<Check> {
     let authority = addr.to_string();
     c.headers(1, &request_fields("GET", "/cont", &authority), true, false)?;
     let more = hpack_block(&[("x-more", "continuation")]);
-    let (goaway, sent) = flood(&mut c, Instant::now() + 5 * SEC, |_, out| {
-        frame(out, kind::CONTINUATION, 0, 1, &more);
-    });
+    let until = Instant::now() + 5 * SEC;
+    let (goaway, sent) = c.flood_until_goaway(
+        64,
+        SEC,
+        |_| Instant::now() < until,
+        |_, out| {
+            frame(out, kind::CONTINUATION, 0, 1, &more);
+        },
+    );
     let closed = c.closed_within(3 * SEC);
     let code = goaway.as_ref().and_then(Frame::goaway_code);
     let mut k = Check::seen(format!(

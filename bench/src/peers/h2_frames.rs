@@ -209,6 +209,11 @@ pub struct H2Frames {
     closed: bool,
 }
 
+/// Whether `f` is a GOAWAY.
+pub fn is_goaway(f: &Frame) -> bool {
+    f.kind == kind::GOAWAY
+}
+
 impl H2Frames {
     /// Connects to `addr`, writes the preface and a SETTINGS frame with `settings` (identifier,
     /// value), and starts the reader thread. Writes time out after 5 s.
@@ -403,6 +408,34 @@ impl H2Frames {
                 f => self.backlog.push_back(f),
             }
         }
+    }
+
+    /// A flood: writes `unit(i)` for i = 0.. in batches of `batch` while `go_on(i)` holds, until a GOAWAY
+    /// arrives or the server stops taking bytes; then waits up to `wait` for the GOAWAY. Returns it (if
+    /// any) and the units sent.
+    pub fn flood_until_goaway(
+        &mut self,
+        batch: u32,
+        wait: Duration,
+        go_on: impl Fn(u32) -> bool,
+        unit: impl Fn(u32, &mut Vec<u8>),
+    ) -> (Option<Frame>, u32) {
+        let mut i = 0;
+        let mut out = Vec::new();
+        while go_on(i) {
+            out.clear();
+            for _ in 0..batch {
+                unit(i, &mut out);
+                i += 1;
+            }
+            if self.send(&out).is_err() {
+                break;
+            }
+            if let Ok(g) = self.wait_for(Duration::ZERO, is_goaway) {
+                return (Some(g), i);
+            }
+        }
+        (self.wait_for(wait, is_goaway).ok(), i)
     }
 
     /// Frames that arrived so far without blocking (queued ones first), draining them.

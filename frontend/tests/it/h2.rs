@@ -25,7 +25,7 @@ pub(crate) fn have_curl_h2() -> bool {
 }
 
 /// Runs curl with `args`; returns its stdout, panicking with stderr when it fails.
-pub(crate) fn curl(args: &[&str]) -> String {
+fn curl(args: &[&str]) -> String {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10"])
         .args(args)
@@ -38,6 +38,18 @@ pub(crate) fn curl(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// curl `--http2` to `https://localhost:{port}{path}` (resolved to 127.0.0.1, trusting `site`'s CA) with
+/// `args` before the URL, and `-w` printing the status and the HTTP version after the body.
+pub(crate) fn curl_h2_tls(site: &Site, port: u16, args: &[&str], path: &str) -> String {
+    let ca = site.ca_file.to_string_lossy().into_owned();
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let url = format!("https://localhost:{port}{path}");
+    let mut all = vec!["--http2", "--cacert", &ca, "--resolve", &resolve];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-w", "\n%{http_code} %{http_version}", &url]);
+    curl(&all)
 }
 
 /// An edge serving h2c (prior knowledge) on its plain listener.
@@ -53,25 +65,15 @@ both_drivers!(curl_http2_over_tls_negotiates_h2_and_forwards_http11, |d| {
     let site = Site::new();
     let edge = Edge::start(&site.cfg(d, origin.addr));
     let port = edge.tls_addr().port();
-    let ca = site.ca_file.to_string_lossy().into_owned();
-    let resolve = format!("localhost:{port}:127.0.0.1");
-    let url = format!("https://localhost:{port}/up?x=1");
-    let out = curl(&[
-        "--http2",
-        "--cacert",
-        &ca,
-        "--resolve",
-        &resolve,
+    let args = [
         "-H",
         "cookie: a=1",
         "-H",
         "cookie: b=2",
         "--data-binary",
         "posted body",
-        "-w",
-        "\n%{http_code} %{http_version}",
-        &url,
-    ]);
+    ];
+    let out = curl_h2_tls(&site, port, &args, "/up?x=1");
     assert_eq!(out, "posted body\n200 2");
     let seen = origin.last();
     assert_eq!(

@@ -19,7 +19,7 @@ use std::{
 };
 
 use edge_bench::peers::h2_frames::{
-    code, flag, frame, hpack_block, kind, request_fields, Frame, H2Frames,
+    code, flag, frame, hpack_block, is_goaway, kind, request_fields, Frame, H2Frames,
 };
 
 use crate::harness::{Cfg, Client, Driver, Edge, Origin, Reply};
@@ -37,34 +37,6 @@ fn h2c(d: Driver, origin: &Origin) -> Edge {
 
 fn connect(edge: &Edge) -> H2Frames {
     H2Frames::handshake(edge.addr, &[], WAIT).expect("h2 handshake")
-}
-
-fn is_goaway(f: &Frame) -> bool {
-    f.kind == kind::GOAWAY
-}
-
-/// Writes `unit(i)` for i = 0.. in batches of 32 until a GOAWAY arrives, the server stops taking
-/// bytes, or `max` units went out; then waits for the GOAWAY. Returns it and the units sent.
-fn flood_until_goaway(
-    c: &mut H2Frames,
-    max: u32,
-    unit: impl Fn(u32, &mut Vec<u8>),
-) -> (Option<Frame>, u32) {
-    let mut i = 0;
-    while i < max {
-        let mut batch = Vec::new();
-        for _ in 0..32 {
-            unit(i, &mut batch);
-            i += 1;
-        }
-        if c.send(&batch).is_err() {
-            break;
-        }
-        if let Ok(g) = c.wait_for(Duration::ZERO, is_goaway) {
-            return (Some(g), i);
-        }
-    }
-    (c.wait_for(WAIT, is_goaway).ok(), i)
 }
 
 /// After a GOAWAY: answers the server's PINGs (h2's graceful shutdown waits for one round trip)
@@ -142,18 +114,23 @@ both_drivers!(rapid_reset_gets_goaway_enhance_your_calm, |d| {
         let mut c = connect(edge);
         let authority = edge.addr.to_string();
         let block = hpack_block(&request_fields("GET", "/reset", &authority));
-        let (goaway, n) = flood_until_goaway(&mut c, 20_000, |i, out| {
-            let stream = 2 * i + 1;
-            let flags = flag::END_STREAM | flag::END_HEADERS;
-            frame(out, kind::HEADERS, flags, stream, &block);
-            frame(
-                out,
-                kind::RST_STREAM,
-                0,
-                stream,
-                &code::CANCEL.to_be_bytes(),
-            );
-        });
+        let (goaway, n) = c.flood_until_goaway(
+            32,
+            WAIT,
+            |i| i < 20_000,
+            |i, out| {
+                let stream = 2 * i + 1;
+                let flags = flag::END_STREAM | flag::END_HEADERS;
+                frame(out, kind::HEADERS, flags, stream, &block);
+                frame(
+                    out,
+                    kind::RST_STREAM,
+                    0,
+                    stream,
+                    &code::CANCEL.to_be_bytes(),
+                );
+            },
+        );
         sent.set(n);
         assert!(goaway.is_some(), "no GOAWAY after {n} resets");
         assert!(
@@ -242,9 +219,14 @@ both_drivers!(
             c.headers(1, &request_fields("GET", "/cont", &authority), true, false)
                 .unwrap();
             let more = hpack_block(&[("x-more", "continuation")]);
-            let (goaway, sent) = flood_until_goaway(&mut c, 100_000, |_, out| {
-                frame(out, kind::CONTINUATION, 0, 1, &more);
-            });
+            let (goaway, sent) = c.flood_until_goaway(
+                32,
+                WAIT,
+                |i| i < 100_000,
+                |_, out| {
+                    frame(out, kind::CONTINUATION, 0, 1, &more);
+                },
+            );
             assert!(
                 goaway.is_some(),
                 "no GOAWAY after {sent} CONTINUATION frames"
@@ -258,9 +240,14 @@ both_drivers!(
 both_drivers!(settings_flood_gets_goaway_enhance_your_calm, |d| {
     assert_flood_answered(d, |edge| {
         let mut c = connect(edge);
-        let (goaway, sent) = flood_until_goaway(&mut c, 100_000, |_, out| {
-            frame(out, kind::SETTINGS, 0, 0, &[]);
-        });
+        let (goaway, sent) = c.flood_until_goaway(
+            32,
+            WAIT,
+            |i| i < 100_000,
+            |_, out| {
+                frame(out, kind::SETTINGS, 0, 0, &[]);
+            },
+        );
         assert!(goaway.is_some(), "no GOAWAY after {sent} SETTINGS");
         assert!(answer_until_closed(&mut c, WAIT), "stayed open");
         goaway
@@ -270,9 +257,14 @@ both_drivers!(settings_flood_gets_goaway_enhance_your_calm, |d| {
 both_drivers!(ping_flood_gets_goaway_enhance_your_calm, |d| {
     assert_flood_answered(d, |edge| {
         let mut c = connect(edge);
-        let (goaway, sent) = flood_until_goaway(&mut c, 100_000, |i, out| {
-            frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
-        });
+        let (goaway, sent) = c.flood_until_goaway(
+            32,
+            WAIT,
+            |i| i < 100_000,
+            |i, out| {
+                frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
+            },
+        );
         assert!(goaway.is_some(), "no GOAWAY after {sent} PINGs");
         assert!(answer_until_closed(&mut c, WAIT), "stayed open");
         goaway
@@ -290,9 +282,14 @@ both_drivers!(empty_data_flood_gets_goaway_enhance_your_calm, |d| {
             true,
         )
         .unwrap();
-        let (goaway, sent) = flood_until_goaway(&mut c, 100_000, |_, out| {
-            frame(out, kind::DATA, 0, 1, &[]);
-        });
+        let (goaway, sent) = c.flood_until_goaway(
+            32,
+            WAIT,
+            |i| i < 100_000,
+            |_, out| {
+                frame(out, kind::DATA, 0, 1, &[]);
+            },
+        );
         assert!(goaway.is_some(), "no GOAWAY after {sent} empty DATA frames");
         goaway
     });
@@ -301,9 +298,14 @@ both_drivers!(empty_data_flood_gets_goaway_enhance_your_calm, |d| {
 both_drivers!(window_update_flood_gets_goaway_enhance_your_calm, |d| {
     assert_flood_answered(d, |edge| {
         let mut c = connect(edge);
-        let (goaway, sent) = flood_until_goaway(&mut c, 100_000, |_, out| {
-            frame(out, kind::WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
-        });
+        let (goaway, sent) = c.flood_until_goaway(
+            32,
+            WAIT,
+            |i| i < 100_000,
+            |_, out| {
+                frame(out, kind::WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
+            },
+        );
         assert!(goaway.is_some(), "no GOAWAY after {sent} WINDOW_UPDATEs");
         assert!(answer_until_closed(&mut c, WAIT), "stayed open");
         goaway
@@ -316,9 +318,14 @@ both_drivers!(with_no_stream_open_a_flood_goaway_closes_at_once, |d| {
     let origin = Origin::fixed(b"ok");
     let edge = h2c(d, &origin);
     let mut c = connect(&edge);
-    let (goaway, _) = flood_until_goaway(&mut c, 100_000, |i, out| {
-        frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
-    });
+    let (goaway, _) = c.flood_until_goaway(
+        32,
+        WAIT,
+        |i| i < 100_000,
+        |i, out| {
+            frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
+        },
+    );
     let goaway = goaway.expect("a GOAWAY");
     assert_eq!(goaway.goaway_code(), Some(code::ENHANCE_YOUR_CALM));
     assert!(goaway.goaway_last_stream() < Some(1), "{goaway:?}");
@@ -337,9 +344,14 @@ both_drivers!(a_stream_open_at_a_flood_goaway_still_finishes, |d| {
     c.headers(1, &request_fields("GET", "/slow", &authority), true, true)
         .unwrap();
     assert!(origin.wait_until(WAIT, |o| o.seen_count() == 1));
-    let (goaway, _) = flood_until_goaway(&mut c, 100_000, |_, out| {
-        frame(out, kind::SETTINGS, 0, 0, &[]);
-    });
+    let (goaway, _) = c.flood_until_goaway(
+        32,
+        WAIT,
+        |i| i < 100_000,
+        |_, out| {
+            frame(out, kind::SETTINGS, 0, 0, &[]);
+        },
+    );
     let goaway = goaway.expect("a GOAWAY");
     assert_eq!(goaway.goaway_code(), Some(code::ENHANCE_YOUR_CALM));
     assert!(
@@ -362,7 +374,7 @@ both_drivers!(a_flood_that_goes_on_after_goaway_is_closed_at_once, |d| {
         .unwrap();
     assert!(origin.wait_until(WAIT, |o| o.seen_count() == 1));
     let settings = |_, out: &mut Vec<u8>| frame(out, kind::SETTINGS, 0, 0, &[]);
-    let (goaway, _) = flood_until_goaway(&mut c, 100_000, settings);
+    let (goaway, _) = c.flood_until_goaway(32, WAIT, |i| i < 100_000, settings);
     assert_eq!(goaway.unwrap().goaway_code(), Some(code::ENHANCE_YOUR_CALM));
     let started = std::time::Instant::now();
     // Going on: the server's PINGs are not answered, so only the flood can close it before drain.

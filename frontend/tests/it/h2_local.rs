@@ -6,7 +6,7 @@
 use std::{io::Write, net::TcpStream, time::Duration};
 
 use crate::{
-    h2::{curl, have_curl_h2},
+    h2::{curl_h2_tls, have_curl_h2},
     harness::{block_on, h2_connect, h2_request, Cfg, Driver, Edge, Origin, Reply, Site},
 };
 
@@ -117,33 +117,9 @@ both_drivers!(
             "the slow requests did not all reach the origin"
         );
         let port = edge.tls_addr().port();
-        let ca = site.ca_file.to_string_lossy().into_owned();
-        let resolve = format!("localhost:{port}:127.0.0.1");
-        let fmt = "\n%{http_code} %{http_version}";
-        let health = format!("https://localhost:{port}/_health");
-        let out = curl(&[
-            "--http2",
-            "--cacert",
-            &ca,
-            "--resolve",
-            &resolve,
-            "-w",
-            fmt,
-            &health,
-        ]);
+        let out = curl_h2_tls(&site, port, &[], "/_health");
         assert_eq!(out, "ok\n200 2", "a health probe over capacity is answered");
-        let url = format!("https://localhost:{port}/x");
-        let out = curl(&[
-            "--http2",
-            "--cacert",
-            &ca,
-            "--resolve",
-            &resolve,
-            "-i",
-            "-w",
-            fmt,
-            &url,
-        ]);
+        let out = curl_h2_tls(&site, port, &["-i"], "/x");
         assert!(out.ends_with("\n503 2"), "{out}");
         assert!(out.contains("retry-after: 1"), "{out}");
         let shed = edge.wait_metric_where(
