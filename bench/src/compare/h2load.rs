@@ -20,13 +20,12 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::workload::PERCENTILES;
-use super::wrk::{wrk_seconds, WrkResult, WrkRun};
+use super::wrk::{load_generator_env, wrk_seconds, WrkResult, WrkRun};
 
 /// How long after its duration an h2load run may take to finish its streams before it is killed.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(20);
@@ -293,18 +292,7 @@ pub fn run_h2load(spec: &H2loadSpec<'_>, url: &str, before: impl FnOnce()) -> io
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
-    if let Some(conf) = spec.openssl_conf {
-        cmd.env("OPENSSL_CONF", conf);
-    }
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    load_generator_env(&mut cmd, spec.openssl_conf);
     before();
     let started = Instant::now();
     let mut child = cmd

@@ -129,18 +129,7 @@ pub fn run_wrk(spec: &WrkSpec<'_>, url: &str, before: impl FnOnce()) -> io::Resu
         cmd.arg("-H").arg(h);
     }
     cmd.arg(url).stdin(Stdio::null());
-    if let Some(conf) = spec.openssl_conf {
-        cmd.env("OPENSSL_CONF", conf);
-    }
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    load_generator_env(&mut cmd, spec.openssl_conf);
     before();
     let started = Instant::now();
     let out = cmd
@@ -250,6 +239,23 @@ pub fn parse_wrk_time(s: &str) -> Option<Duration> {
         _ => return None,
     };
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// Sets up a load generator's process: `OPENSSL_CONF` when the workload names one (TLS version and
+/// suites), and SIGKILL when edge-bench dies, so no load generator outlives a comparison.
+pub(super) fn load_generator_env(cmd: &mut Command, openssl_conf: Option<&Path>) {
+    if let Some(conf) = openssl_conf {
+        cmd.env("OPENSSL_CONF", conf);
+    }
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]

@@ -237,37 +237,28 @@ both_drivers!(
     }
 );
 
-both_drivers!(settings_flood_gets_goaway_enhance_your_calm, |d| {
+/// A flood of control frames written by `unit` on a fresh connection with no stream open: GOAWAY comes
+/// (checked by [`assert_flood_answered`]), and the connection closes once the client answers the PING
+/// of h2's graceful shutdown. `what` names the frames in the failure message.
+fn assert_control_flood(d: Driver, what: &str, unit: impl Fn(u32, &mut Vec<u8>)) {
     assert_flood_answered(d, |edge| {
         let mut c = connect(edge);
-        let (goaway, sent) = c.flood_until_goaway(
-            32,
-            WAIT,
-            |i| i < 100_000,
-            |_, out| {
-                frame(out, kind::SETTINGS, 0, 0, &[]);
-            },
-        );
-        assert!(goaway.is_some(), "no GOAWAY after {sent} SETTINGS");
+        let (goaway, sent) = c.flood_until_goaway(32, WAIT, |i| i < 100_000, unit);
+        assert!(goaway.is_some(), "no GOAWAY after {sent} {what}");
         assert!(answer_until_closed(&mut c, WAIT), "stayed open");
         goaway
+    });
+}
+
+both_drivers!(settings_flood_gets_goaway_enhance_your_calm, |d| {
+    assert_control_flood(d, "SETTINGS", |_, out| {
+        frame(out, kind::SETTINGS, 0, 0, &[])
     });
 });
 
 both_drivers!(ping_flood_gets_goaway_enhance_your_calm, |d| {
-    assert_flood_answered(d, |edge| {
-        let mut c = connect(edge);
-        let (goaway, sent) = c.flood_until_goaway(
-            32,
-            WAIT,
-            |i| i < 100_000,
-            |i, out| {
-                frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
-            },
-        );
-        assert!(goaway.is_some(), "no GOAWAY after {sent} PINGs");
-        assert!(answer_until_closed(&mut c, WAIT), "stayed open");
-        goaway
+    assert_control_flood(d, "PINGs", |i, out| {
+        frame(out, kind::PING, 0, 0, &u64::from(i).to_be_bytes());
     });
 });
 
@@ -296,19 +287,8 @@ both_drivers!(empty_data_flood_gets_goaway_enhance_your_calm, |d| {
 });
 
 both_drivers!(window_update_flood_gets_goaway_enhance_your_calm, |d| {
-    assert_flood_answered(d, |edge| {
-        let mut c = connect(edge);
-        let (goaway, sent) = c.flood_until_goaway(
-            32,
-            WAIT,
-            |i| i < 100_000,
-            |_, out| {
-                frame(out, kind::WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
-            },
-        );
-        assert!(goaway.is_some(), "no GOAWAY after {sent} WINDOW_UPDATEs");
-        assert!(answer_until_closed(&mut c, WAIT), "stayed open");
-        goaway
+    assert_control_flood(d, "WINDOW_UPDATEs", |_, out| {
+        frame(out, kind::WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
     });
 });
 
