@@ -120,7 +120,8 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
             https: true,
             shed: over_capacity,
         };
-        return crate::server::h2::serve(w, tls, &[], from).await;
+        // Boxed, as for h2c: inline, the h2 state would enlarge every TLS connection's future.
+        return Box::pin(crate::server::h2::serve(w, tls, &[], from)).await;
     }
     let accepted = Accepted {
         peer,
