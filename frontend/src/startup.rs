@@ -91,6 +91,9 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         Some(i) => offer = finish_take_over(i, upgrade_path),
         None => supervise::sd_notify("READY=1"),
     }
+    // The certificate files' stamps are taken before `startup.ready`: a file changed after that line is
+    // seen by the first `reload_check` poll.
+    let certs = crate::cert_watch::CertWatch::start(&shared);
     log_ready(&traffic, admin_addr, driver);
 
     let handover = supervise::Handover {
@@ -101,7 +104,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         plain: &traffic.plain,
         tls: &traffic.tls,
     };
-    let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover);
+    let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover, certs);
     sup.join(Duration::from_millis(200));
     Ok(code)
 }

@@ -115,17 +115,18 @@ pub struct TrafficListeners<'a> {
     pub tls: &'a [socket2::Socket],
 }
 
-/// Supervises workers until a signal or a handover, then drains; returns the exit code.
+/// Supervises workers until a signal or a handover, then drains; returns the exit code. `certs`: the
+/// certificate watch, started before `startup.ready`.
 pub fn supervise(
     sup: &mut Supervisor,
     shared: &Shared,
     source: &reload::ConfigSource,
     listeners: TrafficListeners<'_>,
     handover: &Handover,
+    mut certs: crate::cert_watch::CertWatch,
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
     let mut discovery = start_discovery();
-    let mut certs = crate::cert_watch::CertWatch::start(shared);
     let stop = loop {
         match wait_signal(Duration::from_millis(100), true) {
             Some(libc::SIGHUP) => {

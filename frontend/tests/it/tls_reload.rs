@@ -77,8 +77,7 @@ both_drivers!(
         let edge = Edge::start(&site.cfg(d, origin.addr).tls("reload_check", "1s"));
         assert!(served(&edge, &site) == site.leaf.der);
         let next = site.ca.leaf("edge-test-2", &["localhost", "127.0.0.1"]);
-        // (Known narrow race, not fixed in edge yet: startup.ready is logged before the supervisor takes
-        // its first stamps of the files in CertWatch::start, so a change in that window is missed.)
+        // The file stamps are taken before startup.ready, so this change is seen by a later poll.
         install(&site, &next);
         // Polled every second: within ~10 s a new handshake gets the new certificate.
         assert!(
