@@ -113,14 +113,7 @@ pub fn keep_after_goaway(f: &Frame, last: u32) -> bool {
 mod tests {
     use super::*;
 
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len() as u32;
-        let mut out = len.to_be_bytes()[1..].to_vec();
-        out.extend_from_slice(&[kind, flags]);
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
+    use super::super::flood::test_frame as frame;
 
     #[test]
     fn the_filter_drops_whole_frames_wherever_the_reads_split_them() {

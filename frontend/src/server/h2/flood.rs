@@ -378,18 +378,23 @@ impl Window {
     }
 }
 
+/// A frame's bytes (9-byte header, RFC 9113 §4.1, then `payload`), for this module's and
+/// [`super::filter`]'s tests.
+#[cfg(test)]
+pub(super) fn test_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len() as u32;
-        let mut out = len.to_be_bytes()[1..].to_vec();
-        out.extend_from_slice(&[kind, flags]);
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
+    use super::test_frame as frame;
 
     fn sample() -> Vec<u8> {
         let mut b = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
