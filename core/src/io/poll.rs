@@ -15,7 +15,8 @@
 //!   bytes have all been taken by `poll_read`, then wakes the reader;
 //! - `poll_write` copies into a pending pooled buffer (at most [`WRITE_PENDING_MAX`] bytes, then
 //!   `Pending`); the write pump swaps it with a second pooled buffer and writes it whole, so the
-//!   protocol can go on encoding while a write is in flight.
+//!   protocol can go on encoding while a write is in flight. `poll_flush` does not wait for the
+//!   socket (the pump writes without being asked), so backpressure is the full pending buffer.
 //!
 //! Three pooled buffers per connection, reused for its whole life: no allocation per read or write in
 //! steady state (one copy each way, between the library's buffers and the pooled ones).
@@ -64,7 +65,7 @@ struct Shared {
     writing: bool,
     /// A write failed (or timed out): every later write fails.
     write_error: Option<io::ErrorKind>,
-    /// `poll_write`, `poll_flush` or `poll_shutdown` waits for the write pump.
+    /// `poll_write` or `poll_shutdown` waits for the write pump.
     writer: Option<Waker>,
     /// The write pump waits for bytes.
     write_pump: Option<Waker>,
@@ -300,16 +301,15 @@ impl AsyncWrite for PollIo {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut s = self.shared.borrow_mut();
-        if let Some(kind) = s.write_error {
-            return Poll::Ready(Err(kind.into()));
+    /// Ready once the bytes written are the write pump's, which writes them without further calls
+    /// (an error shows at the next call). Waiting for the socket here would stop h2 after every DATA
+    /// frame whose payload it chains (its encoder flushes before the next frame): one write per 16 KiB
+    /// frame instead of one per [`WRITE_PENDING_MAX`] bytes. `poll_shutdown` waits for the socket.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.shared.borrow().write_error {
+            Some(kind) => Poll::Ready(Err(kind.into())),
+            None => Poll::Ready(Ok(())),
         }
-        if s.wbuf.is_empty() && !s.writing {
-            return Poll::Ready(Ok(()));
-        }
-        s.writer = Some(cx.waker().clone());
-        Poll::Pending
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
