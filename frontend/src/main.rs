@@ -8,6 +8,12 @@ use edge_frontend::{cli::Cli, cli::Command, load_config, EXIT_CONFIG, EXIT_OK, E
 #[global_allocator]
 static ALLOCATOR: edge_frontend::alloc_count::Counting = edge_frontend::alloc_count::Counting;
 
+/// jemalloc: per-thread caches and arenas suit a thread per core that allocates what h2 and rustls
+/// allocate per stream and per record (bench/README.md "Allocator" has the A/B against glibc).
+#[cfg(not(feature = "count-alloc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let cli = Cli::parse();
     if let Some(Command::Healthcheck { url }) = &cli.command {
