@@ -147,6 +147,10 @@ impl Transport for UpstreamStream {
         each!(self, s => s.fd())
     }
 
+    fn raw_socket(&self) -> Option<RawFd> {
+        each!(self, s => s.raw_socket())
+    }
+
     fn is_quiet(&self) -> bool {
         each!(self, s => s.is_quiet())
     }

@@ -69,4 +69,13 @@ pub trait Transport:
     fn announces_close(&self) -> bool {
         false
     }
+
+    /// The socket that bytes written to this transport reach unchanged, for a synchronous
+    /// non-blocking `sendmsg(2)` (`MSG_DONTWAIT`) ahead of an asynchronous write: how the TLS transport
+    /// sends sealed records straight from rustls' queue, with no copy into a pooled buffer and no io
+    /// operation while the socket has room. `None` (the default) where writes are transformed (TLS
+    /// itself) or there is no socket. Plain TCP: its descriptor.
+    fn raw_socket(&self) -> Option<RawFd> {
+        None
+    }
 }

@@ -37,6 +37,10 @@ impl Transport for TcpStream {
         self.as_raw_fd()
     }
 
+    fn raw_socket(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+
     fn is_quiet(&self) -> bool {
         let mut b = 0u8;
         // SAFETY: a one-byte peek into a local on a socket we own; MSG_DONTWAIT never blocks.

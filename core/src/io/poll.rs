@@ -13,13 +13,21 @@
 //! The transport is split; one local task per direction owns a half and runs owned-buffer operations:
 //! - the read pump reads into one pooled buffer ([`crate::buf::take`], 16 KiB) whenever the previous
 //!   bytes have all been taken by `poll_read`, then wakes the reader;
-//! - `poll_write` copies into a pending pooled buffer (at most [`WRITE_PENDING_MAX`] bytes, then
-//!   `Pending`); the write pump swaps it with a second pooled buffer and writes it whole, so the
-//!   protocol can go on encoding while a write is in flight. `poll_flush` does not wait for the
-//!   socket (the pump writes without being asked), so backpressure is the full pending buffer.
+//! - `poll_write` (vectored: h2 hands a DATA frame's head and payload in one call) takes the bytes
+//!   without waiting, by the transport:
+//!   - plain TCP: a non-blocking `sendmsg` straight from the caller's slices while nothing is pending
+//!     (no copy, no io operation); when the socket is full, a copy into a pending pooled buffer;
+//!   - downstream TLS: rustls seals them at once (its copy into the record is the only one) and the
+//!     records go out by a non-blocking `sendmsg` from rustls' queue while no write is in flight;
+//!   - anything else: the copy into the pending buffer.
 //!
-//! Three pooled buffers per connection, reused for its whole life: no allocation per read or write in
-//! steady state (one copy each way, between the library's buffers and the pooled ones).
+//!   The write pump writes what is pending (at most [`WRITE_PENDING_MAX`] bytes, or rustls' 64 KiB
+//!   record queue, before `poll_write` is `Pending`), each write under the `send` deadline, so the
+//!   protocol goes on encoding while a write is in flight. `poll_flush` does not wait for the socket
+//!   (the pump writes without being asked), so backpressure is the full pending buffer.
+//!
+//! Pooled buffers per connection, reused for its whole life: no allocation per read or write in
+//! steady state.
 //!
 //! # Cancel safety
 //! Every poll method is cancel safe: no operation is started on behalf of a poll that could be lost
@@ -28,19 +36,27 @@
 //! the write in flight, bounded by the `send` deadline given to [`PollIo::new`], and stops.
 
 use std::{
+    any::Any,
     cell::RefCell,
     future::poll_fn,
-    io,
+    io::{self, IoSlice, Write},
+    os::fd::RawFd,
     pin::Pin,
     rc::Rc,
     task::{Context, Poll, Waker},
     time::Duration,
 };
 
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
+use monoio::{
+    io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller},
+    net::TcpStream,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::Transport;
+use super::{
+    tls::{self, DontWait, ServerState, Tls},
+    Transport,
+};
 use crate::buf;
 
 /// Bytes `poll_write` accepts before a write of them is done: one large pooled buffer's worth.
@@ -73,6 +89,23 @@ struct Shared {
     shutdown: (bool, bool),
     /// The adapter was dropped: the pumps stop.
     dropped: bool,
+    /// Where written bytes go.
+    sink: Sink,
+    /// Sealed TLS records wait in rustls for the write pump's flush (the socket was full, or a write
+    /// was in flight).
+    staged: bool,
+}
+
+/// Where `poll_write` puts the bytes it takes.
+enum Sink {
+    /// Copied into `wbuf` for the write pump.
+    Copy,
+    /// A plain socket: sent at once (a non-blocking `sendmsg`) while nothing is pending, no copy;
+    /// copied into `wbuf` when the socket is full.
+    Socket(RawFd),
+    /// A downstream TLS stream: sealed by rustls at once (its copy is the only one) and sent while no
+    /// write is in flight; the write pump flushes what the socket did not take.
+    Tls(ServerState),
 }
 
 impl Drop for Shared {
@@ -109,6 +142,17 @@ impl PollIo {
         let handle = canceller.handle();
         let mut rbuf = buf::take();
         rbuf.extend_from_slice(prefix);
+        let sink = match (&stream as &dyn Any)
+            .downcast_ref::<Tls<TcpStream, rustls::ServerConnection>>()
+        {
+            Some(tls) => Sink::Tls(tls.server_state()),
+            None => stream.raw_socket().map_or(Sink::Copy, Sink::Socket),
+        };
+        // A TLS sink never copies: no pending buffer.
+        let wbuf = match sink {
+            Sink::Tls(_) => Vec::new(),
+            _ => buf::take_large(),
+        };
         let shared = Rc::new(RefCell::new(Shared {
             rbuf,
             rpos: 0,
@@ -116,13 +160,15 @@ impl PollIo {
             reader: None,
             read_pump: None,
             canceller: Some(canceller),
-            wbuf: buf::take_large(),
+            wbuf,
             writing: false,
             write_error: None,
             writer: None,
             write_pump: None,
             shutdown: (false, false),
             dropped: false,
+            sink,
+            staged: false,
         }));
         let (r, w) = stream.split();
         monoio::spawn(read_pump(r, shared.clone(), handle));
@@ -188,13 +234,19 @@ async fn read_pump<R: CancelableAsyncReadRent>(
 /// What the write pump does next.
 enum WriteStep {
     Write(Vec<u8>),
+    /// Send the TLS records rustls holds.
+    Flush,
     Shutdown,
     Stop,
 }
 
-/// Writes what `poll_write` buffered, each write under `send`; then the half-close when asked.
+/// Writes what `poll_write` buffered (or sealed), each write under `send`; then the half-close when
+/// asked.
 async fn write_pump<W: AsyncWriteRent>(mut w: W, shared: Rc<RefCell<Shared>>, send: Duration) {
-    let mut spare = buf::take_large();
+    let mut spare = match shared.borrow().sink {
+        Sink::Tls(_) => Vec::new(),
+        _ => buf::take_large(),
+    };
     loop {
         let step = poll_fn(|cx| {
             let mut s = shared.borrow_mut();
@@ -206,6 +258,10 @@ async fn write_pump<W: AsyncWriteRent>(mut w: W, shared: Rc<RefCell<Shared>>, se
                 spare.clear();
                 let out = std::mem::replace(&mut s.wbuf, std::mem::take(&mut spare));
                 return Poll::Ready(WriteStep::Write(out));
+            }
+            if std::mem::take(&mut s.staged) {
+                s.writing = true;
+                return Poll::Ready(WriteStep::Flush);
             }
             if s.shutdown.0 {
                 return Poll::Ready(WriteStep::Shutdown);
@@ -227,6 +283,10 @@ async fn write_pump<W: AsyncWriteRent>(mut w: W, shared: Rc<RefCell<Shared>>, se
                 spare = out.unwrap_or_else(buf::take_large);
                 res.err()
             }
+            WriteStep::Flush => match monoio::time::timeout(send, w.flush()).await {
+                Ok(r) => r.err(),
+                Err(_) => Some(io::ErrorKind::TimedOut.into()),
+            },
             WriteStep::Shutdown => {
                 let res = monoio::time::timeout(send, w.shutdown()).await;
                 shared.borrow_mut().shutdown.1 = true;
@@ -277,12 +337,10 @@ impl AsyncRead for PollIo {
     }
 }
 
-impl AsyncWrite for PollIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
+impl PollIo {
+    /// `poll_write` and `poll_write_vectored`: takes what it can of `bufs` without waiting (see
+    /// [`Sink`]); `Pending` only when the pending buffer (or rustls' record queue) is full.
+    fn write_slices(&self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let mut s = self.shared.borrow_mut();
         if let Some(kind) = s.write_error {
             return Poll::Ready(Err(kind.into()));
@@ -290,15 +348,90 @@ impl AsyncWrite for PollIo {
         if s.shutdown.0 {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Poll::Ready(Ok(0));
+        }
+        let direct = match &s.sink {
+            Sink::Tls(state) => Some(tls::seal(state, bufs, s.writing)),
+            Sink::Socket(fd) if s.wbuf.is_empty() && !s.writing => {
+                match DontWait(*fd).write_vectored(bufs) {
+                    Ok(0) => None,
+                    Ok(n) => Some(Ok((n, false))),
+                    Err(e) if is_full(&e) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            }
+            _ => None,
+        };
+        match direct {
+            Some(Err(e)) => {
+                s.write_error = Some(e.kind());
+                wake(&mut s.write_pump);
+                return Poll::Ready(Err(e));
+            }
+            Some(Ok((n, staged))) => {
+                if staged {
+                    s.staged = true;
+                    wake(&mut s.write_pump);
+                }
+                if n > 0 || !staged {
+                    return Poll::Ready(Ok(n));
+                }
+                // rustls' queue is full: wait for the pump's flush.
+                s.writer = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            None => {}
+        }
         let room = WRITE_PENDING_MAX.saturating_sub(s.wbuf.len());
         if room == 0 {
             s.writer = Some(cx.waker().clone());
             return Poll::Pending;
         }
-        let n = room.min(data.len());
-        s.wbuf.extend_from_slice(&data[..n]);
+        let mut n = 0;
+        for b in bufs {
+            let take = b.len().min(room - n);
+            s.wbuf.extend_from_slice(&b[..take]);
+            n += take;
+            if n == room {
+                break;
+            }
+        }
         wake(&mut s.write_pump);
         Poll::Ready(Ok(n))
+    }
+}
+
+/// Whether a non-blocking send failed only because the socket is full (or a signal came): the bytes
+/// go the asynchronous way.
+fn is_full(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+impl AsyncWrite for PollIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.write_slices(cx, &[IoSlice::new(data)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.write_slices(cx, bufs)
+    }
+
+    /// Vectored: h2 then writes a DATA frame's head and its payload in one call (one send, or one
+    /// sealing into records), and chains payloads above 256 bytes instead of copying them.
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     /// Ready once the bytes written are the write pump's, which writes them without further calls
@@ -331,142 +464,4 @@ impl AsyncWrite for PollIo {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::future::poll_fn;
-
-    use monoio::{
-        io::{AsyncReadRent, AsyncWriteRentExt},
-        net::{TcpListener, TcpStream},
-    };
-
-    use super::*;
-    use crate::runtime::{block_on, IoDriver};
-
-    /// Runs `f` on both io drivers (io_uring skipped where the kernel refuses it).
-    fn both_drivers(f: impl Fn() -> Pin<Box<dyn std::future::Future<Output = ()>>>) {
-        for driver in [IoDriver::IoUring, IoDriver::Epoll] {
-            if block_on(driver, f()).is_err() {
-                assert_eq!(driver, IoDriver::IoUring, "epoll runtime must build");
-            }
-        }
-    }
-
-    async fn write_all(io: &mut PollIo, mut data: &[u8]) {
-        while !data.is_empty() {
-            let n = poll_fn(|cx| Pin::new(&mut *io).poll_write(cx, data))
-                .await
-                .unwrap();
-            data = &data[n..];
-        }
-        poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx))
-            .await
-            .unwrap();
-    }
-
-    async fn read_to_end(io: &mut PollIo) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut chunk = [0u8; 7000];
-        loop {
-            let mut rb = ReadBuf::new(&mut chunk);
-            poll_fn(|cx| Pin::new(&mut *io).poll_read(cx, &mut rb))
-                .await
-                .unwrap();
-            if rb.filled().is_empty() {
-                return out;
-            }
-            out.extend_from_slice(rb.filled());
-        }
-    }
-
-    #[test]
-    fn a_mebibyte_crosses_both_ways_with_prefix_first_and_shutdown_is_eof() {
-        both_drivers(|| {
-            Box::pin(async {
-                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-                let addr = listener.local_addr().unwrap();
-                let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 253) as u8).collect();
-                let expect = data.clone();
-                let peer = monoio::spawn(async move {
-                    let (mut s, _) = listener.accept().await.unwrap();
-                    let mut got = Vec::new();
-                    while got.len() < expect.len() {
-                        let (r, b) = s.read(Vec::with_capacity(65536)).await;
-                        assert!(r.unwrap() > 0, "EOF before the whole upload");
-                        got.extend_from_slice(&b);
-                    }
-                    assert!(got == expect, "upload differs");
-                    let (r, _) = s.write_all(got).await;
-                    r.unwrap();
-                    let (r, _) = s.read(Vec::with_capacity(16)).await;
-                    assert_eq!(r.unwrap(), 0, "shutdown reaches the peer as EOF");
-                });
-                let tcp = TcpStream::connect(addr).await.unwrap();
-                let mut io = PollIo::new(tcp, b"pre", Duration::from_secs(5));
-                let mut first = [0u8; 3];
-                let mut rb = ReadBuf::new(&mut first);
-                poll_fn(|cx| Pin::new(&mut io).poll_read(cx, &mut rb))
-                    .await
-                    .unwrap();
-                assert_eq!(rb.filled(), b"pre", "the prefix is read first");
-                write_all(&mut io, &data).await;
-                let mut back = Vec::new();
-                while back.len() < data.len() {
-                    let mut chunk = [0u8; 9000];
-                    let mut rb = ReadBuf::new(&mut chunk);
-                    poll_fn(|cx| Pin::new(&mut io).poll_read(cx, &mut rb))
-                        .await
-                        .unwrap();
-                    assert!(!rb.filled().is_empty(), "EOF before the whole download");
-                    back.extend_from_slice(rb.filled());
-                }
-                assert!(back == data, "download differs");
-                poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx))
-                    .await
-                    .unwrap();
-                peer.await;
-                assert!(read_to_end(&mut io).await.is_empty(), "the peer closed");
-            })
-        });
-    }
-
-    #[test]
-    fn dropping_the_adapter_cancels_its_read_and_closes_the_socket() {
-        both_drivers(|| {
-            Box::pin(async {
-                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-                let addr = listener.local_addr().unwrap();
-                let peer = monoio::spawn(async move {
-                    let (mut s, _) = listener.accept().await.unwrap();
-                    let (r, _) = s.read(Vec::with_capacity(16)).await;
-                    r.unwrap()
-                });
-                let tcp = TcpStream::connect(addr).await.unwrap();
-                let mut io = PollIo::new(tcp, b"", Duration::from_secs(5));
-                // A read is in flight (nothing arrives); dropping must end it and close the socket.
-                let mut chunk = [0u8; 16];
-                let mut rb = ReadBuf::new(&mut chunk);
-                let pending = poll_fn(|cx| {
-                    Poll::Ready(Pin::new(&mut io).poll_read(cx, &mut rb).is_pending())
-                })
-                .await;
-                assert!(pending);
-                // Let the read pump arm its read, then drop with it in flight.
-                let mut yielded = false;
-                poll_fn(|cx| {
-                    if yielded {
-                        return Poll::Ready(());
-                    }
-                    yielded = true;
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                })
-                .await;
-                drop(io);
-                let n = monoio::time::timeout(Duration::from_secs(5), peer)
-                    .await
-                    .expect("the socket closed after the drop");
-                assert_eq!(n, 0);
-            })
-        });
-    }
-}
+mod tests;

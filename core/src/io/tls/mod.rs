@@ -65,7 +65,7 @@ pub struct TlsWriteHalf<W, C> {
 }
 
 /// The rustls connection and the ciphertext it has not taken yet.
-struct State<C> {
+pub(crate) struct State<C> {
     conn: C,
     /// Ciphertext read from the socket and not yet given to rustls (its plaintext buffer was full), and
     /// how far rustls took it.
@@ -74,6 +74,9 @@ struct State<C> {
     plaintext: usize,
     /// The socket reached EOF.
     eof: bool,
+    /// The socket under the TLS stream, when records can be sent to it directly
+    /// ([`Transport::raw_socket`]).
+    socket: Option<RawFd>,
 }
 
 /// Why a handshake did not finish.
@@ -140,6 +143,7 @@ where
         } else {
             Some((received, 0))
         };
+        let socket = io.raw_socket();
         let mut tls = Tls {
             io,
             state: Rc::new(RefCell::new(State {
@@ -147,6 +151,7 @@ where
                 pending,
                 plaintext: 0,
                 eof: false,
+                socket,
             })),
         };
         let mut first = true;
@@ -356,8 +361,9 @@ where
     }
 }
 
-/// Writes every encrypted byte rustls has queued to `io`, from a pooled record buffer (one send when
-/// they fit it, as a write of [`MAX_PLAINTEXT_PER_WRITE`] does).
+/// Writes every encrypted byte rustls has queued to `io`. While the socket has room, the records go
+/// from rustls' queue straight to it ([`send_now`]); the rest from a pooled record buffer (one send
+/// when they fit it, as a write of [`MAX_PLAINTEXT_PER_WRITE`] does).
 async fn flush<W, C, S>(io: &mut W, state: &RefCell<State<C>>) -> io::Result<()>
 where
     W: AsyncWriteRent,
@@ -365,6 +371,7 @@ where
     S: SideData,
 {
     loop {
+        send_now(&mut state.borrow_mut())?;
         let mut out = buf::take_record();
         {
             let mut st = state.borrow_mut();
@@ -379,6 +386,97 @@ where
         let (res, out) = io.write_all(out).await;
         buf::give(out);
         res?;
+    }
+}
+
+/// Sends queued records straight from rustls' buffers with a non-blocking `sendmsg(2)` until the socket
+/// is full (or rustls' queue empty): no copy and no io operation. Only between asynchronous writes (the
+/// write half's one writer is here), so bytes never overtake a write in flight.
+///
+/// # Errors
+/// A send failure other than a full socket.
+fn send_now<C, S>(st: &mut State<C>) -> io::Result<()>
+where
+    C: DerefMut<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    let Some(fd) = st.socket else {
+        return Ok(());
+    };
+    while st.conn.wants_write() {
+        match st.conn.write_tls(&mut DontWait(fd)) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A downstream TLS stream's rustls state, shared with [`super::PollIo`], which seals the bytes a
+/// protocol writes at once ([`seal`]) instead of copying them for its write pump.
+pub(crate) type ServerState = Rc<RefCell<State<rustls::ServerConnection>>>;
+
+impl<T> Tls<T, rustls::ServerConnection> {
+    /// The stream's shared rustls state (see [`ServerState`]).
+    pub(crate) fn server_state(&self) -> ServerState {
+        self.state.clone()
+    }
+}
+
+/// Seals `bufs` into records now, as far as rustls' buffer limit lets (64 KiB of queued records);
+/// then, unless a write is `in_flight` on the socket, sends them at once ([`send_now`]). Returns the
+/// plaintext bytes taken (0: the queue is full) and whether records wait for a flush.
+///
+/// # Errors
+/// The connection's TLS error, or the send's failure.
+pub(crate) fn seal(
+    state: &ServerState,
+    bufs: &[io::IoSlice<'_>],
+    in_flight: bool,
+) -> io::Result<(usize, bool)> {
+    let mut st = state.borrow_mut();
+    let n = st.conn.writer().write_vectored(bufs)?;
+    if !in_flight {
+        send_now(&mut st)?;
+    }
+    Ok((n, st.conn.wants_write()))
+}
+
+/// A socket written with `sendmsg(2)` and `MSG_DONTWAIT | MSG_NOSIGNAL`: never blocks (a full socket is
+/// `WouldBlock`), never raises SIGPIPE.
+pub(crate) struct DontWait(pub(crate) RawFd);
+
+impl Write for DontWait {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(data)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        // SAFETY: an all-zero msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        // `IoSlice` is ABI-compatible with `iovec` on Unix (std's documented guarantee); sendmsg only
+        // reads the slices.
+        msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+        msg.msg_iovlen = bufs.len().min(1024) as _;
+        // SAFETY: `msg` points at `bufs`, alive for the call; the fd is the stream's own socket.
+        let n = unsafe { libc::sendmsg(self.0, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

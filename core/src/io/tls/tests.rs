@@ -203,3 +203,96 @@ fn garbage_fails_the_handshake_with_a_tls_error() {
         })
     });
 }
+
+/// [`crate::io::PollIo`] over a downstream TLS stream seals written bytes in rustls at once: with a
+/// client that reads only once the socket and rustls' record queue are full, vectored (head,
+/// payload) pairs arrive exactly and in order, and shutdown ends with close_notify.
+#[test]
+fn poll_io_seals_at_once_and_waits_when_the_client_does_not_read() {
+    use std::{
+        cell::{Cell, RefCell},
+        future::poll_fn,
+        io::IoSlice,
+        pin::Pin,
+        rc::Rc,
+        task::{Poll, Waker},
+    };
+
+    use tokio::io::AsyncWrite;
+
+    both_drivers(|| {
+        Box::pin(async {
+            let (server, mut client) = pair().await;
+            let mut io = crate::io::PollIo::new(server, b"", std::time::Duration::from_secs(5));
+            let payload: Vec<u8> = (0..16 * 1024).map(|i| (i % 241) as u8).collect();
+            // Loopback socket buffers hold megabytes: write until the queue is full, then 64 rounds more.
+            let max_rounds = 4096;
+            let mut expect = Vec::new();
+            for i in 0..max_rounds {
+                expect.extend_from_slice(&[i as u8; 9]);
+                expect.extend_from_slice(&payload);
+            }
+            let full = Rc::new((Cell::new(false), RefCell::new(None::<Waker>)));
+            let reader = {
+                let full = full.clone();
+                monoio::spawn(async move {
+                    // Reads nothing until the writer saw `Pending` (its queue full).
+                    poll_fn(|cx| match full.0.get() {
+                        true => Poll::Ready(()),
+                        false => {
+                            *full.1.borrow_mut() = Some(cx.waker().clone());
+                            Poll::Pending
+                        }
+                    })
+                    .await;
+                    let mut got = Vec::new();
+                    loop {
+                        let (r, b) = client.read(Vec::with_capacity(64 * 1024)).await;
+                        match r.unwrap() {
+                            0 => return got,
+                            n => got.extend_from_slice(&b[..n]),
+                        }
+                    }
+                })
+            };
+            let mut rounds = max_rounds;
+            let mut i = 0;
+            while i < rounds {
+                let head = [i as u8; 9];
+                let (mut h, mut p) = (&head[..], &payload[..]);
+                while !h.is_empty() || !p.is_empty() {
+                    let n = poll_fn(|cx| {
+                        let slices = [IoSlice::new(h), IoSlice::new(p)];
+                        let r = Pin::new(&mut io).poll_write_vectored(cx, &slices);
+                        if r.is_pending() {
+                            full.0.set(true);
+                            if let Some(w) = full.1.borrow_mut().take() {
+                                w.wake();
+                            }
+                        }
+                        r
+                    })
+                    .await
+                    .unwrap();
+                    let from_head = n.min(h.len());
+                    h = &h[from_head..];
+                    p = &p[n - from_head..];
+                }
+                i += 1;
+                if full.0.get() && rounds == max_rounds {
+                    rounds = (i + 64).min(max_rounds);
+                }
+            }
+            assert!(
+                full.0.get(),
+                "64 MiB unread must fill the socket and the queue"
+            );
+            expect.truncate(rounds * (9 + payload.len()));
+            poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx))
+                .await
+                .unwrap();
+            let got = reader.await;
+            assert!(got == expect, "the bytes arrived changed or out of order");
+        })
+    });
+}

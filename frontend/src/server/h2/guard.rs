@@ -221,6 +221,23 @@ impl AsyncRead for Guarded {
     }
 }
 
+impl Guarded {
+    /// Counts the frames edge wrote (`written`, in order): refusals, and DATA frames for the
+    /// WINDOW_UPDATE allowance.
+    fn count_written(&mut self, written: &[u8]) {
+        let (window, alarm) = (&mut self.window, &self.alarm);
+        let grace = self.grace == Some(true);
+        self.outbound.scan(written, |f| {
+            if f.kind == super::flood::kind::RST_STREAM && super::flood::is_refusal(f.code) {
+                alarm.refused(&f);
+            }
+            if let (Some(flood), false) = (window.outbound(&f), grace) {
+                alarm.trip(flood);
+            }
+        });
+    }
+}
+
 impl AsyncWrite for Guarded {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -237,17 +254,40 @@ impl AsyncWrite for Guarded {
                 ready!(Pin::new(&mut this.io).poll_write(cx, &patched))?
             }
         };
-        let (window, alarm) = (&mut this.window, &this.alarm);
-        let grace = this.grace == Some(true);
-        this.outbound.scan(&data[..n], |f| {
-            if f.kind == super::flood::kind::RST_STREAM && super::flood::is_refusal(f.code) {
-                alarm.refused(&f);
-            }
-            if let (Some(flood), false) = (window.outbound(&f), grace) {
-                alarm.trip(flood);
-            }
-        });
+        this.count_written(&data[..n]);
         Poll::Ready(Ok(n))
+    }
+
+    /// As `poll_write`, over several slices at once; a flooding connection writes its first non-empty
+    /// slice only (through the GOAWAY patch).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if self.alarm.phase.get() != Phase::Quiet {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return self.poll_write(cx, first);
+        }
+        let this = self.get_mut();
+        let mut n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
+        let taken = n;
+        for b in bufs {
+            let part = b.len().min(n);
+            this.count_written(&b[..part]);
+            n -= part;
+            if n == 0 {
+                break;
+            }
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
