@@ -14,6 +14,23 @@ static ALLOCATOR: edge_frontend::alloc_count::Counting = edge_frontend::alloc_co
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options (its `malloc_conf` symbol, read at startup): pages freed go back to the kernel
+/// at once (`dirty_decay_ms:0`, `muzzy_decay_ms:0`) rather than after jemalloc's default 10 s, so
+/// memory taken by a burst of connections returns when the buffer pools trim (DESIGN.md "Fault
+/// matrix": VmRSS settles after every case). edge pools its large buffers, so purges are rare.
+#[cfg(not(feature = "count-alloc"))]
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: MallocConf = MallocConf(c"dirty_decay_ms:0,muzzy_decay_ms:0".as_ptr());
+
+/// A C string pointer that can be a `static` (jemalloc only reads it).
+#[cfg(not(feature = "count-alloc"))]
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a 'static C string literal, never written.
+#[cfg(not(feature = "count-alloc"))]
+unsafe impl Sync for MallocConf {}
+
 fn main() {
     let cli = Cli::parse();
     if let Some(Command::Healthcheck { url }) = &cli.command {
