@@ -4,8 +4,9 @@
 //! ([`rustls::ClientConnection`]).
 //!
 //! Buffers: ciphertext is read into a pooled buffer ([`crate::buf::take`]) that goes back to the pool as
-//! soon as rustls has taken every byte of it, and encrypted output is written from a pooled buffer
-//! likewise, so an idle TLS connection holds no edge buffer.
+//! soon as rustls has taken every byte of it. Encrypted output goes to the socket straight from
+//! rustls' queue by a non-blocking `sendmsg` while the socket has room ([`send_now`]), and only the
+//! rest from a pooled buffer by an asynchronous write; so an idle TLS connection holds no edge buffer.
 //!
 //! rustls API: the buffered one ([`rustls::ConnectionCommon`]: `read_tls`, `process_new_packets`,
 //! `reader`, `writer`, `write_tls`). Its unbuffered API (`rustls::unbuffered`) is no cheaper in
