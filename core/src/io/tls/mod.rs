@@ -5,7 +5,7 @@
 //!
 //! Buffers: ciphertext is read into a pooled buffer ([`crate::buf::take`]) that goes back to the pool as
 //! soon as rustls has taken every byte of it. Encrypted output goes to the socket straight from
-//! rustls' queue by a non-blocking `sendmsg` while the socket has room ([`send_now`]), and only the
+//! rustls' queue by a non-blocking `sendmsg` while the socket has room, and only the
 //! rest from a pooled buffer by an asynchronous write; so an idle TLS connection holds no edge buffer.
 //!
 //! rustls API: the buffered one ([`rustls::ConnectionCommon`]: `read_tls`, `process_new_packets`,
