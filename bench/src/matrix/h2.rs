@@ -23,7 +23,7 @@ use super::invariants::Prober;
 use super::origin::{ok, ScriptOrigin};
 use super::runner::{run_case, secs, Check, Edge, HealthRule, Row, SEC};
 use crate::peers::h2_frames::{
-    code, flag, frame, hpack_block, kind, request_fields, Frame, H2Frames,
+    code, frame, hpack_block, kind, open_and_reset, request_fields, Frame, H2Frames,
 };
 use crate::support::table::{ms, Quantiles};
 
@@ -114,18 +114,7 @@ fn rapid_reset(addr: SocketAddr) -> io::Result<Check> {
             64,
             SEC,
             |_| Instant::now() < end,
-            |i, out| {
-                let stream = 2 * i + 1;
-                let flags = flag::END_STREAM | flag::END_HEADERS;
-                frame(out, kind::HEADERS, flags, stream, &block);
-                frame(
-                    out,
-                    kind::RST_STREAM,
-                    0,
-                    stream,
-                    &code::CANCEL.to_be_bytes(),
-                );
-            },
+            |i, out| open_and_reset(out, i, &block),
         );
         resets += u64::from(sent);
         match goaway.as_ref().and_then(Frame::goaway_code) {

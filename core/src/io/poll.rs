@@ -54,7 +54,7 @@ use monoio::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{
-    tls::{self, DontWait, ServerState, Tls},
+    tls::{self, is_full, DontWait, ServerState, Tls},
     Transport,
 };
 use crate::buf;
@@ -400,15 +400,6 @@ impl PollIo {
         wake(&mut s.write_pump);
         Poll::Ready(Ok(n))
     }
-}
-
-/// Whether a non-blocking send failed only because the socket is full (or a signal came): the bytes
-/// go the asynchronous way.
-fn is_full(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
 }
 
 impl AsyncWrite for PollIo {

@@ -19,7 +19,8 @@ use std::{
 };
 
 use edge_bench::peers::h2_frames::{
-    code, flag, frame, hpack_block, is_goaway, kind, request_fields, Frame, H2Frames,
+    code, flag, frame, hpack_block, is_goaway, kind, open_and_reset, request_fields, Frame,
+    H2Frames,
 };
 
 use crate::harness::{Cfg, Client, Driver, Edge, Origin, Reply};
@@ -118,18 +119,7 @@ both_drivers!(rapid_reset_gets_goaway_enhance_your_calm, |d| {
             32,
             WAIT,
             |i| i < 20_000,
-            |i, out| {
-                let stream = 2 * i + 1;
-                let flags = flag::END_STREAM | flag::END_HEADERS;
-                frame(out, kind::HEADERS, flags, stream, &block);
-                frame(
-                    out,
-                    kind::RST_STREAM,
-                    0,
-                    stream,
-                    &code::CANCEL.to_be_bytes(),
-                );
-            },
+            |i, out| open_and_reset(out, i, &block),
         );
         sent.set(n);
         assert!(goaway.is_some(), "no GOAWAY after {n} resets");

@@ -408,14 +408,7 @@ where
         match st.conn.write_tls(&mut DontWait(fd)) {
             Ok(0) => return Ok(()),
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                return Ok(())
-            }
+            Err(e) if is_full(&e) => return Ok(()),
             Err(e) => return Err(e),
         }
     }
@@ -450,6 +443,15 @@ pub(crate) fn seal(
         send_now(&mut st)?;
     }
     Ok((n, st.conn.wants_write()))
+}
+
+/// Whether a [`DontWait`] send failed only because the socket is full (or a signal came): the bytes
+/// go the asynchronous way.
+pub(crate) fn is_full(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 /// A socket written with `sendmsg(2)` and `MSG_DONTWAIT | MSG_NOSIGNAL`: never blocks (a full socket is
