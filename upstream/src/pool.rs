@@ -1,10 +1,12 @@
 //! Per-worker, per-endpoint pools of idle keep-alive connections (DESIGN.md "Upstream pools and
 //! retries"): LIFO reuse (the most recently used connection is the least likely to have been closed by
 //! the upstream), at most `pool_max_idle` kept, each dropped after `pool_idle_timeout` (or the upstream's
-//! `Keep-Alive: timeout=N` minus one second) by the worker's own timer, and checked for a close or stray
-//! bytes before reuse.
+//! `Keep-Alive: timeout=N` minus one second) by the worker's own timer, and watched while idle
+//! ([`watch`]): a close or stray bytes remove a connection at once, so checkout probes nothing.
 
-use std::{cell::RefCell, time::Duration};
+mod watch;
+
+use std::{cell::RefCell, rc::Rc, time::Duration};
 
 use edge_core::{buf::RecvBuf, io::Transport};
 use monoio::time::Instant;
@@ -27,6 +29,8 @@ pub struct UpstreamConn<T: Transport = UpstreamStream> {
     expires: Instant,
     /// Shut down by the worker thread's wrapper if the worker dies holding it.
     registration: edge_core::runtime::orphans::Registration,
+    /// The watch while pooled (from the first check-in on).
+    watch: watch::Watch,
 }
 
 impl<T: Transport> UpstreamConn<T> {
@@ -41,6 +45,7 @@ impl<T: Transport> UpstreamConn<T> {
             reused: false,
             permit: crate::permit::Permit::unlimited(),
             expires: Instant::now(),
+            watch: watch::Watch::default(),
         }
     }
 
@@ -55,6 +60,7 @@ impl<T: Transport> UpstreamConn<T> {
             permit,
             expires,
             registration,
+            watch,
         } = self;
         let parts = ConnParts {
             buf,
@@ -63,6 +69,7 @@ impl<T: Transport> UpstreamConn<T> {
             permit,
             expires,
             registration,
+            watch,
         };
         (stream, parts)
     }
@@ -77,6 +84,7 @@ pub struct ConnParts {
     permit: crate::permit::Permit,
     expires: Instant,
     registration: edge_core::runtime::orphans::Registration,
+    watch: watch::Watch,
 }
 
 impl ConnParts {
@@ -90,6 +98,7 @@ impl ConnParts {
             permit: self.permit,
             expires: self.expires,
             registration: self.registration,
+            watch: self.watch,
         }
     }
 }
@@ -101,12 +110,15 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Takes the most recently returned connection that is still open and quiet.
+    /// Takes the most recently returned connection that is still within its lifetime. One the upstream
+    /// closed has already left the pool (its watch removed it); a TLS connection holding unread
+    /// decrypted bytes is dropped here (no system call either way).
     pub fn take(&self) -> Option<UpstreamConn> {
         let now = Instant::now();
         let mut idle = self.idle.borrow_mut();
         while let Some(mut c) = idle.pop() {
-            if c.expires > now && c.stream.is_quiet() {
+            if c.expires > now && !c.stream.has_buffered_input() {
+                c.watch.check_out();
                 c.reused = true;
                 return Some(c);
             }
@@ -116,10 +128,10 @@ impl Pool {
 
     /// Returns a connection after a complete response; dropped when the pool is full. `lifetime` is how long
     /// it may stay idle.
-    pub fn put(&self, mut c: UpstreamConn, lifetime: Duration, max_idle: usize) {
+    pub fn put(self: &Rc<Self>, mut c: UpstreamConn, lifetime: Duration, max_idle: usize) {
         c.buf.release();
         c.permit = crate::permit::Permit::unlimited();
-        if max_idle == 0 || lifetime.is_zero() {
+        if max_idle == 0 || lifetime.is_zero() || !c.watch.check_in(c.stream.fd(), self) {
             return;
         }
         c.expires = Instant::now() + lifetime;
@@ -128,6 +140,15 @@ impl Pool {
             idle.remove(0); // the oldest goes
         }
         idle.push(c);
+    }
+
+    /// Takes out the connection whose watch is `state` (its watch saw the upstream close it).
+    fn remove(&self, state: &watch::State) -> Option<UpstreamConn> {
+        let mut idle = self.idle.borrow_mut();
+        let i = idle
+            .iter()
+            .position(|c| c.watch.state().is_some_and(|s| state.is(s)))?;
+        Some(idle.remove(i))
     }
 
     /// Closes idle connections past their lifetime; returns how many remain.

@@ -155,6 +155,10 @@ impl Transport for UpstreamStream {
         each!(self, s => s.is_quiet())
     }
 
+    fn has_buffered_input(&self) -> bool {
+        each!(self, s => s.has_buffered_input())
+    }
+
     fn announces_close(&self) -> bool {
         matches!(self, Self::Tls(_))
     }

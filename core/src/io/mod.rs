@@ -63,6 +63,13 @@ pub trait Transport:
     /// something unasked).
     fn is_quiet(&self) -> bool;
 
+    /// Whether the transport holds bytes it received and nobody read yet, checked without a system
+    /// call (TLS: decrypted or undecrypted input in rustls' buffers). A pooled connection must hold
+    /// none; its socket is watched separately. Plain TCP: `false`.
+    fn has_buffered_input(&self) -> bool {
+        false
+    }
+
     /// Whether closing must first tell the peer (TLS: close_notify, RFC 8446 §6.1, so a client can tell a
     /// complete close-delimited response from a truncated one); then the closer calls `shutdown` first.
     /// Plain TCP: `false` (the FIN says it).

@@ -1,5 +1,6 @@
 //! Fault-matrix cases (DESIGN.md "Fault matrix") not covered elsewhere: pipelining, a connect that hangs,
-//! a pooled connection the upstream closed, a zombie upstream, and the client half-closing.
+//! a pooled connection the upstream closed (reused or idle), stray bytes on an idle pooled connection,
+//! a zombie upstream, and the client half-closing.
 
 use std::{
     io::{Read, Write},
@@ -79,6 +80,82 @@ both_drivers!(
             assert_eq!(r.body, b"ok");
         }
         assert_eq!(edge.metric("edge_upstream_errors_total", &[]), 0.0);
+    }
+);
+
+/// An origin whose first connection answers one request, keeps the connection open by its headers,
+/// then (after 100 ms) does `after` to the idle connection and reports how long edge took to close its
+/// end (the origin's read seeing EOF or a reset; `None`: not within 5 s). Later connections answer normally.
+fn idle_fault_origin(
+    after: fn(&mut std::net::TcpStream),
+) -> (Origin, std::sync::mpsc::Receiver<Option<Duration>>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let origin = Origin::script(move |mut s, id| {
+        let mut b = [0u8; 4096];
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            if id != 1 {
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            after(&mut s);
+            let t = Instant::now();
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            // EOF, or a reset when edge closed with the stray bytes unread (RFC 9293 §3.6).
+            let closed = match s.read(&mut b) {
+                Ok(n) => n == 0,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            };
+            let _ = tx.send(closed.then(|| t.elapsed()));
+            return;
+        }
+    });
+    (origin, rx)
+}
+
+/// DESIGN.md "Upstream pools and retries": an idle pooled connection is watched, so `fault` done by the
+/// upstream to it makes edge close it at once (well before its 30 s pool lifetime), and the next
+/// request goes out on a fresh connection with no retry.
+fn idle_pooled_connection_fault_closes_it(
+    d: crate::harness::Driver,
+    fault: fn(&mut std::net::TcpStream),
+) {
+    let (origin, closed) = idle_fault_origin(fault);
+    let edge = Edge::start(&Cfg::new(d, origin.addr).upstream_field("pool_idle_timeout", "30s"));
+    let mut c = Client::connect(edge.addr);
+    assert_eq!(c.get("/").body, b"ok");
+    let took = closed
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the origin script reports")
+        .expect("edge closed the idle pooled connection within 5 s");
+    assert!(
+        took < Duration::from_secs(2),
+        "edge took {took:?} to close it"
+    );
+    assert_eq!(c.get("/").body, b"ok");
+    assert_eq!(origin.accepted(), 2);
+    assert_eq!(edge.metric("edge_upstream_retries_total", &[]), 0.0);
+    assert_eq!(edge.metric("edge_upstream_errors_total", &[]), 0.0);
+    edge.assert_upstream_settled();
+}
+
+both_drivers!(
+    an_idle_pooled_connection_the_upstream_closes_is_closed_at_once,
+    |d| {
+        // A half-close (FIN) with the origin still reading: edge's close shows as EOF there.
+        idle_pooled_connection_fault_closes_it(d, |s| {
+            let _ = s.shutdown(Shutdown::Write);
+        });
+    }
+);
+
+both_drivers!(
+    an_idle_pooled_connection_with_stray_bytes_is_closed_at_once,
+    |d| {
+        // Bytes nobody asked for: the connection's framing can no longer be trusted.
+        idle_pooled_connection_fault_closes_it(d, |s| {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        });
     }
 );
 

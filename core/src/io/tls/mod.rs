@@ -588,6 +588,10 @@ where
         !self.state.borrow().has_input() && self.io.is_quiet()
     }
 
+    fn has_buffered_input(&self) -> bool {
+        self.state.borrow().has_input()
+    }
+
     fn announces_close(&self) -> bool {
         true
     }
