@@ -1,8 +1,9 @@
 //! Per-worker, per-endpoint pools of idle keep-alive connections (DESIGN.md "Upstream pools and
 //! retries"): LIFO reuse (the most recently used connection is the least likely to have been closed by
 //! the upstream), at most `pool_max_idle` kept, each dropped after `pool_idle_timeout` (or the upstream's
-//! `Keep-Alive: timeout=N` minus one second) by the worker's own timer, and watched while idle
-//! ([`watch`]): a close or stray bytes remove a connection at once, so checkout probes nothing.
+//! `Keep-Alive: timeout=N` minus one second) by the worker's own timer, and watched once idle for a
+//! sweep period ([`watch`]): a close or stray bytes then remove a connection at once; a connection
+//! back for less than that is checked with one `MSG_PEEK` at checkout.
 
 mod watch;
 
@@ -110,14 +111,18 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Takes the most recently returned connection that is still within its lifetime. One the upstream
-    /// closed has already left the pool (its watch removed it); a TLS connection holding unread
-    /// decrypted bytes is dropped here (no system call either way).
+    /// Takes the most recently returned connection that is still within its lifetime and quiet: one
+    /// whose watch is armed needs no check (a close would have removed it), a busy one that was back
+    /// for less than a sweep period gets a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]).
     pub fn take(&self) -> Option<UpstreamConn> {
         let now = Instant::now();
         let mut idle = self.idle.borrow_mut();
         while let Some(mut c) = idle.pop() {
-            if c.expires > now && !c.stream.has_buffered_input() {
+            let quiet = match c.watch.is_armed() {
+                true => !c.stream.has_buffered_input(),
+                false => c.stream.is_quiet(),
+            };
+            if c.expires > now && quiet {
                 c.watch.check_out();
                 c.reused = true;
                 return Some(c);
@@ -131,9 +136,10 @@ impl Pool {
     pub fn put(self: &Rc<Self>, mut c: UpstreamConn, lifetime: Duration, max_idle: usize) {
         c.buf.release();
         c.permit = crate::permit::Permit::unlimited();
-        if max_idle == 0 || lifetime.is_zero() || !c.watch.check_in(c.stream.fd(), self) {
+        if max_idle == 0 || lifetime.is_zero() {
             return;
         }
+        c.watch.check_in(self);
         c.expires = Instant::now() + lifetime;
         let mut idle = self.idle.borrow_mut();
         if idle.len() >= max_idle {
@@ -151,10 +157,17 @@ impl Pool {
         Some(idle.remove(i))
     }
 
-    /// Closes idle connections past their lifetime; returns how many remain.
-    pub fn sweep(&self, now: Instant) -> usize {
+    /// Closes idle connections past their lifetime, and arms the watch of those idle since the last
+    /// sweep; returns how many remain.
+    pub fn sweep(self: &Rc<Self>, now: Instant) -> usize {
         let mut idle = self.idle.borrow_mut();
-        idle.retain(|c| c.expires > now);
+        idle.retain_mut(|c| {
+            let keep = c.expires > now;
+            if keep {
+                c.watch.on_sweep(c.stream.fd(), self);
+            }
+            keep
+        });
         idle.len()
     }
 

@@ -1,25 +1,26 @@
 //! The watch on an idle pooled connection (DESIGN.md "Upstream pools and retries": a read kept armed
 //! while it sits in the pool, as nginx's keepalive module and Pingora's idle poll do). The upstream
-//! closing the connection, or sending bytes nobody asked for, removes it from its pool at once, so
-//! reusing a connection needs no liveness probe on the request path; the stale-connection retry stays
-//! for the race that remains (a close still in flight at checkout).
+//! closing an idle connection, or sending bytes nobody asked for, removes it from its pool at once,
+//! and its socket is closed (no CLOSE_WAIT socket left until the pool lifetime runs out).
 //!
-//! - One watcher task per upstream connection, spawned at its first check-in and ending with the
+//! - Armed lazily: a connection is watched once it has sat idle through a whole pool sweep period
+//!   (500 ms, the worker's sweep; so from 0.5 to 1 s after its check-in). Until then a checkout
+//!   checks it with one non-blocking `MSG_PEEK` as before, so a busy pool pays nothing for the watch.
+//!   Measured (bench/README.md "Watched upstream pools"): arming at every check-in cost HTTP/2 small
+//!   GETs 11 % more CPU per request, because on io_uring each armed `POLL_ADD` is completed by the
+//!   response arriving from the other CPU (task work plus a reschedule IPI, 0.1 to 0.5 per request),
+//!   and dropping it at checkout instead costs an `ASYNC_CANCEL` and an allocation (monoio boxes the
+//!   data of an operation dropped in flight: 0.7 allocations per request in `edge-bench alloc`).
+//! - One watcher task per watched connection, spawned the first time it is armed and ending with the
 //!   connection. It waits on a duplicate of the socket's descriptor (`dup(2)`, taken once), so it
 //!   needs no borrow of the connection, which moves between the pool and the exchanges.
-//! - Per check-in it arms one readiness wait, and a wait that fires is acted on only while the
-//!   connection is still pooled under that same check-in (a check-in number tells them apart).
-//!   - io_uring: one `POLL_ADD`, queued on the ring with the exchange's own operations (no system
-//!     call of its own). Checkout leaves it armed: it fires when the next response arrives and is
-//!     re-armed at the next check-in. Dropping it at checkout instead would cost an `ASYNC_CANCEL`
-//!     and an allocation per request (monoio boxes the data of an operation dropped in flight;
-//!     `edge-bench alloc` measured 0.7 per request).
-//!   - epoll: the driver's readiness, confirmed by `poll(2)`; checkout drops the wait (free there),
-//!     so a response wakes nobody but its reader.
-//! - A wait that fires while the connection is still pooled under the same check-in means EOF, a
-//!   reset or stray bytes: the watcher takes the connection out of its pool and drops it (closing it)
-//!   and logs `upstream.pool_closed` at debug level. The idle count
-//!   (`edge_upstream_connections{state="idle"}`) follows at the worker's next pool sweep (500 ms).
+//! - The wait: io_uring, one `POLL_ADD`, left armed at checkout (it fires at the next response and is
+//!   re-armed at the next idle period); epoll, the driver's readiness confirmed by `poll(2)`, dropped
+//!   at checkout (free there). A wait that fires is acted on only while the connection is still pooled
+//!   under the check-in it was armed for (a check-in number tells them apart).
+//! - A wait that fires while idle means EOF, a reset or stray bytes: the watcher takes the connection
+//!   out of its pool and drops it (closing it), and logs `upstream.pool_closed` at debug level. The
+//!   idle count (`edge_upstream_connections{state="idle"}`) follows at the next sweep.
 
 use std::{
     cell::{Cell, RefCell},
@@ -38,12 +39,16 @@ use super::Pool;
 pub(super) struct State {
     /// Check-ins so far; the watcher acts on a fired wait only under the check-in it armed for.
     checkins: Cell<u64>,
+    /// The check-in the pool's sweep asked the watcher to arm for.
+    wanted: Cell<u64>,
+    /// The check-in the watcher armed for.
+    armed: Cell<u64>,
     /// In its pool now.
     pooled: Cell<bool>,
     /// The connection is gone: the watcher ends.
     closed: Cell<bool>,
-    /// The watcher waits for a check-in (not on the socket), so a check-in must wake it; otherwise it
-    /// waits on the socket, and a checkout must wake it.
+    /// The watcher waits to be asked to arm (not on the socket), so asking must wake it; otherwise
+    /// it waits on the socket, and a checkout must wake it on epoll.
     waiting: Cell<bool>,
     waker: RefCell<Option<Waker>>,
     /// The pool the connection was last checked into.
@@ -71,14 +76,15 @@ impl State {
         }
     }
 
-    /// The check-in to arm for: the current one once it differs from `armed`; `None` once closed.
-    fn poll_checkin(&self, armed: u64, cx: &Context<'_>) -> Poll<Option<u64>> {
+    /// The check-in to arm for, once the sweep asked for the current one; `None` once closed.
+    fn poll_arm(&self, cx: &Context<'_>) -> Poll<Option<u64>> {
         if self.closed.get() {
             return Poll::Ready(None);
         }
         let n = self.checkins.get();
-        if self.pooled.get() && n != armed {
+        if self.pooled.get() && self.wanted.get() == n && self.armed.get() != n {
             self.waiting.set(false);
+            self.armed.set(n);
             return Poll::Ready(Some(n));
         }
         self.register(cx);
@@ -87,35 +93,31 @@ impl State {
     }
 }
 
-/// A connection's end of its watch: none until its first check-in. Dropping it (the connection
-/// closing) ends the watcher.
+/// A connection's end of its watch. The watcher is spawned the first time the connection sits idle
+/// for a whole sweep period; dropping the watch (the connection closing) ends it.
 #[derive(Default)]
-pub(super) struct Watch(Option<Rc<State>>);
+pub(super) struct Watch {
+    /// Check-ins so far.
+    checkins: u64,
+    /// `checkins` at the pool's last sweep: unchanged at the next one means idle for a whole period.
+    swept: u64,
+    state: Option<Rc<State>>,
+}
 
 impl Watch {
-    /// Marks a check-in into `pool`, spawning the watcher on the first one. `fd`: the connection's
-    /// socket. Returns `false` when the watch cannot be set up (`dup(2)` failed: out of descriptors);
-    /// the connection must then not be pooled.
-    pub(super) fn check_in(&mut self, fd: RawFd, pool: &Rc<Pool>) -> bool {
-        let state = match &self.0 {
-            Some(s) => s.clone(),
-            None => match spawn(fd) {
-                Some(s) => self.0.insert(s).clone(),
-                None => return false,
-            },
-        };
-        *state.pool.borrow_mut() = Rc::downgrade(pool);
-        state.checkins.set(state.checkins.get() + 1);
-        state.pooled.set(true);
-        if state.waiting.get() {
-            state.wake();
+    /// Marks a check-in into `pool`.
+    pub(super) fn check_in(&mut self, pool: &Rc<Pool>) {
+        self.checkins += 1;
+        if let Some(s) = &self.state {
+            *s.pool.borrow_mut() = Rc::downgrade(pool);
+            s.checkins.set(self.checkins);
+            s.pooled.set(true);
         }
-        true
     }
 
     /// Marks a checkout (on epoll the watcher then drops its wait).
     pub(super) fn check_out(&self) {
-        if let Some(s) = &self.0 {
+        if let Some(s) = &self.state {
             s.pooled.set(false);
             if s.drop_at_checkout && !s.waiting.get() {
                 s.wake();
@@ -123,15 +125,45 @@ impl Watch {
         }
     }
 
+    /// Whether the watch is armed for the current check-in (then checkout needs no probe).
+    pub(super) fn is_armed(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| s.armed.get() == self.checkins)
+    }
+
+    /// The pool's sweep, for a connection it keeps: one idle since the previous sweep gets its wait
+    /// armed (the watcher spawned on the first such sweep). `fd`: the connection's socket.
+    pub(super) fn on_sweep(&mut self, fd: RawFd, pool: &Rc<Pool>) {
+        let idle_for_a_period = self.swept == self.checkins;
+        self.swept = self.checkins;
+        if !idle_for_a_period || self.is_armed() {
+            return;
+        }
+        if self.state.is_none() {
+            let Some(s) = spawn(fd) else { return };
+            *s.pool.borrow_mut() = Rc::downgrade(pool);
+            s.checkins.set(self.checkins);
+            s.pooled.set(true);
+            self.state = Some(s);
+        }
+        if let Some(s) = &self.state {
+            s.wanted.set(self.checkins);
+            if s.waiting.get() {
+                s.wake();
+            }
+        }
+    }
+
     /// The shared state, for [`Pool::remove`] to find this connection.
     pub(super) fn state(&self) -> Option<&Rc<State>> {
-        self.0.as_ref()
+        self.state.as_ref()
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if let Some(s) = &self.0 {
+        if let Some(s) = &self.state {
             s.closed.set(true);
             s.wake();
         }
@@ -158,6 +190,8 @@ fn spawn(fd: RawFd) -> Option<Rc<State>> {
     };
     let state = Rc::new(State {
         checkins: Cell::new(0),
+        wanted: Cell::new(0),
+        armed: Cell::new(0),
         pooled: Cell::new(false),
         closed: Cell::new(false),
         waiting: Cell::new(false),
@@ -172,12 +206,10 @@ fn spawn(fd: RawFd) -> Option<Rc<State>> {
 /// The watcher: per check-in, one readiness wait; a wait that fires while the connection is still
 /// pooled under that check-in evicts it.
 async fn run(state: Rc<State>, sock: TcpStream) {
-    let mut armed = 0;
     loop {
-        let Some(checkin) = poll_fn(|cx| state.poll_checkin(armed, cx)).await else {
+        let Some(checkin) = poll_fn(|cx| state.poll_arm(cx)).await else {
             return;
         };
-        armed = checkin;
         let fired = {
             let mut ready = pin!(sock.readable(false));
             poll_fn(|cx| {
