@@ -102,6 +102,9 @@ pub(super) struct Watch {
     /// `checkins` at the pool's last sweep: unchanged at the next one means idle for a whole period.
     swept: u64,
     state: Option<Rc<State>>,
+    /// Spawning the watcher failed once (out of descriptors): the connection stays probed at
+    /// checkout, and no further attempt is made for it.
+    unwatchable: bool,
 }
 
 impl Watch {
@@ -137,11 +140,14 @@ impl Watch {
     pub(super) fn on_sweep(&mut self, fd: RawFd, pool: &Rc<Pool>) {
         let idle_for_a_period = self.swept == self.checkins;
         self.swept = self.checkins;
-        if !idle_for_a_period || self.is_armed() {
+        if !idle_for_a_period || self.unwatchable || self.is_armed() {
             return;
         }
         if self.state.is_none() {
-            let Some(s) = spawn(fd) else { return };
+            let Some(s) = spawn(fd) else {
+                self.unwatchable = true;
+                return;
+            };
             *s.pool.borrow_mut() = Rc::downgrade(pool);
             s.checkins.set(self.checkins);
             s.pooled.set(true);
@@ -176,7 +182,7 @@ fn spawn(fd: RawFd) -> Option<Rc<State>> {
     // owned by the std stream built from it right after.
     let dup = unsafe { libc::dup(fd) };
     if dup < 0 {
-        tracing::warn!(event = "upstream.pool_watch_failed", error = %std::io::Error::last_os_error(), "cannot watch a pooled connection; closing it instead");
+        tracing::warn!(event = "upstream.pool_watch_failed", error = %std::io::Error::last_os_error(), "cannot watch an idle pooled connection; it is probed at checkout instead");
         return None;
     }
     // SAFETY: `dup` is a fresh descriptor of a connected socket, owned by nothing else.
@@ -184,7 +190,7 @@ fn spawn(fd: RawFd) -> Option<Rc<State>> {
     let sock = match TcpStream::from_std(std) {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(event = "upstream.pool_watch_failed", error = %e, "cannot watch a pooled connection; closing it instead");
+            tracing::warn!(event = "upstream.pool_watch_failed", error = %e, "cannot watch an idle pooled connection; it is probed at checkout instead");
             return None;
         }
     };
