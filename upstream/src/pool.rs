@@ -30,7 +30,7 @@ pub struct UpstreamConn<T: Transport = UpstreamStream> {
     expires: Instant,
     /// Shut down by the worker thread's wrapper if the worker dies holding it.
     registration: edge_core::runtime::orphans::Registration,
-    /// The watch while pooled (from the first check-in on).
+    /// The watch while pooled (armed once it sits idle for a sweep period).
     watch: watch::Watch,
 }
 
@@ -118,9 +118,10 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.idle.borrow_mut();
         while let Some(mut c) = idle.pop() {
-            let quiet = match c.watch.is_armed() {
-                true => !c.stream.has_buffered_input(),
-                false => c.stream.is_quiet(),
+            let quiet = if c.watch.is_armed() {
+                !c.stream.has_buffered_input()
+            } else {
+                c.stream.is_quiet()
             };
             if c.expires > now && quiet {
                 c.watch.check_out();
