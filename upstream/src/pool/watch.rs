@@ -36,6 +36,7 @@ use monoio::net::TcpStream;
 use super::Pool;
 
 /// What a connection and its watcher share.
+#[derive(Default)]
 pub(super) struct State {
     /// Check-ins so far; the watcher acts on a fired wait only under the check-in it armed for.
     checkins: Cell<u64>,
@@ -61,6 +62,13 @@ impl State {
     /// Whether this state belongs to `other`'s connection.
     pub(super) fn is(&self, other: &Rc<State>) -> bool {
         std::ptr::eq(self, Rc::as_ptr(other))
+    }
+
+    /// Mirrors the connection's check-in number `n` into `pool`.
+    fn checked_in(&self, n: u64, pool: &Rc<Pool>) {
+        *self.pool.borrow_mut() = Rc::downgrade(pool);
+        self.checkins.set(n);
+        self.pooled.set(true);
     }
 
     fn register(&self, cx: &Context<'_>) {
@@ -112,9 +120,7 @@ impl Watch {
     pub(super) fn check_in(&mut self, pool: &Rc<Pool>) {
         self.checkins += 1;
         if let Some(s) = &self.state {
-            *s.pool.borrow_mut() = Rc::downgrade(pool);
-            s.checkins.set(self.checkins);
-            s.pooled.set(true);
+            s.checked_in(self.checkins, pool);
         }
     }
 
@@ -148,9 +154,7 @@ impl Watch {
                 self.unwatchable = true;
                 return;
             };
-            *s.pool.borrow_mut() = Rc::downgrade(pool);
-            s.checkins.set(self.checkins);
-            s.pooled.set(true);
+            s.checked_in(self.checkins, pool);
             self.state = Some(s);
         }
         if let Some(s) = &self.state {
@@ -176,18 +180,10 @@ impl Drop for Watch {
     }
 }
 
-/// Starts the watcher of the socket `fd` on this worker.
+/// Starts the watcher of the socket `fd` on this worker; `None` (logged) when its descriptor cannot
+/// be duplicated.
 fn spawn(fd: RawFd) -> Option<Rc<State>> {
-    // SAFETY: `dup` of a descriptor the caller owns and keeps open for the call; the duplicate is
-    // owned by the std stream built from it right after.
-    let dup = unsafe { libc::dup(fd) };
-    if dup < 0 {
-        tracing::warn!(event = "upstream.pool_watch_failed", error = %std::io::Error::last_os_error(), "cannot watch an idle pooled connection; it is probed at checkout instead");
-        return None;
-    }
-    // SAFETY: `dup` is a fresh descriptor of a connected socket, owned by nothing else.
-    let std = unsafe { std::net::TcpStream::from_raw_fd(dup) };
-    let sock = match TcpStream::from_std(std) {
+    let sock = match duplicate(fd) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(event = "upstream.pool_watch_failed", error = %e, "cannot watch an idle pooled connection; it is probed at checkout instead");
@@ -195,22 +191,27 @@ fn spawn(fd: RawFd) -> Option<Rc<State>> {
         }
     };
     let state = Rc::new(State {
-        checkins: Cell::new(0),
-        wanted: Cell::new(0),
-        armed: Cell::new(0),
-        pooled: Cell::new(false),
-        closed: Cell::new(false),
-        waiting: Cell::new(false),
-        waker: RefCell::new(None),
-        pool: RefCell::new(Weak::new()),
         drop_at_checkout: monoio::utils::is_legacy(),
+        ..State::default()
     });
     monoio::spawn(run(state.clone(), sock));
     Some(state)
 }
 
-/// The watcher: per check-in, one readiness wait; a wait that fires while the connection is still
-/// pooled under that check-in evicts it.
+/// A second handle on the socket `fd` (`dup(2)`), for the watcher to wait on.
+fn duplicate(fd: RawFd) -> std::io::Result<TcpStream> {
+    // SAFETY: `dup` of a descriptor the caller owns and keeps open for the call; the duplicate is
+    // owned by the std stream built from it right after.
+    let dup = unsafe { libc::dup(fd) };
+    if dup < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is a fresh descriptor of a connected socket, owned by nothing else.
+    TcpStream::from_std(unsafe { std::net::TcpStream::from_raw_fd(dup) })
+}
+
+/// The watcher: one readiness wait per idle period the sweep asks for; a wait that fires while the
+/// connection is still pooled under that check-in evicts it.
 async fn run(state: Rc<State>, sock: TcpStream) {
     loop {
         let Some(checkin) = poll_fn(|cx| state.poll_arm(cx)).await else {
@@ -248,6 +249,6 @@ async fn run(state: Rc<State>, sock: TcpStream) {
             }
             return;
         }
-        // Checked out, or it fired for an exchange's bytes: arm again at the next check-in.
+        // Checked out, or it fired for an exchange's bytes: arm again when the sweep next asks.
     }
 }

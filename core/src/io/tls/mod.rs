@@ -585,7 +585,7 @@ where
     }
 
     fn is_quiet(&self) -> bool {
-        !self.state.borrow().has_input() && self.io.is_quiet()
+        !self.has_buffered_input() && self.io.is_quiet()
     }
 
     fn has_buffered_input(&self) -> bool {
