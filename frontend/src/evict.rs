@@ -1,10 +1,20 @@
-//! Eviction of idle connections near the connection limit (DESIGN.md "Capacity"): each worker keeps its
-//! idle connections (keep-alive with no request in progress, or accepted with no byte yet) in
-//! least-recently-active order. When fewer than 1/16 of `max_connections` are free, accepting a connection
-//! closes the oldest idle one (RFC 9112 §9.5 lets a server close an idle connection at any time).
+//! Idle connections of one worker: eviction near the connection limit (DESIGN.md "Capacity") and the
+//! `idle` deadline of HTTP/1.1 keep-alive connections (DESIGN.md "Inbound deadlines").
 //!
-//! An intrusive doubly linked list over a slab: entering and leaving the idle state allocates nothing once
-//! the slab has grown to the worker's peak idle count.
+//! - Eviction: each worker keeps its idle connections (keep-alive with no request in progress, accepted
+//!   with no byte yet, or in the TLS handshake) in least-recently-active order. When fewer than 1/16 of
+//!   `max_connections` are free, accepting a connection closes the oldest idle one (RFC 9112 §9.5 lets a
+//!   server close an idle connection at any time).
+//! - Expiry: a connection that entered with [`IdleList::enter_expiring`] is also on a second list, in the
+//!   order it went idle, and [`IdleList::expire`] (run by the worker's one idle-sweep task,
+//!   `crate::worker`) ends those idle for longer than the worker's `idle` timeout. Every such connection
+//!   waits the same `idle`, so the oldest is always the next to expire: one timer per worker instead of
+//!   one per connection. (A monoio timer entry is 128-byte aligned and takes about 640 bytes of the
+//!   waiting future; an idle connection's memory is mostly that future: bench/README.md "Idle
+//!   connections".) A reload that changes `idle` applies to connections already idle.
+//!
+//! Both lists are intrusive and doubly linked over one slab: entering and leaving the idle state
+//! allocates nothing once the slab has grown to the worker's peak idle count.
 
 use std::{
     cell::{Cell, RefCell},
@@ -12,16 +22,63 @@ use std::{
     os::fd::RawFd,
     pin::Pin,
     task::{Context, Poll, Waker},
+    time::{Duration, Instant},
 };
 
 const NIL: u32 = u32::MAX;
 
-struct Entry {
+/// Links of one of the two lists.
+#[derive(Clone, Copy)]
+struct Links {
     prev: u32,
     next: u32,
+}
+
+/// Head, tail and length of one of the two lists.
+#[derive(Default)]
+struct Ends {
+    head: Cell<Option<u32>>,
+    tail: Cell<Option<u32>>,
+    len: Cell<usize>,
+}
+
+/// Which of an entry's two link pairs a list uses.
+#[derive(Clone, Copy)]
+enum Which {
+    /// All idle connections, least recently active first.
+    Evict,
+    /// Connections under the `idle` deadline, in the order they went idle.
+    Expire,
+}
+
+struct Entry {
+    evict: Links,
+    expire: Links,
     fd: RawFd,
-    evicted: bool,
+    /// When the connection went idle.
+    since: Instant,
+    /// On the expiry list (entered with [`IdleList::enter_expiring`] and not yet ended).
+    expiring: bool,
+    left: Option<Left>,
     waker: Option<Waker>,
+}
+
+impl Entry {
+    fn links(&mut self, which: Which) -> &mut Links {
+        match which {
+            Which::Evict => &mut self.evict,
+            Which::Expire => &mut self.expire,
+        }
+    }
+}
+
+/// Why a connection's idle wait ended, as the [`Idle`] future's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// Evicted to make room for a new connection (DESIGN.md "Capacity").
+    Evicted,
+    /// Idle for longer than the worker's `idle` timeout (only for [`IdleList::enter_expiring`]).
+    Expired,
 }
 
 /// Oldest idle entries examined per eviction before giving up.
@@ -32,22 +89,46 @@ const SCAN: usize = 16;
 pub struct IdleList {
     slab: RefCell<Vec<Entry>>,
     free: RefCell<Vec<u32>>,
-    head: Cell<Option<u32>>,
-    tail: Cell<Option<u32>>,
-    len: Cell<usize>,
+    evict: Ends,
+    expire: Ends,
+    /// The idle-sweep task, waiting for the expiry list to become non-empty.
+    sweeper: Cell<Option<Waker>>,
 }
 
 impl IdleList {
-    /// Registers a connection as idle (newest). The returned guard resolves when the connection is
-    /// evicted and unregisters it on drop. `fd` is the connection's socket, checked for pending input
-    /// before it is evicted.
+    /// Registers a connection as idle (newest) for eviction only. The returned guard resolves with
+    /// [`Left::Evicted`] when the connection is evicted and unregisters it on drop. `fd` is the
+    /// connection's socket, checked for pending input before it is evicted.
     pub fn enter(&self, fd: RawFd) -> Idle<'_> {
+        self.insert(fd, false)
+    }
+
+    /// Like [`enter`](Self::enter), and the guard also resolves with [`Left::Expired`] once the
+    /// connection has been idle for the worker's `idle` timeout ([`expire`](Self::expire)).
+    pub fn enter_expiring(&self, fd: RawFd) -> Idle<'_> {
+        let was_empty = self.expire.len.get() == 0;
+        let idle = self.insert(fd, true);
+        if was_empty {
+            if let Some(w) = self.sweeper.take() {
+                w.wake();
+            }
+        }
+        idle
+    }
+
+    fn insert(&self, fd: RawFd, expiring: bool) -> Idle<'_> {
         let mut slab = self.slab.borrow_mut();
-        let entry = Entry {
-            prev: self.tail.get().unwrap_or(NIL),
+        let unlinked = Links {
+            prev: NIL,
             next: NIL,
+        };
+        let entry = Entry {
+            evict: unlinked,
+            expire: unlinked,
             fd,
-            evicted: false,
+            since: Instant::now(),
+            expiring,
+            left: None,
             waker: None,
         };
         let i = match self.free.borrow_mut().pop() {
@@ -60,36 +141,70 @@ impl IdleList {
                 (slab.len() - 1) as u32
             }
         };
-        match self.tail.get() {
-            Some(t) => slab[t as usize].next = i,
-            None => self.head.set(Some(i)),
+        self.push_back(&mut slab, i, Which::Evict);
+        if expiring {
+            self.push_back(&mut slab, i, Which::Expire);
         }
-        self.tail.set(Some(i));
-        self.len.set(self.len.get() + 1);
         Idle {
             list: self,
             index: i,
         }
     }
 
-    fn unlink(&self, slab: &mut [Entry], i: u32) {
-        let (prev, next) = (slab[i as usize].prev, slab[i as usize].next);
+    fn ends(&self, which: Which) -> &Ends {
+        match which {
+            Which::Evict => &self.evict,
+            Which::Expire => &self.expire,
+        }
+    }
+
+    fn push_back(&self, slab: &mut [Entry], i: u32, which: Which) {
+        let ends = self.ends(which);
+        *slab[i as usize].links(which) = Links {
+            prev: ends.tail.get().unwrap_or(NIL),
+            next: NIL,
+        };
+        match ends.tail.get() {
+            Some(t) => slab[t as usize].links(which).next = i,
+            None => ends.head.set(Some(i)),
+        }
+        ends.tail.set(Some(i));
+        ends.len.set(ends.len.get() + 1);
+    }
+
+    fn unlink(&self, slab: &mut [Entry], i: u32, which: Which) {
+        let ends = self.ends(which);
+        let Links { prev, next } = *slab[i as usize].links(which);
         match prev {
-            NIL => self.head.set((next != NIL).then_some(next)),
-            p => slab[p as usize].next = next,
+            NIL => ends.head.set((next != NIL).then_some(next)),
+            p => slab[p as usize].links(which).next = next,
         }
         match next {
-            NIL => self.tail.set((prev != NIL).then_some(prev)),
-            n => slab[n as usize].prev = prev,
+            NIL => ends.tail.set((prev != NIL).then_some(prev)),
+            n => slab[n as usize].links(which).prev = prev,
         }
-        self.len.set(self.len.get() - 1);
+        ends.len.set(ends.len.get() - 1);
+    }
+
+    /// Takes entry `i` off both lists and wakes its connection with `why`.
+    fn end(&self, slab: &mut [Entry], i: u32, why: Left) {
+        self.unlink(slab, i, Which::Evict);
+        if slab[i as usize].expiring {
+            self.unlink(slab, i, Which::Expire);
+            slab[i as usize].expiring = false;
+        }
+        let e = &mut slab[i as usize];
+        e.left = Some(why);
+        if let Some(w) = e.waker.take() {
+            w.wake();
+        }
     }
 
     /// Evicts the least recently active idle connection that has no request bytes waiting (one whose
     /// request already arrived is about to be served, not idle); `false` when none is evictable.
     pub fn evict_oldest(&self) -> bool {
         let mut slab = self.slab.borrow_mut();
-        let mut cursor = self.head.get();
+        let mut cursor = self.evict.head.get();
         let mut scanned = 0;
         let i = loop {
             let Some(i) = cursor else { return false };
@@ -100,25 +215,45 @@ impl IdleList {
             if !has_pending_input(slab[i as usize].fd) {
                 break i;
             }
-            cursor = match slab[i as usize].next {
+            cursor = match slab[i as usize].evict.next {
                 NIL => None,
                 n => Some(n),
             };
         };
-        self.unlink(&mut slab, i);
-        let e = &mut slab[i as usize];
-        e.evicted = true;
-        if let Some(w) = e.waker.take() {
-            w.wake();
-        }
+        self.end(&mut slab, i, Left::Evicted);
         true
+    }
+
+    /// Ends (with [`Left::Expired`]) every expiring connection idle for `idle` or longer at `now`.
+    /// Returns when the next one expires, or `None` when none is left to expire.
+    pub fn expire(&self, now: Instant, idle: Duration) -> Option<Instant> {
+        let mut slab = self.slab.borrow_mut();
+        while let Some(i) = self.expire.head.get() {
+            let due = slab[i as usize].since + idle;
+            if due > now {
+                return Some(due);
+            }
+            self.end(&mut slab, i, Left::Expired);
+        }
+        None
+    }
+
+    /// Resolves once an expiring connection is registered (at once when one is). For the worker's one
+    /// idle-sweep task; cancel safe.
+    pub fn expiring_entered(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.expire.len.get() > 0 {
+                return Poll::Ready(());
+            }
+            self.sweeper.set(Some(cx.waker().clone()));
+            Poll::Pending
+        })
     }
 
     /// Idle connections registered now.
     pub fn len(&self) -> usize {
-        self.len.get()
+        self.evict.len.get()
     }
-
     /// Whether no connection is idle.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -144,20 +279,22 @@ fn has_pending_input(fd: RawFd) -> bool {
     n > 0
 }
 
-/// A connection's registration in the idle list; as a future it completes when the connection is evicted.
+/// A connection's registration in the idle list; as a future it completes when the connection is evicted
+/// or (entered with [`IdleList::enter_expiring`]) its `idle` deadline passed. Cancel safe: dropping it
+/// unregisters the connection.
 pub struct Idle<'a> {
     list: &'a IdleList,
     index: u32,
 }
 
 impl Future for Idle<'_> {
-    type Output = ();
+    type Output = Left;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Left> {
         let mut slab = self.list.slab.borrow_mut();
         let e = &mut slab[self.index as usize];
-        if e.evicted {
-            Poll::Ready(())
+        if let Some(why) = e.left {
+            Poll::Ready(why)
         } else {
             if !e.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                 e.waker = Some(cx.waker().clone());
@@ -170,11 +307,15 @@ impl Future for Idle<'_> {
 impl Drop for Idle<'_> {
     fn drop(&mut self) {
         let mut slab = self.list.slab.borrow_mut();
-        if !slab[self.index as usize].evicted {
-            self.list.unlink(&mut slab, self.index);
+        let i = self.index;
+        if slab[i as usize].left.is_none() {
+            self.list.unlink(&mut slab, i, Which::Evict);
+            if slab[i as usize].expiring {
+                self.list.unlink(&mut slab, i, Which::Expire);
+            }
         }
-        slab[self.index as usize].waker = None;
-        self.list.free.borrow_mut().push(self.index);
+        slab[i as usize].waker = None;
+        self.list.free.borrow_mut().push(i);
     }
 }
 
@@ -182,9 +323,12 @@ impl Drop for Idle<'_> {
 mod tests {
     use super::*;
 
-    fn is_evicted(i: &mut Idle<'_>) -> bool {
+    fn left(i: &mut Idle<'_>) -> Option<Left> {
         let mut cx = Context::from_waker(Waker::noop());
-        Pin::new(i).poll(&mut cx).is_ready()
+        match Pin::new(i).poll(&mut cx) {
+            Poll::Ready(why) => Some(why),
+            Poll::Pending => None,
+        }
     }
 
     #[test]
@@ -196,15 +340,100 @@ mod tests {
         assert_eq!(list.len(), 3);
         drop(b);
         assert!(list.evict_oldest());
-        assert!(is_evicted(&mut a));
-        assert!(!is_evicted(&mut c));
+        assert_eq!(left(&mut a), Some(Left::Evicted));
+        assert_eq!(left(&mut c), None);
         assert!(list.evict_oldest());
-        assert!(is_evicted(&mut c));
+        assert_eq!(left(&mut c), Some(Left::Evicted));
         assert!(!list.evict_oldest());
         drop((a, c));
         assert_eq!(list.len(), 0);
         b = list.enter(-1);
         assert_eq!(list.slab.borrow().len(), 3, "slots are reused");
-        assert!(!is_evicted(&mut b));
+        assert_eq!(left(&mut b), None);
+    }
+
+    #[test]
+    fn expires_only_expiring_entries_oldest_first_and_reports_the_next_deadline() {
+        let list = IdleList::default();
+        let idle = Duration::from_secs(10);
+        let mut plain = list.enter(-1);
+        let mut a = list.enter_expiring(-1);
+        let mut b = list.enter_expiring(-1);
+        let (since_a, since_b) = {
+            let slab = list.slab.borrow();
+            (slab[a.index as usize].since, slab[b.index as usize].since)
+        };
+        assert_eq!(list.expire(since_a, idle), Some(since_a + idle));
+        assert_eq!(left(&mut a), None);
+        // At a's deadline a expires, b (which went idle at the same time or later) is next.
+        let next = list.expire(since_a + idle, idle);
+        assert_eq!(left(&mut a), Some(Left::Expired));
+        if since_b > since_a {
+            assert_eq!(next, Some(since_b + idle));
+            assert_eq!(left(&mut b), None);
+        }
+        assert_eq!(list.expire(since_b + idle, idle), None);
+        assert_eq!(left(&mut b), Some(Left::Expired));
+        assert_eq!(
+            left(&mut plain),
+            None,
+            "an eviction-only entry never expires"
+        );
+        assert_eq!(list.len(), 1);
+        // Expired entries are off the eviction list too: the only one left to evict is `plain`.
+        assert!(list.evict_oldest());
+        assert_eq!(left(&mut plain), Some(Left::Evicted));
+        assert!(!list.evict_oldest());
+    }
+
+    #[test]
+    fn an_evicted_or_dropped_entry_leaves_the_expiry_list() {
+        let list = IdleList::default();
+        let idle = Duration::from_secs(10);
+        let mut a = list.enter_expiring(-1);
+        let b = list.enter_expiring(-1);
+        let since_b = list.slab.borrow()[b.index as usize].since;
+        assert!(list.evict_oldest());
+        assert_eq!(left(&mut a), Some(Left::Evicted));
+        drop(b);
+        assert_eq!(
+            list.expire(since_b + idle, idle),
+            None,
+            "nothing left to expire"
+        );
+        assert_eq!(
+            left(&mut a),
+            Some(Left::Evicted),
+            "an evicted entry stays evicted"
+        );
+    }
+
+    #[test]
+    fn the_sweeper_is_woken_when_the_first_expiring_entry_enters() {
+        use std::sync::{
+            atomic::{AtomicBool, Ordering},
+            Arc,
+        };
+        use std::task::Wake;
+        struct Flag(AtomicBool);
+        impl Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let list = IdleList::default();
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut entered = std::pin::pin!(list.expiring_entered());
+        assert!(entered.as_mut().poll(&mut cx).is_pending());
+        let _plain = list.enter(-1);
+        assert!(
+            !flag.0.load(Ordering::SeqCst),
+            "eviction-only entries do not wake it"
+        );
+        let _a = list.enter_expiring(-1);
+        assert!(flag.0.load(Ordering::SeqCst));
+        assert!(entered.as_mut().poll(&mut cx).is_ready());
     }
 }

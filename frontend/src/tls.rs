@@ -17,6 +17,7 @@ use edge_core::{
         Plain, Transport,
     },
     metrics::{InboundPhase, InvalidReason, TlsResult},
+    slot,
 };
 use monoio::{io::AsyncWriteRentExt, time::Instant};
 use rustls::ServerConnection;
@@ -42,13 +43,74 @@ enum Ended {
 /// Serves one connection accepted on the TLS listener until it closes. With `server.proxy_protocol`
 /// on, the PROXY header comes first, in plain text before the handshake (as a TCP load balancer sends
 /// it), read by [`crate::proxy_protocol::client_address`] under the same rules as on the plain listener.
-pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capacity: bool) {
-    let mut peer = peer;
+///
+/// Memory: the handshake ([`start`]) runs in a request slot from the worker's free list
+/// (`edge_core::slot`), given back once it ends, so that an idle TLS connection's future holds only
+/// the HTTP/1.1 session's small waiting state (bench/README.md "Idle connections").
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments in its state twice")]
+pub fn serve(
+    w: Rc<Worker>,
+    stream: Plain,
+    peer: SocketAddr,
+    over_capacity: bool,
+) -> impl std::future::Future<Output = ()> {
+    // An async block: an `async fn` would keep its arguments beside the locals they move into.
+    async move {
+        let mut held = None;
+        let started = slot::run_in(&mut held, start(&w, stream, peer, over_capacity)).await;
+        if let Some(s) = held.take() {
+            slot::give(s);
+        }
+        let Some(Started {
+            tls,
+            peer,
+            proxy_header_read,
+        }) = started
+        else {
+            return;
+        };
+        // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
+        if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
+            let from = crate::server::h2::Origin {
+                peer,
+                https: true,
+                shed: over_capacity,
+            };
+            // Boxed, as for h2c: inline, the h2 state would enlarge every TLS connection's future.
+            return Box::pin(crate::server::h2::serve(w, tls, &[], from)).await;
+        }
+        let accepted = Accepted {
+            peer,
+            over_capacity,
+            https: true,
+            proxy_header_read,
+        };
+        crate::server::h1::serve(w, tls, accepted).await;
+    }
+}
+
+/// A connection whose TLS handshake is done.
+struct Started {
+    tls: Tls<Plain, ServerConnection>,
+    /// The client: the peer's address, or the PROXY header's source.
+    peer: SocketAddr,
+    /// The PROXY protocol header, when one is expected, was read.
+    proxy_header_read: bool,
+}
+
+/// Reads the PROXY header when one is expected, then runs the handshake under `handshake_timeout`
+/// (evictable meanwhile); counts and logs how it ended. `None`: the connection is done with.
+async fn start(
+    w: &Worker,
+    mut stream: Plain,
+    mut peer: SocketAddr,
+    over_capacity: bool,
+) -> Option<Started> {
     let mut received = RecvBuf::new();
-    let proxy_header_read = match crate::proxy_protocol::expected(&w) {
+    let proxy_header_read = match crate::proxy_protocol::expected(w) {
         Some(versions) => {
             let header = crate::proxy_protocol::client_address(
-                &w,
+                w,
                 &mut stream,
                 &mut received,
                 peer,
@@ -60,16 +122,16 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
                 // A peer outside `proxy_protocol_from` that sends a PROXY header anyway fails its
                 // handshake (the header is no TLS record).
                 Start::Direct => {}
-                Start::Close => return,
+                Start::Close => return None,
             }
             true
         }
         None => false,
     };
-    let Some((config, timeout)) = server_tls(&w) else {
+    let Some((config, timeout)) = server_tls(w) else {
         // `[server.tls]` was removed by a reload: the listener lives until a restart; close.
         tracing::debug!(event = "tls.failed", worker = w.id, %peer, reason = "TLS is no longer configured");
-        return;
+        return None;
     };
     let timeout = if over_capacity {
         timeout.min(OVER_CAPACITY_HANDSHAKE)
@@ -81,7 +143,7 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
         Err(e) => {
             w.metrics.tls_handshake(TlsResult::Failed).increment(1);
             tracing::warn!(event = "tls.failed", worker = w.id, %peer, error = %e, "cannot start a TLS session");
-            return;
+            return None;
         }
     };
     let started = Instant::now();
@@ -97,7 +159,7 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
         let handshake = monoio::time::timeout(timeout, Tls::handshake_after(stream, conn, prefix));
         monoio::select! {
             biased;
-            () = idle => Err(Ended::Evicted),
+            _ = idle => Err(Ended::Evicted),
             r = handshake => match r {
                 Ok(Ok(tls)) => Ok(tls),
                 Ok(Err((e, io))) => Err(Ended::Failed(e, io)),
@@ -107,29 +169,20 @@ pub async fn serve(w: Rc<Worker>, mut stream: Plain, peer: SocketAddr, over_capa
     };
     let tls = match ended {
         Ok(tls) => tls,
-        Err(e) => return handshake_failed(&w, peer, e).await,
+        Err(e) => {
+            handshake_failed(w, peer, e).await;
+            return None;
+        }
     };
     w.metrics.tls_handshake_duration.record(started.elapsed());
     let result = tls.handshake_result();
     w.metrics.tls_handshake(result).increment(1);
     tracing::trace!(event = "tls.handshake", worker = w.id, %peer, result = result.as_str());
-    // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
-    if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
-        let from = crate::server::h2::Origin {
-            peer,
-            https: true,
-            shed: over_capacity,
-        };
-        // Boxed, as for h2c: inline, the h2 state would enlarge every TLS connection's future.
-        return Box::pin(crate::server::h2::serve(w, tls, &[], from)).await;
-    }
-    let accepted = Accepted {
+    Some(Started {
+        tls,
         peer,
-        over_capacity,
-        https: true,
         proxy_header_read,
-    };
-    crate::server::h1::serve(w, tls, accepted).await;
+    })
 }
 
 /// Counts and logs a handshake that did not finish; answers plain HTTP with a plain-text 400.

@@ -208,6 +208,7 @@ pub async fn run(env: WorkerEnv) {
     w.shared.beat(w.id);
     monoio::spawn(critical(w.clone(), heartbeat(w.clone())));
     monoio::spawn(critical(w.clone(), sweep_pools(w.clone())));
+    monoio::spawn(critical(w.clone(), expire_idle(w.clone())));
     tracing::debug!(event = "worker.started", worker = w.id, cpu = ?env.cpu);
     let _ = env.ready.send(Ok(()));
     let loops: Vec<_> = listeners
@@ -271,6 +272,27 @@ async fn heartbeat(w: Rc<Worker>) {
             while w.idle.evict_oldest() {}
         }
         monoio::time::sleep(HEARTBEAT_EVERY).await;
+    }
+}
+
+/// Longest the idle sweep sleeps before it looks at the configuration again (a reload may shorten
+/// `idle`).
+const IDLE_SWEEP_MAX: Duration = Duration::from_secs(1);
+
+/// Ends the HTTP/1.1 keep-alive connections idle for longer than `server.timeouts.idle`
+/// (`crate::evict`): one timer for the whole worker, set to the oldest idle connection's deadline (or at
+/// most [`IDLE_SWEEP_MAX`] away), and no timer while none is idle.
+async fn expire_idle(w: Rc<Worker>) {
+    loop {
+        let idle = w.current().cfg.config.server.timeouts.idle.0;
+        let now = std::time::Instant::now();
+        match w.idle.expire(now, idle) {
+            Some(due) => {
+                let until = due.min(now + IDLE_SWEEP_MAX);
+                monoio::time::sleep_until(monoio::time::Instant::from_std(until)).await;
+            }
+            None => w.idle.expiring_entered().await,
+        }
     }
 }
 
@@ -373,22 +395,26 @@ fn make_room(w: &Worker, open: usize) -> bool {
 
 /// Runs one connection's future `serve`; a panic inside it closes only this connection and is counted.
 /// `serve` comes boxed: taken by value, it would be stored in this task as well as in the box
-/// [`CatchUnwind`] needs (an idle connection's memory twice over).
-async fn guarded<F: Future<Output = ()>>(
+/// [`CatchUnwind`] needs (an idle connection's memory twice over). An async block rather than an `async
+/// fn`, whose arguments would stay in its state beside the locals they are moved into.
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments in its state twice")]
+fn guarded<F: Future<Output = ()>>(
     w: Rc<Worker>,
     peer: SocketAddr,
     slot: ConnectionSlot,
     serve: Pin<Box<F>>,
-) {
-    w.metrics.connections_active.increment(1.0);
-    let res = CatchUnwind(serve).await;
-    w.open.set(w.open.get() - 1);
-    w.metrics.connections_active.decrement(1.0);
-    drop(slot);
-    if let Err(panic) = res {
-        w.metrics.panics.increment(1);
-        let msg = panic_message(&*panic);
-        tracing::error!(event = "connection.panic", worker = w.id, %peer, panic = %msg, "a connection task panicked; closed that connection");
+) -> impl Future<Output = ()> {
+    async move {
+        w.metrics.connections_active.increment(1.0);
+        let res = CatchUnwind(serve).await;
+        w.open.set(w.open.get() - 1);
+        w.metrics.connections_active.decrement(1.0);
+        drop(slot);
+        if let Err(panic) = res {
+            w.metrics.panics.increment(1);
+            let msg = panic_message(&*panic);
+            tracing::error!(event = "connection.panic", worker = w.id, %peer, panic = %msg, "a connection task panicked; closed that connection");
+        }
     }
 }
 

@@ -55,6 +55,61 @@ both_drivers!(idle_socket_is_closed_at_idle, |d| {
     assert_settled(&edge);
 });
 
+// The worker ends idle connections from one idle sweep (one timer for all of them): each must still
+// get its own deadline, counted from when it went idle, not the sweep's next tick for the oldest.
+both_drivers!(each_idle_connection_gets_its_own_deadline, |d| {
+    let origin = Origin::fixed(b"ok");
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("idle", "3s"));
+    let idle = 3 * SEC;
+
+    let mut a = Client::connect(edge.addr);
+    let a_since = Instant::now();
+    // The scenario's gap, not a synchronisation: `b` goes idle 1.5 s after `a`.
+    std::thread::sleep(SEC * 3 / 2);
+    let mut b = Client::connect(edge.addr);
+    assert_eq!(b.get("/").status, 200);
+    let b_since = Instant::now();
+
+    let (_, closed) = a.read_until_closed(10 * SEC);
+    assert!(closed.is_some(), "a was still open after 10 s (idle = 3s)");
+    assert_about("first idle connection", a_since.elapsed(), idle, SEC);
+    let (bytes, closed) = b.read_until_closed(10 * SEC);
+    assert!(closed.is_some(), "b was still open after 10 s (idle = 3s)");
+    assert_about("second idle connection", b_since.elapsed(), idle, SEC);
+    assert!(bytes.is_empty());
+    let n = edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"idle\""], 2.0);
+    assert_eq!(n, 2.0, "edge_inbound_timeouts_total{{phase=\"idle\"}}");
+    assert_settled(&edge);
+});
+
+// A reload that shortens `idle` applies to connections that are idle already (the sweep reads the
+// configuration at least once a second).
+both_drivers!(
+    a_shorter_idle_from_a_reload_applies_to_idle_connections,
+    |d| {
+        const SIGHUP: i32 = 1;
+        let origin = Origin::fixed(b"ok");
+        let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("idle", "60s"));
+        let mut kept = Client::connect(edge.addr);
+        assert_eq!(kept.get("/").status, 200);
+
+        edge.rewrite_config(&Cfg::new(d, origin.addr).timeout("idle", "1s"));
+        edge.signal(SIGHUP);
+        edge.wait_log("config.reloaded", 5 * SEC)
+            .expect("config.reloaded logged");
+        let (bytes, took) = kept.read_until_closed(10 * SEC);
+        let took = took.expect("an idle connection was still open 10 s after idle became 1s");
+        assert!(
+            took <= 3 * SEC,
+            "closed {took:?} after the reload (idle = 1s)"
+        );
+        assert!(bytes.is_empty());
+        let n = edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"idle\""], 1.0);
+        assert_eq!(n, 1.0, "edge_inbound_timeouts_total{{phase=\"idle\"}}");
+        assert_settled(&edge);
+    }
+);
+
 both_drivers!(stalled_head_gets_408_at_request, |d| {
     let origin = Origin::fixed(b"ok");
     let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("request", "2s"));

@@ -24,6 +24,7 @@ use edge_core::{
 use monoio::time::{timeout_at, Instant};
 
 use super::{local, session::H1Session};
+use crate::evict::Left;
 use crate::{
     proxy::{self, Outcome, Request},
     respond::{self, Failure, RequestLog, SendFailure},
@@ -56,13 +57,62 @@ pub(super) struct Conn<T: Transport> {
     pub(super) log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
     pub(super) log_id: Vec<u8>,
-    /// Cancels the keep-alive fast-path read (see [`fast_wait`]).
-    cancel: monoio::io::Canceller,
+    /// Cancels the keep-alive fast-path read (see [`fast_wait`]); made by the first fast wait after
+    /// an idle period and spent when the connection goes idle again, so an idle connection holds none.
+    cancel: Option<monoio::io::Canceller>,
     /// A peer outside `proxy_protocol_from` while the PROXY protocol is on: its first request must not
     /// start with a PROXY header (`crate::proxy_protocol::refuse_header`).
     pub(super) refuse_proxy_header: bool,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+}
+
+thread_local! {
+    /// This worker's spare request vectors ([`Conn::take_vectors`]).
+    static SPARE_VECTORS: std::cell::RefCell<Vec<RequestVectors>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Spare request vectors a worker keeps at most; more are freed.
+const SPARE_VECTORS_MAX: usize = 1024;
+
+/// A connection's head fields, log line and request id storage.
+type RequestVectors = (Fields, Vec<u8>, Vec<u8>);
+
+impl<T: Transport> Conn<T> {
+    /// Gives the connection request vectors from the worker's spares when it has none (a new
+    /// connection, or one back from idle; an allocation only when no spare is left). Per request it is
+    /// one capacity check.
+    fn take_vectors(&mut self) {
+        if self.fields.capacity() > 0 {
+            return;
+        }
+        if let Some((fields, line, id)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop()) {
+            (self.fields, self.log_line, self.log_id) = (fields, line, id);
+        }
+    }
+
+    /// Gives the request vectors back to the worker's spares as the connection goes idle, so an idle
+    /// connection holds none (bench/README.md "Idle connections").
+    fn give_vectors(&mut self) {
+        let mut v = (
+            std::mem::take(&mut self.fields),
+            std::mem::take(&mut self.log_line),
+            std::mem::take(&mut self.log_id),
+        );
+        if v.0.capacity() == 0 {
+            return;
+        }
+        v.0.clear();
+        v.1.clear();
+        v.2.clear();
+        SPARE_VECTORS.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_VECTORS_MAX {
+                s.push(v);
+            }
+        });
+    }
 }
 
 /// What a connection's active phase (run in its slot) ends with.
@@ -120,10 +170,16 @@ impl Accepted {
 /// Serves one downstream connection until it closes.
 ///
 /// Memory: while idle the connection holds only this future's own state (the [`Conn`] and the
-/// readiness wait); each request runs in a [`Slot`] taken from the worker's free list, kept while
-/// requests keep coming (the keep-alive fast path, no allocation per request) and given back when the
-/// connection goes idle (`edge_core::slot`).
-pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
+/// readiness wait, with no timer: the worker's idle sweep ends it at `idle`, `crate::evict`); each
+/// request runs in a [`Slot`] taken from the worker's free list, kept while requests keep coming (the
+/// keep-alive fast path, no allocation per request) and given back when the connection goes idle
+/// (`edge_core::slot`). Everything larger that runs once per connection (the h2c sniff, closing) runs in
+/// a slot too, so this future stays small (bench/README.md "Idle connections").
+pub fn serve<T: Transport>(
+    w: Rc<Worker>,
+    stream: T,
+    accepted: Accepted,
+) -> impl std::future::Future<Output = ()> {
     let Accepted {
         peer,
         over_capacity,
@@ -138,53 +194,75 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, accepted: Accepted) {
         served: 0,
         log_line: Vec::new(),
         log_id: Vec::new(),
-        cancel: monoio::io::Canceller::new(),
+        cancel: None,
         refuse_proxy_header: false,
         https,
     };
-    // Counted as HTTP/1 now unless h2c may make it HTTP/2 (then once its first bytes tell).
-    let h2c = !https && !over_capacity && w.current().cfg.config.server.h2c;
-    if !h2c {
-        w.metrics.connection_opened(Protocol::Http1);
-    }
-    // PROXY protocol: the header comes before anything else; its source is the client from here on.
-    // Boxed (one allocation per connection, only when on) so this future stays as small when it is off.
-    if let Some(versions) = crate::proxy_protocol::expected(&w).filter(|_| !proxy_header_read) {
-        let (stream, rb) = (&mut c.stream, &mut c.rb);
-        let header =
-            crate::proxy_protocol::client_address(&w, stream, rb, peer, versions, over_capacity);
-        match Box::pin(header).await {
-            crate::proxy_protocol::Start::Client(client) => c.peer = client,
-            crate::proxy_protocol::Start::Direct => c.refuse_proxy_header = true,
-            crate::proxy_protocol::Start::Close => return,
+    // An async block, not an `async fn`: the arguments of an `async fn` stay in its state beside the
+    // locals they are moved into, while a block's captures are used in place.
+    async move {
+        // Counted as HTTP/1 now unless h2c may make it HTTP/2 (then once its first bytes tell).
+        let h2c = !https && !over_capacity && w.current().cfg.config.server.h2c;
+        if !h2c {
+            w.metrics.connection_opened(Protocol::Http1);
         }
-    }
-    if over_capacity {
-        // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its peak
-        // number of slots in the worker's pool until the next trim. (One allocation per connection shed.)
-        return Box::pin(local::shed(&w, c)).await;
-    }
-    if h2c && !super::sniff::stays_http1(&w, &mut c).await {
-        return super::sniff::serve_h2(w, c).await;
-    }
-    let mut held = Held(None);
-    loop {
-        if held.0.is_none() && c.rb.is_empty() && !wait_idle(&w, &mut c).await {
-            return close(&w, c.stream).await;
+        // PROXY protocol: the header comes before anything else; its source is the client from here
+        // on. Boxed (one allocation per connection, only when on) so this future stays as small when it
+        // is off.
+        if let Some(versions) = crate::proxy_protocol::expected(&w).filter(|_| !proxy_header_read) {
+            let (stream, rb) = (&mut c.stream, &mut c.rb);
+            let header = crate::proxy_protocol::client_address(
+                &w,
+                stream,
+                rb,
+                c.peer,
+                versions,
+                over_capacity,
+            );
+            match Box::pin(header).await {
+                crate::proxy_protocol::Start::Client(client) => c.peer = client,
+                crate::proxy_protocol::Start::Direct => c.refuse_proxy_header = true,
+                crate::proxy_protocol::Start::Close => return,
+            }
         }
-        match slot::run_in(&mut held.0, active(&w, &mut c)).await {
-            Step::Idle => {
-                c.rb.release();
-                held.release();
+        if over_capacity {
+            // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its
+            // peak number of slots in the worker's pool until the next trim. (One allocation per
+            // connection shed.)
+            return Box::pin(local::shed(&w, c)).await;
+        }
+        let mut held = Held(None);
+        if h2c && !slot::run_in(&mut held.0, super::sniff::stays_http1(&w, &mut c)).await {
+            held.release();
+            // Boxed (one allocation per HTTP/2 connection): inline, the h2 connection's state would
+            // make every plain connection's future larger.
+            return Box::pin(super::sniff::serve_h2(w, c)).await;
+        }
+        loop {
+            let mut woke = None;
+            if held.0.is_none() && c.rb.is_empty() {
+                match wait_idle(&w, &mut c).await {
+                    Some(until) => woke = Some(until),
+                    None => return slot::run_in(&mut held.0, close(&w, c.stream)).await,
+                }
             }
-            Step::Next(Next::Keep) => {}
-            Step::Next(Next::Close) => return slot::run_in(&mut held.0, close(&w, c.stream)).await,
-            Step::Next(Next::Linger) => {
-                return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
-            }
-            Step::Next(Next::Tunnel(up)) => {
-                let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, *up);
-                return slot::run_in(&mut held.0, tunnel).await;
+            match slot::run_in(&mut held.0, active(&w, &mut c, woke)).await {
+                Step::Idle => {
+                    c.rb.release();
+                    c.give_vectors();
+                    held.release();
+                }
+                Step::Next(Next::Keep) => {}
+                Step::Next(Next::Close) => {
+                    return slot::run_in(&mut held.0, close(&w, c.stream)).await
+                }
+                Step::Next(Next::Linger) => {
+                    return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
+                }
+                Step::Next(Next::Tunnel(up)) => {
+                    let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, *up);
+                    return slot::run_in(&mut held.0, tunnel).await;
+                }
             }
         }
     }
@@ -202,11 +280,16 @@ pub(super) async fn close<T: Transport>(w: &Worker, mut stream: T) {
     }
 }
 
-/// The active phase: on a kept-alive connection with nothing buffered, a short read for the next
+/// The active phase: after an idle wait (`woke`: its `idle` deadline) the read of the bytes that made
+/// the connection readable; on a kept-alive connection with nothing buffered, a short read for the next
 /// request (a keep-alive client usually sends it within a round trip: one read instead of a readiness
 /// wait plus a read); then the request.
-async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Step {
-    if c.rb.is_empty() {
+async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>, woke: Option<Instant>) -> Step {
+    if let Some(until) = woke {
+        if !read_after_idle(w, c, until).await {
+            return Step::Next(Next::Close);
+        }
+    } else if c.rb.is_empty() {
         match fast_wait(c).await {
             FastWait::Data => {}
             FastWait::Closed(why) => {
@@ -219,43 +302,63 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Step {
     Step::Next(request(w, c).await)
 }
 
-/// Waits under the `idle` deadline, holding no buffer (nor slot), for a request to start.
-/// `false` = close.
-pub(super) async fn wait_idle<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bool {
-    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
-    // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
-    // connection is about to serve a request. On io_uring a read in flight would already have taken the
-    // bytes out of the socket, so an eviction check could no longer see them.
-    let idle = w.idle.enter(c.stream.fd());
-    // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
-    // would then wait holding a buffer.
-    let readable = timeout_at(until, c.stream.readable(false));
-    // Eviction first: the evicted connection's slot was already given to a new one.
-    let ready = monoio::select! {
-        biased;
-        () = idle => None,
-        r = readable => Some(r),
-    };
-    let timed_out = |w: &Worker, c: &Conn<T>| {
-        w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
-        tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
-        false
-    };
-    match ready {
-        None => {
-            w.metrics.evicted.increment(1);
-            tracing::debug!(event = "connection.evicted", worker = w.id, peer = %c.peer);
-            return false;
+/// Counts and logs an idle timeout; `false` (close).
+fn idle_timed_out<T: Transport>(w: &Worker, c: &Conn<T>) -> bool {
+    w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
+    tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
+    false
+}
+
+/// Waits for a request to start, holding no buffer, slot nor timer: the connection is on the worker's
+/// idle list, which evicts it near the connection limit or ends it at the `idle` deadline
+/// (`crate::evict`). `Some(deadline)` once readable (the `idle` deadline, for the read that follows:
+/// [`read_after_idle`]); `None` = close (evicted, timed out, or the wait failed; counted and logged).
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments in its state twice")]
+pub(super) fn wait_idle<'a, T: Transport>(
+    w: &'a Worker,
+    c: &'a mut Conn<T>,
+) -> impl std::future::Future<Output = Option<Instant>> + 'a {
+    // An async block: an `async fn` would keep its arguments beside the locals they move into, in the
+    // state every idle connection holds.
+    async move {
+        let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
+        // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
+        // connection is about to serve a request. On io_uring a read in flight would already have taken the
+        // bytes out of the socket, so an eviction check could no longer see them.
+        let idle = w.idle.enter_expiring(c.stream.fd());
+        // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
+        // would then wait holding a buffer.
+        let readable = c.stream.readable(false);
+        // Eviction and expiry first: the evicted connection's slot was already given to a new one.
+        let ready = monoio::select! {
+            biased;
+            why = idle => Err(why),
+            r = readable => Ok(r),
+        };
+        match ready {
+            Err(Left::Evicted) => {
+                w.metrics.evicted.increment(1);
+                tracing::debug!(event = "connection.evicted", worker = w.id, peer = %c.peer);
+                None
+            }
+            Err(Left::Expired) => {
+                idle_timed_out(w, c);
+                None
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "wait for readability failed");
+                None
+            }
+            Ok(Ok(())) => Some(until),
         }
-        Some(Err(_)) => return timed_out(w, c),
-        Some(Ok(Err(e))) => {
-            tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "wait for readability failed");
-            return false;
-        }
-        Some(Ok(Ok(()))) => {}
     }
+}
+
+/// Reads what made an idle connection readable, under its `idle` deadline `until` (a TLS record may
+/// need more bytes than came first). `false` = close (counted and logged).
+async fn read_after_idle<T: Transport>(w: &Worker, c: &mut Conn<T>, until: Instant) -> bool {
     match timeout_at(until, c.rb.fill(&mut c.stream)).await {
-        Err(_) => timed_out(w, c),
+        Err(_) => idle_timed_out(w, c),
         Ok(Ok(0)) => {
             tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, "client closed while idle");
             false
@@ -281,15 +384,16 @@ enum FastWait {
 }
 
 async fn fast_wait<T: Transport>(c: &mut Conn<T>) -> FastWait {
-    let handle = c.cancel.handle();
+    let handle = c.cancel.get_or_insert_with(Default::default).handle();
     let mut read = std::pin::pin!(c.rb.fill_cancelable(&mut c.stream, handle));
     let res = match monoio::time::timeout(FAST_WAIT, read.as_mut()).await {
         Ok(res) => res,
         Err(_) => {
-            // `cancel` hands back a fresh canceller for the next fast wait (an allocation only when a
-            // connection goes idle, not per request).
-            let old = std::mem::take(&mut c.cancel);
-            c.cancel = old.cancel();
+            // A spent canceller cancels every later operation it is given: the next fast wait makes a
+            // new one (an allocation when a connection comes back from idle, not per request).
+            if let Some(spent) = c.cancel.take() {
+                drop(spent.cancel());
+            }
             read.await
         }
     };
@@ -384,6 +488,7 @@ fn check_head(
 
 async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
+    c.take_vectors();
     c.log_line.clear();
     c.log_id.clear();
     // The configuration this request runs on to its end, even across a reload.

@@ -39,9 +39,8 @@ pub(super) async fn serve_h2<T: Transport>(w: Rc<Worker>, mut c: Conn<T>) {
         shed: false,
     };
     let rb = std::mem::take(&mut c.rb);
-    // Boxed (one allocation per HTTP/2 connection): inline, the h2 connection's state would make every
-    // plain connection's future larger, and an idle HTTP/1.1 connection cost ~2 KiB more (`scale --parts idle`).
-    Box::pin(crate::server::h2::serve(w, c.stream, rb.data(), from)).await
+    // Inline: the caller boxes this whole future (see `super::conn::serve`).
+    crate::server::h2::serve(w, c.stream, rb.data(), from).await
 }
 
 /// What the first bytes of a plain connection are, with `server.h2c` on.
@@ -58,10 +57,13 @@ enum Sniffed {
 /// cannot be its start; the bytes stay in `c.rb` for whichever session serves them.
 async fn sniff_preface<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Sniffed {
     use crate::server::h2::PREFACE;
-    if c.rb.is_empty() && !wait_idle(w, c).await {
-        return Sniffed::Close;
-    }
-    let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
+    let until = match c.rb.is_empty() {
+        true => match wait_idle(w, c).await {
+            Some(until) => until,
+            None => return Sniffed::Close,
+        },
+        false => Instant::now() + w.current().cfg.config.server.timeouts.idle.0,
+    };
     while c.rb.len() < PREFACE.len() && PREFACE.starts_with(c.rb.data()) {
         match timeout_at(until, c.rb.fill(&mut c.stream)).await {
             Ok(Ok(n)) if n > 0 => {}

@@ -323,7 +323,7 @@ async fn next_event(
         return monoio::select! {
             biased;
             (f, again) = flood => Event::Flood(f, again),
-            () = evicted => Event::Idle,
+            _ = evicted => Event::Idle,
             r = accept => r.map_or(Event::Idle, boxed),
         };
     }
