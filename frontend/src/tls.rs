@@ -47,7 +47,10 @@ enum Ended {
 /// Memory: the handshake ([`start`]) runs in a request slot from the worker's free list
 /// (`edge_core::slot`), given back once it ends, so that an idle TLS connection's future holds only
 /// the HTTP/1.1 session's small waiting state (bench/README.md "Idle connections").
-#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments in its state twice")]
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments in its state twice"
+)]
 pub fn serve(
     w: Rc<Worker>,
     stream: Plain,

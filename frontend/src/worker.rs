@@ -397,7 +397,10 @@ fn make_room(w: &Worker, open: usize) -> bool {
 /// `serve` comes boxed: taken by value, it would be stored in this task as well as in the box
 /// [`CatchUnwind`] needs (an idle connection's memory twice over). An async block rather than an `async
 /// fn`, whose arguments would stay in its state beside the locals they are moved into.
-#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments in its state twice")]
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments in its state twice"
+)]
 fn guarded<F: Future<Output = ()>>(
     w: Rc<Worker>,
     peer: SocketAddr,

@@ -313,7 +313,10 @@ fn idle_timed_out<T: Transport>(w: &Worker, c: &Conn<T>) -> bool {
 /// idle list, which evicts it near the connection limit or ends it at the `idle` deadline
 /// (`crate::evict`). `Some(deadline)` once readable (the `idle` deadline, for the read that follows:
 /// [`read_after_idle`]); `None` = close (evicted, timed out, or the wait failed; counted and logged).
-#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments in its state twice")]
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments in its state twice"
+)]
 pub(super) fn wait_idle<'a, T: Transport>(
     w: &'a Worker,
     c: &'a mut Conn<T>,
