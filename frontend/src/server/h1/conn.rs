@@ -9,7 +9,7 @@
 //! Every timeout closes the connection (after a 408 for `request`), so a dropped in-flight read never
 //! loses bytes that matter.
 
-use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering, time::Duration};
+use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering};
 
 use edge_core::io::Transport;
 use edge_core::{
@@ -18,13 +18,16 @@ use edge_core::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
-    metrics::{InboundPhase, InvalidReason, Protocol},
+    metrics::{InvalidReason, Protocol},
     slot::{self, Slot},
 };
 use monoio::time::{timeout_at, Instant};
 
-use super::{local, session::H1Session};
-use crate::evict::Left;
+use super::{
+    idle::{fast_wait, read_after_idle, wait_idle, FastWait},
+    local,
+    session::H1Session,
+};
 use crate::{
     proxy::{self, Outcome, Request},
     respond::{self, Failure, RequestLog, SendFailure},
@@ -57,9 +60,10 @@ pub(super) struct Conn<T: Transport> {
     pub(super) log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
     pub(super) log_id: Vec<u8>,
-    /// Cancels the keep-alive fast-path read (see [`fast_wait`]); made by the first fast wait after
-    /// an idle period and spent when the connection goes idle again, so an idle connection holds none.
-    cancel: Option<monoio::io::Canceller>,
+    /// Cancels the keep-alive fast-path read (see [`super::idle::fast_wait`]); made by the first fast
+    /// wait after an idle period and spent when the connection goes idle again, so an idle connection
+    /// holds none.
+    pub(super) cancel: Option<monoio::io::Canceller>,
     /// A peer outside `proxy_protocol_from` while the PROXY protocol is on: its first request must not
     /// start with a PROXY header (`crate::proxy_protocol::refuse_header`).
     pub(super) refuse_proxy_header: bool,
@@ -67,58 +71,11 @@ pub(super) struct Conn<T: Transport> {
     pub(super) https: bool,
 }
 
-thread_local! {
-    /// This worker's spare request vectors ([`Conn::take_vectors`]).
-    static SPARE_VECTORS: std::cell::RefCell<Vec<RequestVectors>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Spare request vectors a worker keeps at most; more are freed.
-const SPARE_VECTORS_MAX: usize = 1024;
-
-/// A connection's head fields, log line and request id storage.
-type RequestVectors = (Fields, Vec<u8>, Vec<u8>);
-
-impl<T: Transport> Conn<T> {
-    /// Gives the connection request vectors from the worker's spares when it has none (a new
-    /// connection, or one back from idle; an allocation only when no spare is left). Per request it is
-    /// one capacity check.
-    fn take_vectors(&mut self) {
-        if self.fields.capacity() > 0 {
-            return;
-        }
-        if let Some((fields, line, id)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop()) {
-            (self.fields, self.log_line, self.log_id) = (fields, line, id);
-        }
-    }
-
-    /// Gives the request vectors back to the worker's spares as the connection goes idle, so an idle
-    /// connection holds none (bench/README.md "Idle connections").
-    fn give_vectors(&mut self) {
-        let mut v = (
-            std::mem::take(&mut self.fields),
-            std::mem::take(&mut self.log_line),
-            std::mem::take(&mut self.log_id),
-        );
-        if v.0.capacity() == 0 {
-            return;
-        }
-        v.0.clear();
-        v.1.clear();
-        v.2.clear();
-        SPARE_VECTORS.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < SPARE_VECTORS_MAX {
-                s.push(v);
-            }
-        });
-    }
-}
-
 /// What a connection's active phase (run in its slot) ends with.
 enum Step {
     Next(Next),
-    /// No request arrived within [`FAST_WAIT`]: give the slot and the read buffer back and wait idle.
+    /// No request arrived within the fast wait ([`super::idle::fast_wait`]): give the slot and the
+    /// read buffer back and wait idle.
     Idle,
 }
 
@@ -300,112 +257,6 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>, woke: Option<Instant>
         }
     }
     Step::Next(request(w, c).await)
-}
-
-/// Counts and logs an idle timeout; `false` (close).
-fn idle_timed_out<T: Transport>(w: &Worker, c: &Conn<T>) -> bool {
-    w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
-    tracing::debug!(event = "connection.idle_timeout", worker = w.id, peer = %c.peer);
-    false
-}
-
-/// Waits for a request to start, holding no buffer, slot nor timer: the connection is on the worker's
-/// idle list, which evicts it near the connection limit or ends it at the `idle` deadline
-/// (`crate::evict`). `Some(deadline)` once readable (the `idle` deadline, for the read that follows:
-/// [`read_after_idle`]); `None` = close (evicted, timed out, or the wait failed; counted and logged).
-#[allow(
-    clippy::manual_async_fn,
-    reason = "an async fn keeps its arguments in its state twice"
-)]
-pub(super) fn wait_idle<'a, T: Transport>(
-    w: &'a Worker,
-    c: &'a mut Conn<T>,
-) -> impl std::future::Future<Output = Option<Instant>> + 'a {
-    // An async block: an `async fn` would keep its arguments beside the locals they move into, in the
-    // state every idle connection holds.
-    async move {
-        let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
-        // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
-        // connection is about to serve a request. On io_uring a read in flight would already have taken the
-        // bytes out of the socket, so an eviction check could no longer see them.
-        let idle = w.idle.enter_expiring(c.stream.fd());
-        // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
-        // would then wait holding a buffer.
-        let readable = c.stream.readable(false);
-        // Eviction and expiry first: the evicted connection's slot was already given to a new one.
-        let ready = monoio::select! {
-            biased;
-            why = idle => Err(why),
-            r = readable => Ok(r),
-        };
-        match ready {
-            Err(Left::Evicted) => {
-                w.metrics.evicted.increment(1);
-                tracing::debug!(event = "connection.evicted", worker = w.id, peer = %c.peer);
-                None
-            }
-            Err(Left::Expired) => {
-                idle_timed_out(w, c);
-                None
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "wait for readability failed");
-                None
-            }
-            Ok(Ok(())) => Some(until),
-        }
-    }
-}
-
-/// Reads what made an idle connection readable, under its `idle` deadline `until` (a TLS record may
-/// need more bytes than came first). `false` = close (counted and logged).
-async fn read_after_idle<T: Transport>(w: &Worker, c: &mut Conn<T>, until: Instant) -> bool {
-    match timeout_at(until, c.rb.fill(&mut c.stream)).await {
-        Err(_) => idle_timed_out(w, c),
-        Ok(Ok(0)) => {
-            tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, "client closed while idle");
-            false
-        }
-        Ok(Ok(_)) => true,
-        Ok(Err(e)) => {
-            tracing::debug!(event = "connection.error", worker = w.id, peer = %c.peer, error = %e, "read failed while idle");
-            false
-        }
-    }
-}
-
-/// How long a keep-alive connection reads for its next request before it releases its buffer.
-const FAST_WAIT: Duration = Duration::from_millis(5);
-
-enum FastWait {
-    /// The next request's first bytes arrived.
-    Data,
-    /// The client closed or the read failed.
-    Closed(&'static str),
-    /// Nothing arrived within [`FAST_WAIT`]; the read was cancelled without losing bytes.
-    Idle,
-}
-
-async fn fast_wait<T: Transport>(c: &mut Conn<T>) -> FastWait {
-    let handle = c.cancel.get_or_insert_with(Default::default).handle();
-    let mut read = std::pin::pin!(c.rb.fill_cancelable(&mut c.stream, handle));
-    let res = match monoio::time::timeout(FAST_WAIT, read.as_mut()).await {
-        Ok(res) => res,
-        Err(_) => {
-            // A spent canceller cancels every later operation it is given: the next fast wait makes a
-            // new one (an allocation when a connection comes back from idle, not per request).
-            if let Some(spent) = c.cancel.take() {
-                drop(spent.cancel());
-            }
-            read.await
-        }
-    };
-    match res {
-        Ok(0) => FastWait::Closed("client closed"),
-        Ok(_) => FastWait::Data,
-        Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => FastWait::Idle,
-        Err(_) => FastWait::Closed("read failed"),
-    }
 }
 
 /// Reads a whole request head under `deadline`.

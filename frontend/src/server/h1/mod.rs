@@ -1,11 +1,12 @@
 //! HTTP/1.1 downstream (RFC 9112): the per-connection keep-alive loop with its inbound deadlines
-//! ([`conn`]), the requests it answers itself ([`local`]), the body pumps with their re-framing
-//! ([`body`]), and [`session::H1Session`], one request as a [`Session`](super::Session) for the
-//! orchestrator.
+//! ([`conn`]) and its waits between requests (`idle`), the requests it answers itself ([`local`]),
+//! the body pumps with their re-framing ([`body`]), and [`session::H1Session`], one request as a
+//! [`Session`](super::Session) for the orchestrator.
 
 pub mod body;
 pub mod conn;
 pub mod encode;
+mod idle;
 mod local;
 pub mod session;
 mod sniff;

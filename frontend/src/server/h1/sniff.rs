@@ -8,7 +8,10 @@ use std::rc::Rc;
 use edge_core::{io::Transport, metrics::Protocol};
 use monoio::time::{timeout_at, Instant};
 
-use super::conn::{close, wait_idle, Conn};
+use super::{
+    conn::{close, Conn},
+    idle::wait_idle,
+};
 use crate::worker::Worker;
 
 /// Sniffs the connection's first bytes: `true` when it is HTTP/1.1 (counted as such), `false` when it
