@@ -177,6 +177,27 @@ pub fn run_in<F: Future>(held: &mut Option<Slot>, fut: F) -> InPlace<'_, F> {
         .run(fut)
 }
 
+/// The slot a connection holds, if any, given back to this thread's free list when dropped (also
+/// when the future holding it is dropped mid-request). Run futures in it with
+/// `run_in(&mut held.0, fut)`.
+#[derive(Default)]
+pub struct Held(pub Option<Slot>);
+
+impl Held {
+    /// Gives the slot, if any, back to this thread's free list.
+    pub fn release(&mut self) {
+        if let Some(s) = self.0.take() {
+            give(s);
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// Returns a slot to this thread's free list (a busy one, or one over the list's cap, is dropped).
 pub fn give(s: Slot) {
     if !s.busy {

@@ -59,11 +59,9 @@ pub fn serve(
 ) -> impl std::future::Future<Output = ()> {
     // An async block: an `async fn` would keep its arguments beside the locals they move into.
     async move {
-        let mut held = None;
-        let started = slot::run_in(&mut held, start(&w, stream, peer, over_capacity)).await;
-        if let Some(s) = held.take() {
-            slot::give(s);
-        }
+        let mut held = slot::Held::default();
+        let started = slot::run_in(&mut held.0, start(&w, stream, peer, over_capacity)).await;
+        held.release();
         let Some(Started {
             tls,
             peer,

@@ -19,7 +19,7 @@ use edge_core::{
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
     metrics::{InvalidReason, Protocol},
-    slot::{self, Slot},
+    slot::{self, Held},
 };
 use monoio::time::{timeout_at, Instant};
 
@@ -77,25 +77,6 @@ enum Step {
     /// No request arrived within the fast wait ([`super::idle::fast_wait`]): give the slot and the
     /// read buffer back and wait idle.
     Idle,
-}
-
-/// A connection's [`Slot`], given back to the worker's free list when dropped (also when the connection
-/// future is dropped mid-request).
-struct Held(Option<Slot>);
-
-impl Held {
-    /// Gives the slot, if any, back to the worker's free list.
-    fn release(&mut self) {
-        if let Some(s) = self.0.take() {
-            slot::give(s);
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.release();
-    }
 }
 
 /// How a downstream connection reached its HTTP/1.1 session.
