@@ -3,7 +3,7 @@
 
 pub mod buf;
 pub mod config;
-mod freelist;
+pub mod freelist;
 pub mod http;
 pub mod io;
 pub mod latency;

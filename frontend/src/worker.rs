@@ -297,7 +297,8 @@ async fn expire_idle(w: Rc<Worker>) {
 }
 
 /// Closes expired pooled upstream connections every 500 ms, and every 5 s frees IO buffers the last
-/// period did not need (`edge_core::buf::trim`), and request slots likewise (`edge_core::slot::trim`).
+/// period did not need (`edge_core::buf::trim`), and request slots and spare request vectors likewise
+/// (`edge_core::slot::trim`, `crate::server::h1::trim_spare_vectors`).
 async fn sweep_pools(w: Rc<Worker>) {
     for tick in 1u64.. {
         monoio::time::sleep(Duration::from_millis(500)).await;
@@ -306,6 +307,7 @@ async fn sweep_pools(w: Rc<Worker>) {
         if tick % 10 == 0 {
             edge_core::buf::trim();
             edge_core::slot::trim();
+            crate::server::h1::trim_spare_vectors();
         }
     }
 }

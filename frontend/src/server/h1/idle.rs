@@ -3,22 +3,29 @@
 //! once it went idle ([`wait_idle`], ended by the worker's idle list: `crate::evict`), the read after
 //! it ([`read_after_idle`]), and the request vectors an idle connection gives back to its worker.
 
-use std::time::Duration;
+use std::{cell::RefCell, time::Duration};
 
-use edge_core::{http::head::Fields, io::Transport, metrics::InboundPhase};
+use edge_core::{freelist::FreeList, http::head::Fields, io::Transport, metrics::InboundPhase};
 use monoio::time::{timeout_at, Instant};
 
 use super::conn::Conn;
 use crate::{evict::Left, worker::Worker};
 
 thread_local! {
-    /// This worker's spare request vectors ([`Conn::take_vectors`]).
-    static SPARE_VECTORS: std::cell::RefCell<Vec<RequestVectors>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// This worker's spare request vectors ([`Conn::take_vectors`]; trimmed by [`trim_spare_vectors`]).
+    static SPARE_VECTORS: RefCell<FreeList<RequestVectors>> = const { RefCell::new(FreeList::new()) };
 }
 
 /// Spare request vectors a worker keeps at most; more are freed.
 const SPARE_VECTORS_MAX: usize = 1024;
+/// Spare request vectors a trim always keeps.
+const SPARE_VECTORS_FLOOR: usize = 16;
+
+/// Frees the spare request vectors of this thread that stayed unused since the previous call (the
+/// worker's periodic trim, with `edge_core::buf::trim`), keeping at least 16.
+pub(crate) fn trim_spare_vectors() {
+    SPARE_VECTORS.with(|s| s.borrow_mut().trim(SPARE_VECTORS_FLOOR));
+}
 
 /// A connection's head fields, log line and request id storage.
 type RequestVectors = (Fields, Vec<u8>, Vec<u8>);
@@ -50,12 +57,7 @@ impl<T: Transport> Conn<T> {
         v.0.clear();
         v.1.clear();
         v.2.clear();
-        SPARE_VECTORS.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < SPARE_VECTORS_MAX {
-                s.push(v);
-            }
-        });
+        SPARE_VECTORS.with(|s| s.borrow_mut().push(v, SPARE_VECTORS_MAX));
     }
 }
 
@@ -82,12 +84,12 @@ pub(super) fn wait_idle<'a, T: Transport>(
     // state every idle connection holds.
     async move {
         let until = Instant::now() + w.current().cfg.config.server.timeouts.idle.0;
-        // Registered as idle (evictable) only while waiting for readability: once bytes are readable the
-        // connection is about to serve a request. On io_uring a read in flight would already have taken the
-        // bytes out of the socket, so an eviction check could no longer see them.
+        // Registered as idle (evictable) only while waiting for readability: once bytes are readable
+        // the connection is about to serve a request. On io_uring a read in flight would already have
+        // taken the bytes out of the socket, so an eviction check could no longer see them.
         let idle = w.idle.enter_expiring(c.stream.fd());
-        // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that follows
-        // would then wait holding a buffer.
+        // Strict readiness: on epoll a relaxed check can report stale readiness, and the read that
+        // follows would then wait holding a buffer.
         let readable = c.stream.readable(false);
         // Eviction and expiry first: the evicted connection's slot was already given to a new one.
         let ready = monoio::select! {

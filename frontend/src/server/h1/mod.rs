@@ -12,4 +12,5 @@ pub mod session;
 mod sniff;
 
 pub use conn::{serve, Accepted};
+pub(crate) use idle::trim_spare_vectors;
 pub(crate) use local::{Redirect, SHED_HEAD_DEADLINE};
