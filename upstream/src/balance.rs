@@ -299,10 +299,15 @@ impl Upstream {
             .put(conn, lifetime, self.config.pool_max_idle);
     }
 
-    /// Closes expired idle connections; returns the idle count left.
+    /// Closes expired idle connections and those above `pool_max_idle` ([`crate::pool`]); returns the
+    /// idle count left.
     pub fn sweep(&self) -> usize {
         let now = monoio::time::Instant::now();
-        self.endpoints.iter().map(|e| e.pool.sweep(now)).sum()
+        let max_idle = self.config.pool_max_idle;
+        self.endpoints
+            .iter()
+            .map(|e| e.pool.sweep(now, max_idle))
+            .sum()
     }
 }
 

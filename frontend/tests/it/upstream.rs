@@ -587,3 +587,48 @@ both_drivers!(ejected_endpoint_returns_after_its_backoff, |d| {
         1.0
     );
 });
+
+both_drivers!(
+    connections_above_pool_max_idle_serve_the_next_burst_then_close,
+    |d| {
+        // pool_max_idle = 2 and bursts of 6 requests in flight at once (the origin holds each 300 ms). The
+        // cap is applied by the pool sweep (every 500 ms) to connections idle through a whole period, not
+        // at check-in, so the second burst reuses the first one's 6 connections, and 4 close afterwards.
+        let origin = Origin::start(|_| Reply::ok(b"burst").delayed(Duration::from_millis(300)));
+        let cfg = Cfg::new(d, origin.addr).upstream_field("pool_max_idle", 2);
+        let edge = Edge::start(&cfg);
+        let burst = |n: f64| {
+            thread::scope(|s| {
+                let handles: Vec<_> = (0..6).map(|_| s.spawn(|| timed_get(&edge, "/"))).collect();
+                for h in handles {
+                    assert_eq!(h.join().unwrap().0, 200);
+                }
+            });
+            // Counted after the exchange checked its connection in.
+            assert_eq!(
+                edge.wait_metric("edge_requests_total", &["status=\"200\""], n),
+                n
+            );
+        };
+        burst(6.0);
+        assert_eq!(origin.accepted(), 6);
+        burst(12.0);
+        assert_eq!(
+            origin.accepted(),
+            6,
+            "the second burst opened connections: the first burst's were closed at check-in"
+        );
+        assert!(
+            origin.wait_until(3 * SEC, |o| o.closed() == 4),
+            "surplus idle connections not closed: {} closed",
+            origin.closed()
+        );
+        assert_eq!(
+            edge.wait_metric("edge_upstream_connections", &["state=\"idle\""], 2.0),
+            2.0
+        );
+        // The two kept serve the third burst with four new ones.
+        burst(18.0);
+        assert_eq!(origin.accepted(), 10);
+    }
+);

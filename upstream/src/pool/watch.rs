@@ -141,10 +141,16 @@ impl Watch {
             .is_some_and(|s| s.armed.get() == self.checkins)
     }
 
+    /// Whether the connection has sat in its pool since the previous sweep (no check-in since): true
+    /// from 0.5 to 1 s after its check-in. Read before [`Watch::on_sweep`], which starts a new period.
+    pub(super) fn idle_for_a_period(&self) -> bool {
+        self.swept == self.checkins
+    }
+
     /// The pool's sweep, for a connection it keeps: one idle since the previous sweep gets its wait
     /// armed (the watcher spawned on the first such sweep). `fd`: the connection's socket.
     pub(super) fn on_sweep(&mut self, fd: RawFd, pool: &Rc<Pool>) {
-        let idle_for_a_period = self.swept == self.checkins;
+        let idle_for_a_period = self.idle_for_a_period();
         self.swept = self.checkins;
         if !idle_for_a_period || self.unwatchable || self.is_armed() {
             return;
