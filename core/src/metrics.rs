@@ -3,7 +3,10 @@
 //! are registered once per worker (status counters on first use of a status code) and never looked up
 //! per request afterwards.
 
-use std::{cell::RefCell, sync::Arc};
+use std::{
+    cell::{Cell, RefCell},
+    sync::Arc,
+};
 
 use metrics::{counter, gauge, Counter, Gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -197,14 +200,60 @@ pub fn count_worker_restart() {
     counter!("edge_worker_restarts_total").increment(1);
 }
 
+/// A gauge that only its worker changes, changed per request: counted in a `Cell` on the request path
+/// and written to the registry by [`LocalGauge::publish`], which the worker's heartbeat calls every
+/// 250 ms. The request path then writes no atomic for it (an `f64` gauge update in the `metrics` crate
+/// is a compare-and-swap loop plus a generation counter); a scrape sees the value at most 250 ms old.
+pub struct LocalGauge {
+    value: Cell<f64>,
+    published: Cell<f64>,
+    gauge: Gauge,
+}
+
+impl LocalGauge {
+    /// Starts at 0, published as 0.
+    fn new(gauge: Gauge) -> Self {
+        gauge.set(0.0);
+        LocalGauge {
+            value: Cell::new(0.0),
+            published: Cell::new(0.0),
+            gauge,
+        }
+    }
+
+    /// Adds `v`.
+    pub fn increment(&self, v: f64) {
+        self.value.set(self.value.get() + v);
+    }
+
+    /// Subtracts `v`.
+    pub fn decrement(&self, v: f64) {
+        self.value.set(self.value.get() - v);
+    }
+
+    /// The value now (not yet published, perhaps).
+    pub fn get(&self) -> f64 {
+        self.value.get()
+    }
+
+    /// Writes the value to the registry if it changed since the last call.
+    pub fn publish(&self) {
+        let v = self.value.get();
+        if v != self.published.get() {
+            self.gauge.set(v);
+            self.published.set(v);
+        }
+    }
+}
+
 /// One worker's metric handles.
 pub struct WorkerMetrics {
     worker: String,
     status: RefCell<Vec<Option<Counter>>>,
     /// `edge_request_duration_seconds{worker}` (fixed buckets, see [`crate::latency`]).
     pub duration: Arc<DurationHistogram>,
-    /// `edge_requests_in_flight{worker}`
-    pub in_flight: Gauge,
+    /// `edge_requests_in_flight{worker}`, published by the heartbeat ([`LocalGauge`]).
+    pub in_flight: LocalGauge,
     invalid: Vec<Counter>,
     requests_shed: Vec<Counter>,
     connections_shed: Vec<Counter>,
@@ -230,8 +279,8 @@ pub struct WorkerMetrics {
     /// `edge_upstream_connections{worker,state="active"}`
     pub upstream_active: Gauge,
     tls_handshakes: Vec<Counter>,
-    /// `edge_http2_streams_active{worker}`
-    pub http2_streams_active: Gauge,
+    /// `edge_http2_streams_active{worker}`, published by the heartbeat ([`LocalGauge`]).
+    pub http2_streams_active: LocalGauge,
     http2_resets: Vec<Counter>,
     http2_goaways: Vec<Counter>,
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`TlsResult::ALL`] order; shared with the
@@ -255,7 +304,7 @@ impl WorkerMetrics {
         let m = WorkerMetrics {
             status: RefCell::new(vec![None; 600 * Protocol::ALL.len()]),
             duration: crate::latency::for_worker(id),
-            in_flight: gauge!("edge_requests_in_flight", "worker" => w.clone()),
+            in_flight: LocalGauge::new(gauge!("edge_requests_in_flight", "worker" => w.clone())),
             invalid: by(
                 "edge_requests_invalid_total",
                 "reason",
@@ -292,7 +341,9 @@ impl WorkerMetrics {
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
             tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
-            http2_streams_active: gauge!("edge_http2_streams_active", "worker" => w.clone()),
+            http2_streams_active: LocalGauge::new(
+                gauge!("edge_http2_streams_active", "worker" => w.clone()),
+            ),
             http2_resets: by("edge_http2_resets_total", "side", ResetSide::NAMES),
             http2_goaways: by("edge_http2_goaways_total", "reason", GoawayReason::NAMES),
             upstream_tls_handshakes: Arc::new(
@@ -334,12 +385,16 @@ impl WorkerMetrics {
             c.increment(0);
         }
         // Gauges describe the worker now: a restarted worker starts with nothing open.
-        m.in_flight.set(0.0);
         m.connections_active.set(0.0);
         m.upstream_idle.set(0.0);
         m.upstream_active.set(0.0);
-        m.http2_streams_active.set(0.0);
         m
+    }
+
+    /// Publishes the worker's [`LocalGauge`]s (the heartbeat, every 250 ms).
+    pub fn publish(&self) {
+        self.in_flight.publish();
+        self.http2_streams_active.publish();
     }
 
     /// `edge_http2_resets_total{worker,side}`

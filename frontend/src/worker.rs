@@ -264,6 +264,7 @@ async fn heartbeat(w: Rc<Worker>) {
         #[cfg(feature = "count-alloc")]
         reallocations.absolute(crate::alloc_count::thread_reallocations());
         w.shared.beat(w.id);
+        w.metrics.publish();
         drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();
         crate::faults::on_tick();

@@ -61,8 +61,11 @@ pub(crate) async fn respond<S: Session>(
         Err(RelayError::BadBody) => return bad_response(!early),
         Err(RelayError::Client(e)) => return client_gone(w, &req.log, e),
     };
-    clock.pause(write_started.elapsed());
     let mut complete = started.complete;
+    if !complete {
+        // The upstream clocks run on only while body bytes are still to come from the upstream.
+        clock.pause(write_started.elapsed());
+    }
     while !complete {
         let more = read_body(&mut conn, &mut clock, s.passthrough()).await;
         let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);

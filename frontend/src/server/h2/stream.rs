@@ -86,7 +86,12 @@ fn check(
 /// log lines.
 fn log_line(buf: &[u8], out: &mut Vec<u8>) {
     let line = &buf[..buf.len().min(LOG_LINE_MAX)];
-    let end = line.windows(9).position(|w| w == b" HTTP/1.1");
+    // The target holds no byte <= SP (`write_head` refuses it), so the first CR ends the request line.
+    let end = line
+        .iter()
+        .position(|&b| b == b'\r')
+        .and_then(|cr| cr.checked_sub(9))
+        .filter(|&e| &line[e..e + 9] == b" HTTP/1.1");
     out.clear();
     out.extend_from_slice(&line[..end.unwrap_or(line.len())]);
 }
@@ -411,4 +416,23 @@ async fn shed(w: &Worker, s: &mut H2Session<'_>, peer: SocketAddr, line: &[u8]) 
 fn finish(w: &Worker, status: u16, started: Instant) {
     w.metrics.count_status(Protocol::H2, status);
     w.metrics.duration.record(started.elapsed());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{log_line, LOG_LINE_MAX};
+
+    #[test]
+    fn the_log_line_is_method_and_target() {
+        let mut out = Vec::new();
+        log_line(b"GET /a?b=c HTTP/1.1\r\nHost: x\r\n\r\n", &mut out);
+        assert_eq!(out, b"GET /a?b=c");
+        // A head that stopped being written before its request line ended: kept whole.
+        log_line(b"GET /a", &mut out);
+        assert_eq!(out, b"GET /a");
+        // A target longer than the cap: cut at LOG_LINE_MAX bytes.
+        let long = format!("GET /{} HTTP/1.1\r\n\r\n", "x".repeat(400));
+        log_line(long.as_bytes(), &mut out);
+        assert_eq!(out, &long.as_bytes()[..LOG_LINE_MAX]);
+    }
 }
