@@ -211,7 +211,7 @@ pub struct LocalGauge {
 }
 
 impl LocalGauge {
-    /// Starts at 0, published as 0.
+    /// Starts at 0, published as 0 (a restarted worker starts with nothing open).
     fn new(gauge: Gauge) -> Self {
         gauge.set(0.0);
         LocalGauge {
@@ -229,11 +229,6 @@ impl LocalGauge {
     /// Subtracts `v`.
     pub fn decrement(&self, v: f64) {
         self.value.set(self.value.get() - v);
-    }
-
-    /// The value now (not yet published, perhaps).
-    pub fn get(&self) -> f64 {
-        self.value.get()
     }
 
     /// Writes the value to the registry if it changed since the last call.

@@ -632,3 +632,18 @@ both_drivers!(
         assert_eq!(origin.accepted(), 10);
     }
 );
+
+both_drivers!(requests_in_flight_are_published_while_they_wait, |d| {
+    // Three requests held 2 s by the origin: the worker's heartbeat (every 250 ms) publishes 3 in flight,
+    // then 0 once they are answered.
+    let origin = Origin::start(|_| Reply::ok(b"held").delayed(2 * SEC));
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..3).map(|_| s.spawn(|| timed_get(&edge, "/"))).collect();
+        assert_eq!(edge.wait_metric("edge_requests_in_flight", &[], 3.0), 3.0);
+        for h in handles {
+            assert_eq!(h.join().unwrap().0, 200);
+        }
+    });
+    assert_eq!(edge.wait_metric("edge_requests_in_flight", &[], 0.0), 0.0);
+});
