@@ -1,6 +1,7 @@
 //! The per-worker free list shape shared by the IO buffer pools (`buf`), the request slot pool
-//! (`slot`) and the frontend's spare request vectors: it grows to the worker's peak number of items in use, so steady traffic at any concurrency
-//! recycles instead of allocating, and [`FreeList::trim`] frees what a quiet period did not need.
+//! (`slot`) and the frontend's spare request vectors: it grows to the worker's peak number of items in
+//! use, so steady traffic at any concurrency recycles instead of allocating, and [`FreeList::trim`]
+//! frees what a quiet period did not need.
 
 /// Free items of one kind, with the low-water mark that [`FreeList::trim`] reads.
 pub struct FreeList<T> {

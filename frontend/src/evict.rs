@@ -186,13 +186,18 @@ impl IdleList {
         ends.len.set(ends.len.get() - 1);
     }
 
-    /// Takes entry `i` off both lists and wakes its connection with `why`.
-    fn end(&self, slab: &mut [Entry], i: u32, why: Left) {
+    /// Takes entry `i` off the eviction list and, if it is on it, the expiry list.
+    fn leave(&self, slab: &mut [Entry], i: u32) {
         self.unlink(slab, i, Which::Evict);
         if slab[i as usize].expiring {
             self.unlink(slab, i, Which::Expire);
             slab[i as usize].expiring = false;
         }
+    }
+
+    /// Takes entry `i` off both lists and wakes its connection with `why`.
+    fn end(&self, slab: &mut [Entry], i: u32, why: Left) {
+        self.leave(slab, i);
         let e = &mut slab[i as usize];
         e.left = Some(why);
         if let Some(w) = e.waker.take() {
@@ -254,6 +259,7 @@ impl IdleList {
     pub fn len(&self) -> usize {
         self.evict.len.get()
     }
+
     /// Whether no connection is idle.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -309,10 +315,7 @@ impl Drop for Idle<'_> {
         let mut slab = self.list.slab.borrow_mut();
         let i = self.index;
         if slab[i as usize].left.is_none() {
-            self.list.unlink(&mut slab, i, Which::Evict);
-            if slab[i as usize].expiring {
-                self.list.unlink(&mut slab, i, Which::Expire);
-            }
+            self.list.leave(&mut slab, i);
         }
         slab[i as usize].waker = None;
         self.list.free.borrow_mut().push(i);
