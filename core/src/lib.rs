@@ -2,6 +2,7 @@
 //! runtime, HTTP/1.1 framing, metric names and logging setup. See DESIGN.md "Layout".
 
 pub mod buf;
+pub mod clock;
 pub mod config;
 pub mod freelist;
 pub mod http;

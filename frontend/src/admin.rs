@@ -94,7 +94,7 @@ async fn serve(l: TcpListener, shared: Arc<Shared>, prom: PrometheusHandle) {
         active.set(active.get() + 1);
         let (shared, prom, active) = (shared.clone(), prom.clone(), active.clone());
         monoio::spawn(async move {
-            let _ = monoio::time::timeout(ADMIN_DEADLINE, handle(stream, &shared, &prom)).await;
+            let _ = edge_core::clock::timeout(ADMIN_DEADLINE, handle(stream, &shared, &prom)).await;
             active.set(active.get() - 1);
         });
     }

@@ -402,7 +402,7 @@ pub async fn within_send<T>(
     send: Duration,
     write: impl std::future::Future<Output = std::io::Result<T>>,
 ) -> Result<T, SendFailure> {
-    match monoio::time::timeout(send, write).await {
+    match edge_core::clock::timeout(send, write).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(_)) => Err(SendFailure::Closed),
         Err(_) => Err(SendFailure::Timeout),

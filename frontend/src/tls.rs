@@ -157,7 +157,8 @@ async fn start(
             prefix.extend_from_slice(received.data());
         }
         drop(received);
-        let handshake = monoio::time::timeout(timeout, Tls::handshake_after(stream, conn, prefix));
+        let handshake =
+            edge_core::clock::timeout(timeout, Tls::handshake_after(stream, conn, prefix));
         monoio::select! {
             biased;
             _ = idle => Err(Ended::Evicted),

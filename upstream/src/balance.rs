@@ -14,7 +14,7 @@ use crate::{
     eject::Transition,
     error::UpstreamError,
     policy::{Picker, Rng},
-    pool::{Pool, UpstreamConn},
+    pool::{Pool, Reuse, UpstreamConn},
 };
 
 /// One endpoint of an upstream.
@@ -192,7 +192,7 @@ impl Upstream {
         if self.endpoints.len() == 1 {
             return 0;
         }
-        let now = Instant::now();
+        let now = edge_core::clock::coarse_now();
         let candidates = Usable {
             up: self,
             now,
@@ -227,24 +227,22 @@ impl Upstream {
         res
     }
 
-    /// A pooled connection to the endpoint the policy picks, or a new one. `fresh` skips the pool (used
-    /// for the retry after a reused connection failed).
+    /// A pooled connection to the endpoint the policy picks (as `reuse` allows: [`Reuse::Fresh`] for
+    /// the retry after a reused connection failed), or a new one.
     ///
     /// # Errors
     /// The connect error of the last attempt (retry-safe: nothing was sent).
-    pub async fn checkout(&self, fresh: bool) -> Result<Checkout, UpstreamError> {
+    pub async fn checkout(&self, reuse: Reuse) -> Result<Checkout, UpstreamError> {
         let first = self.pick(None);
         let permit = self.permit(first).await?;
-        if !fresh {
-            if let Some(mut conn) = self.endpoints[first].pool.take() {
-                conn.permit = permit;
-                // A pool kept across a reload may hold connections checked in under the old endpoint list.
-                conn.endpoint = first;
-                return Ok(Checkout {
-                    conn,
-                    retried: false,
-                });
-            }
+        if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {
+            conn.permit = permit;
+            // A pool kept across a reload may hold connections checked in under the old endpoint list.
+            conn.endpoint = first;
+            return Ok(Checkout {
+                conn,
+                retried: false,
+            });
         }
         match self.connect(first).await {
             Ok(s) => {
@@ -279,7 +277,7 @@ impl Upstream {
         if let Some(p) = slots.try_acquire(self.config.max_active) {
             return Ok(p);
         }
-        monoio::time::timeout(
+        edge_core::clock::timeout(
             self.config.queue_timeout.0,
             slots.acquire(self.config.max_active),
         )
@@ -302,7 +300,7 @@ impl Upstream {
     /// Closes expired idle connections and those above `pool_max_idle` ([`crate::pool`]); returns the
     /// idle count left.
     pub fn sweep(&self) -> usize {
-        let now = monoio::time::Instant::now();
+        let now = edge_core::clock::coarse_now();
         let max_idle = self.config.pool_max_idle;
         self.endpoints
             .iter()

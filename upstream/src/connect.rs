@@ -94,7 +94,7 @@ fn log_tls_failure(addr: SocketAddr, reason: &dyn std::fmt::Display) {
 
 /// The TCP connect under `timeout`.
 async fn tcp_connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, UpstreamError> {
-    match monoio::time::timeout(timeout, TcpStream::connect_addr(addr)).await {
+    match edge_core::clock::timeout(timeout, TcpStream::connect_addr(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
             Ok(s)

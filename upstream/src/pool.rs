@@ -3,7 +3,8 @@
 //! the upstream), each dropped after `pool_idle_timeout` (or the upstream's `Keep-Alive: timeout=N`
 //! minus one second) by the worker's own timer, and watched once idle for a sweep period ([`watch`]): a
 //! close or stray bytes then remove a connection at once; a connection back for less than that is
-//! checked with one `MSG_PEEK` at checkout.
+//! checked with one `MSG_PEEK` at checkout, unless it came back within the current tick of the coarse
+//! clock and the request is retry-safe ([`Reuse`]).
 //!
 //! `pool_max_idle` is applied by the worker's sweep (every 500 ms), not at check-in: a sweep closes the
 //! oldest connections that sat idle through the whole period before it until at most `pool_max_idle`
@@ -36,6 +37,8 @@ pub struct UpstreamConn<T: Transport = UpstreamStream> {
     /// The endpoint's `max_active` permit, held while the connection is in use (not while pooled).
     pub permit: crate::permit::Permit,
     expires: Instant,
+    /// When it was last checked in (coarse clock).
+    returned: Instant,
     /// Shut down by the worker thread's wrapper if the worker dies holding it.
     registration: edge_core::runtime::orphans::Registration,
     /// The watch while pooled (armed once it sits idle for a sweep period).
@@ -53,7 +56,8 @@ impl<T: Transport> UpstreamConn<T> {
             endpoint,
             reused: false,
             permit: crate::permit::Permit::unlimited(),
-            expires: Instant::now(),
+            expires: edge_core::clock::coarse_now(),
+            returned: edge_core::clock::coarse_now(),
             watch: watch::Watch::default(),
         }
     }
@@ -68,6 +72,7 @@ impl<T: Transport> UpstreamConn<T> {
             reused,
             permit,
             expires,
+            returned,
             registration,
             watch,
         } = self;
@@ -77,6 +82,7 @@ impl<T: Transport> UpstreamConn<T> {
             reused,
             permit,
             expires,
+            returned,
             registration,
             watch,
         };
@@ -92,6 +98,7 @@ pub struct ConnParts {
     reused: bool,
     permit: crate::permit::Permit,
     expires: Instant,
+    returned: Instant,
     registration: edge_core::runtime::orphans::Registration,
     watch: watch::Watch,
 }
@@ -106,10 +113,29 @@ impl ConnParts {
             reused: self.reused,
             permit: self.permit,
             expires: self.expires,
+            returned: self.returned,
             registration: self.registration,
             watch: self.watch,
         }
     }
+}
+
+/// What a checkout may take from the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// Nothing: a new connection (the retry after a reused connection failed).
+    Fresh,
+    /// A pooled connection known to be open: watched, or found quiet by a `MSG_PEEK`.
+    Checked,
+    /// As [`Reuse::Checked`], except that a connection checked in within the current tick of the coarse
+    /// clock (`edge_core::clock`: under 4 ms ago here) is taken without the `MSG_PEEK`. For requests
+    /// that are retried on a fresh connection when a reused one fails before any response byte (an
+    /// idempotent method, the body replayable: DESIGN.md "Upstream pools and retries"): for them the
+    /// probe would buy nothing the retry does not, and a keep-alive upstream closes a connection it
+    /// does not announce closing (`Connection: close`) only at its idle timeout, seconds later. The
+    /// tick bounds the window in which stray bytes (an unasked `408`) could be read as the response.
+    /// Saves a system call per request on a busy pool (bench/README.md "Per-request user time").
+    RetrySafe,
 }
 
 /// The idle connections of one endpoint.
@@ -121,12 +147,20 @@ pub struct Pool {
 impl Pool {
     /// Takes the most recently returned connection that is still within its lifetime and quiet: one
     /// whose watch is armed needs no check (a close would have removed it), a busy one that was back
-    /// for less than a sweep period gets a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]).
-    pub fn take(&self) -> Option<UpstreamConn> {
-        let now = Instant::now();
+    /// for less than a sweep period gets a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]) unless
+    /// `reuse` is [`Reuse::RetrySafe`] and it came back within the current clock tick. `None` when
+    /// `reuse` is [`Reuse::Fresh`].
+    pub fn take(&self, reuse: Reuse) -> Option<UpstreamConn> {
+        if reuse == Reuse::Fresh {
+            return None;
+        }
+        let now = edge_core::clock::coarse_now();
         let mut idle = self.idle.borrow_mut();
         while let Some(mut c) = idle.pop() {
-            let quiet = if c.watch.is_armed() {
+            // Armed: a close would have removed it. Back within this tick for a retry-safe request:
+            // the retry covers a close (`Reuse::RetrySafe`). Otherwise: probed.
+            let unprobed = c.watch.is_armed() || (reuse == Reuse::RetrySafe && c.returned == now);
+            let quiet = if unprobed {
                 !c.stream.has_buffered_input()
             } else {
                 c.stream.is_quiet()
@@ -150,7 +184,8 @@ impl Pool {
             return;
         }
         c.watch.check_in(self);
-        c.expires = Instant::now() + lifetime;
+        c.returned = edge_core::clock::coarse_now();
+        c.expires = c.returned + lifetime;
         self.idle.borrow_mut().push(c);
     }
 

@@ -49,9 +49,9 @@ impl ActivityClock {
         reference + self.threshold
     }
 
-    /// Marks response bytes received now.
+    /// Marks response bytes received now (coarse clock: `edge_core::clock`).
     pub fn received(&mut self) {
-        self.last_received = Some(Instant::now());
+        self.last_received = Some(edge_core::clock::coarse_now());
     }
 
     /// Shifts the clock by `d` spent waiting on the client (it does not count as upstream inactivity).

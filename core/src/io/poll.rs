@@ -276,19 +276,19 @@ async fn write_pump<W: AsyncWriteRent>(mut w: W, shared: Rc<RefCell<Shared>>, se
         let failed = match step {
             WriteStep::Stop => break,
             WriteStep::Write(out) => {
-                let (res, out) = match monoio::time::timeout(send, w.write_all(out)).await {
+                let (res, out) = match crate::clock::timeout(send, w.write_all(out)).await {
                     Ok((res, out)) => (res.map(|_| ()), Some(out)),
                     Err(_) => (Err(io::ErrorKind::TimedOut.into()), None),
                 };
                 spare = out.unwrap_or_else(buf::take_large);
                 res.err()
             }
-            WriteStep::Flush => match monoio::time::timeout(send, w.flush()).await {
+            WriteStep::Flush => match crate::clock::timeout(send, w.flush()).await {
                 Ok(r) => r.err(),
                 Err(_) => Some(io::ErrorKind::TimedOut.into()),
             },
             WriteStep::Shutdown => {
-                let res = monoio::time::timeout(send, w.shutdown()).await;
+                let res = crate::clock::timeout(send, w.shutdown()).await;
                 shared.borrow_mut().shutdown.1 = true;
                 match res {
                     Ok(r) => r.err(),

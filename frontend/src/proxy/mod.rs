@@ -23,6 +23,7 @@ pub mod upgrade;
 
 use std::{net::IpAddr, time::Duration};
 
+use edge_core::clock::coarse_now;
 use edge_core::{
     buf::SendBuf,
     http::{framing::RequestInfo, head::Fields},
@@ -34,11 +35,11 @@ use edge_upstream::{
         request::{send_body_watching_response, send_head, BodyEnd, SendBodyError},
         response::read_head,
     },
+    pool::Reuse,
     retry::Attempt,
     zombie::{self, ActivityClock},
     Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind,
 };
-use monoio::time::Instant;
 
 pub use expect::CONTINUE_WAIT;
 
@@ -178,9 +179,17 @@ async fn exchange<S: Session>(
     let mut interim = interim::Interim::default();
     let mut previous = 0;
     loop {
+        let reuse = if previous > 0 {
+            Reuse::Fresh
+        } else if req.idempotent && (sent_whole || wait_continue) {
+            // A failure on a reused connection would be retried on a fresh one (`Attempt::may_retry`).
+            Reuse::RetrySafe
+        } else {
+            Reuse::Checked
+        };
         let co = req
             .upstream
-            .checkout(previous > 0)
+            .checkout(reuse)
             .await
             .map_err(|e| failed(Failure::Upstream(e), sent_whole))?;
         if co.retried {
@@ -310,7 +319,7 @@ async fn response_head<S: Session>(
         cfg.max_inactive_cap.0,
         req.request_timeout,
     );
-    let now = Instant::now();
+    let now = coarse_now();
     // Response bytes already buffered (an early answer) make a failure unsafe to retry.
     let received = !conn.buf.is_empty();
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
@@ -318,11 +327,11 @@ async fn response_head<S: Session>(
     loop {
         match read_head(&mut conn, fields, &mut clock, head_deadline).await {
             Ok(h) if is_interim(h.status) => {
-                let started = Instant::now();
+                let started = coarse_now();
                 if let Err(e) = interim.forward(s, &mut conn.buf, &h, fields).await {
                     return Err(Stop::End(interim::client_gone(w, &req.log, e)));
                 }
-                clock.pause(started.elapsed());
+                clock.pause(coarse_now() - started);
             }
             Ok(head) => {
                 return Ok(Answered {

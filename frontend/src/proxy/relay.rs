@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use edge_core::clock::coarse_now;
 use edge_core::http::{
     framing::{keep_alive_timeout, response_body, response_keeps_alive, Body},
     head::Fields,
@@ -52,7 +53,7 @@ pub(crate) async fn respond<S: Session>(
         && response_keeps_alive(ubuf, &head, fields)
         && upstream_body != Body::CloseDelimited;
     let keep_alive = keep_alive_timeout(ubuf, fields);
-    let write_started = Instant::now();
+    let write_started = coarse_now();
     let started = match s
         .send_head(&head, fields, upstream_body, close, &mut conn.buf)
         .await
@@ -64,7 +65,7 @@ pub(crate) async fn respond<S: Session>(
     let mut complete = started.complete;
     if !complete {
         // The upstream clocks run on only while body bytes are still to come from the upstream.
-        clock.pause(write_started.elapsed());
+        clock.pause(coarse_now() - write_started);
     }
     while !complete {
         let more = read_body(&mut conn, &mut clock, s.passthrough()).await;
@@ -95,7 +96,7 @@ pub(crate) async fn respond<S: Session>(
                 )
             }
             Ok(BodyRead::Data) => {
-                let started = Instant::now();
+                let started = coarse_now();
                 match s.send_body(&mut conn.buf).await {
                     Ok(c) => complete = c,
                     Err(RelayError::BadBody) => {
@@ -106,7 +107,7 @@ pub(crate) async fn respond<S: Session>(
                     }
                     Err(RelayError::Client(e)) => return client_gone(w, &req.log, e),
                 }
-                clock.pause(started.elapsed());
+                clock.pause(coarse_now() - started);
             }
         }
     }

@@ -356,9 +356,16 @@ both_drivers!(
         );
         let mut c = Client::connect(edge.addr);
         assert_eq!(c.get("/1").text(), "upstream:/1");
-        // The idle pooled connection is watched: once the origin's close arrives it leaves the pool.
+        // The idle pooled connection is watched once it sat idle for a sweep period: the pool's sweep
+        // counts it (1), the watch sees the origin's close and removes it, and the next sweep counts 0.
+        let idle = ["state=\"idle\""];
         assert_eq!(
-            edge.wait_metric("edge_upstream_connections", &["state=\"idle\""], 0.0),
+            edge.wait_metric("edge_upstream_connections", &idle, 1.0),
+            1.0,
+            "the connection was not pooled"
+        );
+        assert_eq!(
+            edge.wait_metric("edge_upstream_connections", &idle, 0.0),
             0.0,
             "the closed TLS connection stayed in the pool"
         );

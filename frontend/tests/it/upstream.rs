@@ -12,6 +12,7 @@
 //! - streams slowly for longer than the cap: `slow_stream_survives_only_when_received_bytes_count`
 //! - closes mid-body: `drops::upstream_close_mid_body_truncates_and_closes`
 //! - closes a pooled connection just as it is reused: `pooled_connection_closed_on_reuse_retries_get_not_post`
+//! - closes each connection right after its response: `a_connection_closed_after_its_response_is_probed_for_a_post_and_retried_for_a_get`
 //! - answers before reading the body: `early_response_is_relayed_and_both_connections_close`
 //! - sends a malformed head: `drops::malformed_upstream_head_gives_502_bad_response`
 //! - 3 s slow responses: `slow_responses_complete_and_release_their_connection`
@@ -434,6 +435,60 @@ both_drivers!(
             "the POST body reached the origin once"
         );
         assert_eq!(origin.accepted(), 2);
+        edge.assert_upstream_settled();
+    }
+);
+
+both_drivers!(
+    a_connection_closed_after_its_response_is_probed_for_a_post_and_retried_for_a_get,
+    |d| {
+        // Every origin connection answers one request with a keep-alive response, then closes (no
+        // `Connection: close`): each pooled connection is closed a moment after its check-in, before
+        // the watch is armed. A POST is not retry-safe, so its checkout probes the connection, finds
+        // the close and connects anew (no retry); a GET right after its check-in may skip the probe
+        // (`Reuse::RetrySafe`) and is then retried on a fresh connection. Either way the client gets
+        // its answer.
+        let closed = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+        let closes = closed.clone();
+        let origin = Origin::script(move |mut s, _| {
+            let mut buf = Vec::new();
+            if let Some((req, _)) = read_request(&mut s, &mut buf) {
+                let body = format!("{} {}", req.method, req.target);
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+            drop(s);
+            *closes.0.lock().unwrap() += 1;
+            closes.1.notify_all();
+        });
+        let wait_closed = |n: usize| {
+            let (lock, cv) = &*closed;
+            let g = lock.lock().unwrap();
+            let (g, _) = cv.wait_timeout_while(g, 5 * SEC, |c| *c < n).unwrap();
+            assert!(*g >= n, "the origin closed {} connections, not {n}", *g);
+        };
+        let edge = Edge::start(&Cfg::new(d, origin.addr));
+        let mut c = Client::connect(edge.addr);
+        assert_eq!(c.get("/a").text(), "GET /a");
+        wait_closed(1);
+        c.send(b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+        let r = c.read_response(false).unwrap();
+        assert_eq!((r.status, r.text().as_str()), (200, "POST /b"));
+        assert_eq!(
+            edge.metric("edge_upstream_retries_total", &[]),
+            0.0,
+            "the POST was sent on the closed connection"
+        );
+        assert_eq!(origin.accepted(), 2);
+        wait_closed(2);
+        let r = c.get("/c");
+        assert_eq!((r.status, r.text().as_str()), (200, "GET /c"));
+        assert!(edge.metric("edge_upstream_retries_total", &[]) <= 1.0);
         edge.assert_upstream_settled();
     }
 );

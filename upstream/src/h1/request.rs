@@ -3,11 +3,9 @@
 
 use std::{future::Future, pin::pin, task::Poll, time::Duration};
 
+use edge_core::clock::timeout;
 use edge_core::{http::head::Fields, io::Transport};
-use monoio::{
-    io::{AsyncWriteRent, AsyncWriteRentExt},
-    time::timeout,
-};
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
 use super::response::only_interim;
 use crate::{UpstreamConn, UpstreamError, UpstreamErrorKind};

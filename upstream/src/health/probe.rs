@@ -46,7 +46,7 @@ pub async fn probe(
     tls: Option<&TlsTarget>,
 ) -> Verdict {
     let exchange = exchange(addr, request, check.timeout.0, tls);
-    match monoio::time::timeout(check.timeout.0, exchange).await {
+    match edge_core::clock::timeout(check.timeout.0, exchange).await {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(f)) => Err(f),
         Ok(Ok(status)) if check.expect_status.contains(status) => Ok(status),

@@ -152,7 +152,7 @@ pub(super) enum FastWait {
 pub(super) async fn fast_wait<T: Transport>(c: &mut Conn<T>) -> FastWait {
     let handle = c.cancel.get_or_insert_with(Default::default).handle();
     let mut read = std::pin::pin!(c.rb.fill_cancelable(&mut c.stream, handle));
-    let res = match monoio::time::timeout(FAST_WAIT, read.as_mut()).await {
+    let res = match edge_core::clock::timeout(FAST_WAIT, read.as_mut()).await {
         Ok(res) => res,
         Err(_) => {
             // A spent canceller cancels every later operation it is given: the next fast wait makes a

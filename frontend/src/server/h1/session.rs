@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use edge_core::clock::timeout;
 use edge_core::{
     buf::{RecvBuf, SendBuf, LARGE_BUF_SIZE},
     http::{
@@ -21,7 +22,7 @@ use edge_upstream::{
 };
 use monoio::{
     io::AsyncWriteRent,
-    time::{timeout, timeout_at, Instant},
+    time::{timeout_at, Instant},
 };
 
 use super::encode::{self, OutFraming};

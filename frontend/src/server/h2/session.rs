@@ -10,6 +10,7 @@
 use std::{future::poll_fn, time::Duration};
 
 use bytes::{Buf, Bytes};
+use edge_core::clock::timeout;
 use edge_core::{
     buf::{self, RecvBuf},
     http::{
@@ -27,7 +28,7 @@ use edge_upstream::{
 use h2::{server::SendResponse, RecvStream, SendStream};
 use monoio::{
     io::{AsyncWriteRent, AsyncWriteRentExt},
-    time::{timeout, timeout_at, Instant},
+    time::{timeout_at, Instant},
 };
 
 use crate::{
