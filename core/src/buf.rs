@@ -324,6 +324,28 @@ impl SendBuf {
         move_to_large(&mut self.0, 0);
     }
 
+    /// Sends what the transport's socket takes of the buffer now ([`crate::io::send_ahead`]: on the
+    /// epoll driver only; nothing for a transport without a raw socket, e.g. TLS): `Some(Ok(()))` when all of it went (the buffer
+    /// is then cleared), `None` when bytes remain (what went is removed; finish with
+    /// [`SendBuf::flush`] under a deadline).
+    ///
+    /// # Errors
+    /// `Some(Err)`: the send failed (the peer reset or closed).
+    pub fn flush_now<T: crate::io::Transport>(&mut self, io: &T) -> Option<io::Result<()>> {
+        let sock = io.raw_socket()?;
+        match crate::io::send_ahead(sock, &self.0) {
+            Ok(n) if n == self.0.len() => {
+                self.0.clear();
+                Some(Ok(()))
+            }
+            Ok(n) => {
+                self.0.drain(..n);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// Writes the whole buffer to `io` and clears it.
     ///
     /// # Errors

@@ -5,7 +5,10 @@ use std::{future::Future, pin::pin, task::Poll, time::Duration};
 
 use edge_core::clock::timeout;
 use edge_core::{http::head::Fields, io::Transport};
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
+use monoio::{
+    buf::IoBuf,
+    io::{AsyncWriteRent, AsyncWriteRentExt},
+};
 
 use super::response::only_interim;
 use crate::{UpstreamConn, UpstreamError, UpstreamErrorKind};
@@ -21,10 +24,24 @@ pub async fn send_head<T: Transport>(
     out: &mut Vec<u8>,
     write_timeout: Duration,
 ) -> Result<(), UpstreamError> {
-    let bytes = std::mem::take(out);
-    match timeout(write_timeout, conn.stream.write_all(bytes)).await {
+    // On epoll a head that fits the socket at once goes with no io operation and no timer.
+    let mut sent = 0;
+    if let Some(sock) = conn.stream.raw_socket() {
+        match edge_core::io::send_ahead(sock, out) {
+            Ok(n) if n == out.len() => return Ok(()),
+            Ok(n) => sent = n,
+            Err(e) => {
+                return Err(UpstreamError {
+                    retry_safe: true,
+                    ..UpstreamError::from_io(&e)
+                })
+            }
+        }
+    }
+    let rest = std::mem::take(out).slice(sent..);
+    match timeout(write_timeout, conn.stream.write_all(rest)).await {
         Ok((r, b)) => {
-            *out = b;
+            *out = b.into_inner();
             r.map(drop).map_err(|e| UpstreamError {
                 retry_safe: true,
                 ..UpstreamError::from_io(&e)

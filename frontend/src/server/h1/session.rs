@@ -97,6 +97,10 @@ impl<'c, T: Transport> H1Session<'c, T> {
     }
 
     async fn flush(&mut self) -> Result<(), SendFailure> {
+        // On epoll most heads fit the socket at once: sent with no io operation and no `send` timer.
+        if let Some(sent) = self.out.flush_now(self.stream) {
+            return sent.map_err(|_| SendFailure::Closed);
+        }
         within_send(self.send, self.out.flush(self.stream)).await
     }
 }
