@@ -325,9 +325,9 @@ impl SendBuf {
     }
 
     /// Sends what the transport's socket takes of the buffer now ([`crate::io::send_ahead`]: on the
-    /// epoll driver only; nothing for a transport without a raw socket, e.g. TLS): `Some(Ok(()))` when all of it went (the buffer
-    /// is then cleared), `None` when bytes remain (what went is removed; finish with
-    /// [`SendBuf::flush`] under a deadline).
+    /// epoll driver only; nothing for a transport without a raw socket, e.g. TLS): `Some(Ok(()))` when
+    /// all of it went (the buffer is then cleared), `None` when bytes remain (what went is removed;
+    /// finish with [`SendBuf::flush`] under a deadline).
     ///
     /// # Errors
     /// `Some(Err)`: the send failed (the peer reset or closed).

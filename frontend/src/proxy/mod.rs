@@ -23,9 +23,9 @@ pub mod upgrade;
 
 use std::{net::IpAddr, time::Duration};
 
-use edge_core::clock::coarse_now;
 use edge_core::{
     buf::SendBuf,
+    clock::coarse_now,
     http::{framing::RequestInfo, head::Fields},
 };
 use edge_upstream::{
@@ -179,13 +179,19 @@ async fn exchange<S: Session>(
     let mut interim = interim::Interim::default();
     let mut previous = 0;
     loop {
-        let reuse = if previous > 0 {
-            Reuse::Fresh
-        } else if req.idempotent && (sent_whole || wait_continue) {
-            // A failure on a reused connection would be retried on a fresh one (`Attempt::may_retry`).
-            Reuse::RetrySafe
-        } else {
-            Reuse::Checked
+        // The retry rule, asked before the checkout: would a failure on a reused connection be sent
+        // again on a fresh one?
+        let retried_if_reused = Attempt {
+            reused: true,
+            idempotent: req.idempotent,
+            replayable: sent_whole || wait_continue,
+            previous,
+        }
+        .may_retry();
+        let reuse = match (previous, retried_if_reused) {
+            (1.., _) => Reuse::Fresh,
+            (0, true) => Reuse::RetrySafe,
+            (0, false) => Reuse::Checked,
         };
         let co = req
             .upstream

@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
-use edge_core::clock::coarse_now;
-use edge_core::http::{
-    framing::{keep_alive_timeout, response_body, response_keeps_alive, Body},
-    head::Fields,
+use edge_core::{
+    clock::coarse_now,
+    http::{
+        framing::{keep_alive_timeout, response_body, response_keeps_alive, Body},
+        head::Fields,
+    },
 };
 use edge_upstream::{
     h1::response::{read_body, BodyRead},

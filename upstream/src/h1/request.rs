@@ -3,8 +3,7 @@
 
 use std::{future::Future, pin::pin, task::Poll, time::Duration};
 
-use edge_core::clock::timeout;
-use edge_core::{http::head::Fields, io::Transport};
+use edge_core::{clock::timeout, http::head::Fields, io::Transport};
 use monoio::{
     buf::IoBuf,
     io::{AsyncWriteRent, AsyncWriteRentExt},

@@ -190,6 +190,7 @@ pub fn serve<T: Transport>(
                     c.give_vectors();
                     held.release();
                 }
+                // `active` serves kept-alive requests itself; it never ends with `Keep`.
                 Step::Next(Next::Keep) => {}
                 Step::Next(Next::Close) => {
                     return slot::run_in(&mut held.0, close(&w, c.stream)).await

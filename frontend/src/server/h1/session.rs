@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use edge_core::clock::timeout;
 use edge_core::{
     buf::{RecvBuf, SendBuf, LARGE_BUF_SIZE},
+    clock::timeout,
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},

@@ -10,9 +10,9 @@
 use std::{future::poll_fn, time::Duration};
 
 use bytes::{Buf, Bytes};
-use edge_core::clock::timeout;
 use edge_core::{
     buf::{self, RecvBuf},
+    clock::timeout,
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
