@@ -49,6 +49,7 @@ impl<T: Transport> UpstreamConn<T> {
     /// Wraps a freshly connected stream.
     pub fn new(stream: T, endpoint: usize) -> Self {
         let registration = edge_core::runtime::orphans::register(stream.fd(), false);
+        let now = edge_core::clock::coarse_now();
         UpstreamConn {
             registration,
             stream,
@@ -56,8 +57,8 @@ impl<T: Transport> UpstreamConn<T> {
             endpoint,
             reused: false,
             permit: crate::permit::Permit::unlimited(),
-            expires: edge_core::clock::coarse_now(),
-            returned: edge_core::clock::coarse_now(),
+            expires: now,
+            returned: now,
             watch: watch::Watch::default(),
         }
     }

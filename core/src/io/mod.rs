@@ -88,8 +88,8 @@ pub trait Transport:
 }
 
 /// On the readiness (epoll) driver, sends what `sock` takes of `bytes` now, with one non-blocking
-/// `send(2)` (`MSG_DONTWAIT`, `MSG_NOSIGNAL`): the byte count, 0 when the socket has no room (`EAGAIN`).
-/// A small write to a socket with room (a response head, a request head) then completes with no io
+/// `sendmsg(2)` (`tls::DontWait`: `MSG_DONTWAIT`, `MSG_NOSIGNAL`): the byte count, 0 when the socket has
+/// no room (`EAGAIN`). A small write to a socket with room (a response head, a request head) then completes with no io
 /// operation and no timer; only the rest waits for the driver under its deadline. On io_uring it sends
 /// nothing and returns 0: there a system call per write measured 4-5 % more CPU per request than an
 /// operation submitted with the ring's next enter (bench/README.md "Per-request user time").
@@ -100,23 +100,9 @@ pub fn send_ahead(sock: RawFd, bytes: &[u8]) -> io::Result<usize> {
     if bytes.is_empty() || !monoio::utils::is_legacy() {
         return Ok(0);
     }
-    // SAFETY: `bytes` is valid for reads of its length for the call; `sock` is a socket the caller
-    // owns and keeps open for the call; MSG_DONTWAIT never blocks.
-    let n = unsafe {
-        libc::send(
-            sock,
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    if n >= 0 {
-        return Ok(n as usize);
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-        _ => Err(e),
+    match std::io::Write::write(&mut tls::DontWait(sock), bytes) {
+        Err(e) if tls::is_full(&e) => Ok(0),
+        sent => sent,
     }
 }
 
