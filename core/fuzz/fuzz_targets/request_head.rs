@@ -1,13 +1,13 @@
 //! Arbitrary bytes through the request head parser and the request framing decision (DESIGN.md
 //! "HTTP/1.1 rules"): no panic and no wrap (overflow checks are on), and consistent answers: a head never
-//! claims more bytes than it was given, its fields lie inside it, it parses the same from exactly its own
-//! bytes and not at all from fewer, a field limit one below its field count refuses it, and a
-//! Content-Length too large for a u64 is `BodyTooLarge` (413), never a wrapped length.
+//! claims more bytes than it was given, every LF in it ends a CRLF, its fields lie inside it, it parses
+//! the same from exactly its own bytes and not at all from fewer, a field limit one below its field count
+//! refuses it, and a Content-Length too large for a u64 is `BodyTooLarge` (413), never a wrapped length.
 #![no_main]
 
 use edge_core_fuzz::http::{
     framing::{request_info, Body, FramingError},
-    head::{parse_request, Fields, HeadError},
+    head::{crlf_only, parse_request, Fields, HeadError},
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -17,6 +17,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(h.len <= data.len());
+    // The parser checks line ends at the start line and at each field line's end only; every LF of
+    // the whole head must still end a CRLF.
+    assert!(crlf_only(&data[..h.len]));
     for f in &fields {
         assert!(f.name_start as usize + f.name_len as usize <= h.len);
         assert!(f.value_start as usize + f.value_len as usize <= h.len);

@@ -9,7 +9,7 @@
 use edge_core_fuzz::http::{
     body::BodyScanner,
     framing::{bodyless_content_length, response_body, response_keeps_alive, Body},
-    head::{parse_response, FieldKind, Fields},
+    head::{crlf_only, parse_response, FieldKind, Fields},
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -19,6 +19,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(h.len <= data.len());
+    // The parser checks line ends at the start line and at each field line's end only; every LF of
+    // the whole head must still end a CRLF.
+    assert!(crlf_only(&data[..h.len]));
     assert!((100..=999).contains(&h.status));
     let rest = &data[h.len..];
     let never_framed = h.status < 200 || h.status == 204;

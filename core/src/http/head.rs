@@ -149,11 +149,12 @@ fn offset(buf: &[u8], part: &[u8]) -> usize {
     part.as_ptr() as usize - buf.as_ptr() as usize
 }
 
-/// Records the fields of a complete head of `len` bytes at the start of `buf`.
+/// Records the fields of a complete head of `len` bytes at the start of `buf`, checking that every
+/// line ends in CRLF (see [`crlf_lines`]).
 ///
 /// # Errors
 /// [`HeadError::TooManyFields`] when `len` does not fit the u32 offsets (every offset is below `len`,
-/// so none is truncated).
+/// so none is truncated); [`HeadError::Invalid`] for a bare LF.
 fn collect(
     buf: &[u8],
     len: usize,
@@ -162,6 +163,9 @@ fn collect(
 ) -> Result<(), HeadError> {
     let at = |part: &[u8]| offset(buf, part) as u32;
     u32::try_from(len).map_err(|_| HeadError::TooManyFields)?;
+    if !crlf_lines(buf, len, headers) {
+        return Err(HeadError::Invalid);
+    }
     fields.clear();
     for h in headers {
         let name = h.name.as_bytes();
@@ -176,14 +180,42 @@ fn collect(
     Ok(())
 }
 
-/// Whether every LF in `head` ends a CRLF.
+/// Whether every line of a complete head of `len` bytes that httparse parsed into `headers` ends in
+/// CRLF.
 ///
 /// RFC 9112 §2.2 lets a recipient accept a bare LF as a line terminator; edge does not. A proxy that
 /// accepts bare LF while the origin behind it does not (or the reverse) sees different field lines in the
-/// same bytes, which is one way to smuggle a request. httparse accepts bare LF, so edge checks after it.
-/// Finds the LFs with `memchr` (vectorised: a byte-at-a-time loop was the largest user-space item of a
-/// proxied request's profile, bench/README.md "Per-request user time").
-fn crlf_only(head: &[u8]) -> bool {
+/// same bytes, which is one way to smuggle a request. httparse accepts bare LF, so edge checks after it,
+/// without scanning the field lines again: httparse allows no CR or LF inside a name or a value (and
+/// no obs-fold, as configured here), and trims only SP and HTAB after a value, so a field line ends
+/// in CRLF exactly when the first byte after its value that is not SP or HTAB is a CR (httparse
+/// checked that an LF follows a CR). An empty value points at its line's end. The start line (and any
+/// empty lines before it) is scanned with [`crlf_only`], and the final empty line is CRLF when the byte
+/// two before the end is a CR (a bare LF would leave the previous line's LF there). Scanning the whole
+/// head instead was the largest user-space item of a proxied request's profile (bench/README.md
+/// "Per-request user time"); the fuzz targets compare this with [`crlf_only`] over the whole head.
+fn crlf_lines(buf: &[u8], len: usize, headers: &[httparse::Header<'_>]) -> bool {
+    let start_line_end = headers
+        .first()
+        .map_or(len, |h| offset(buf, h.name.as_bytes()));
+    if !crlf_only(&buf[..start_line_end]) {
+        return false;
+    }
+    let ends_in_cr = |mut at: usize| {
+        while let Some(b' ' | b'\t') = buf.get(at) {
+            at += 1;
+        }
+        buf.get(at) == Some(&b'\r')
+    };
+    headers
+        .iter()
+        .all(|h| ends_in_cr(offset(buf, h.value) + h.value.len()))
+        && len >= 2
+        && buf[len - 2] == b'\r'
+}
+
+/// Whether every LF in `head` ends a CRLF, found with `memchr`.
+pub fn crlf_only(head: &[u8]) -> bool {
     memchr::memchr_iter(b'\n', head).all(|i| i > 0 && head[i - 1] == b'\r')
 }
 
@@ -226,7 +258,7 @@ fn target_form(
 ///
 /// Returns `Ok(None)` when the head is not complete yet. `max_fields` (at most [`MAX_FIELDS`]) bounds the
 /// field count. Strict where RFC 9112 allows leniency:
-/// - every line ends in CRLF: a bare LF is [`HeadError::Invalid`] (RFC 9112 §2.2; see `crlf_only`);
+/// - every line ends in CRLF: a bare LF is [`HeadError::Invalid`] (RFC 9112 §2.2; see `crlf_lines`);
 /// - methods and field names are tokens, there is no whitespace between a field name and its colon, no
 ///   obs-fold, and field values hold no NUL, CR, LF or other control character but HTAB (RFC 9112 §3,
 ///   §5.1, §5.2; httparse checks these);
@@ -250,9 +282,6 @@ pub fn parse_request(
         &mut storage[..max_fields.min(MAX_FIELDS)],
     ) {
         Ok(httparse::Status::Complete(len)) => {
-            if !crlf_only(&buf[..len]) {
-                return Err(HeadError::Invalid);
-            }
             let method = req.method.unwrap_or("").as_bytes();
             let target = req.path.unwrap_or("").as_bytes();
             let target = offset(buf, target)..offset(buf, target) + target.len();
@@ -292,7 +321,7 @@ pub fn parse_response(buf: &[u8], fields: &mut Fields) -> Result<Option<Response
     let config = httparse::ParserConfig::default();
     match config.parse_response_with_uninit_headers(&mut res, buf, &mut storage) {
         Ok(httparse::Status::Complete(len)) => {
-            if !crlf_only(&buf[..len]) || res.code.unwrap_or(0) < 100 {
+            if res.code.unwrap_or(0) < 100 {
                 return Err(HeadError::Invalid);
             }
             let reason = res.reason.unwrap_or("").as_bytes();

@@ -10,7 +10,7 @@ use edge_core::http::{
     framing::Body,
     head::list_elements,
     head::FieldKind,
-    hop::{connection_names_fields, field, is_hop_by_hop, upgrade_fields, VIA},
+    hop::{connection_names_fields, field, is_hop_by_hop, upgrade_fields, FieldLines, VIA},
     view::{RequestView, Version},
     write::{push_dec, push_ip},
 };
@@ -54,6 +54,7 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     let mut xff_prev = false;
     let mut proto_kept = false;
     let mut max_forwards_done = false;
+    let mut lines = FieldLines::default();
     for f in fields {
         if is_hop_by_hop(buf, fields, f, named) {
             continue;
@@ -64,6 +65,7 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
             FieldKind::MaxForwards if rw.max_forwards.is_some() => {
                 if !max_forwards_done {
                     max_forwards_done = true;
+                    lines.flush(out, buf);
                     let n = rw.max_forwards.unwrap_or(1).saturating_sub(1);
                     out.extend_from_slice(b"Max-Forwards: ");
                     push_dec(out, n);
@@ -81,17 +83,16 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
             FieldKind::RequestId => continue, // written below
             FieldKind::Host => {
                 if let Some(a) = &head.authority {
+                    lines.flush(out, buf);
                     field(out, b"Host", &buf[a.clone()]);
                     continue;
                 }
             }
             _ => {}
         }
-        out.extend_from_slice(
-            &buf[f.name_start as usize..f.value_start as usize + f.value_len as usize],
-        );
-        out.extend_from_slice(b"\r\n");
+        lines.push(out, buf, f);
     }
+    lines.flush(out, buf);
     out.extend_from_slice(b"X-Forwarded-For: ");
     if xff_prev {
         for f in fields.iter().filter(|f| f.kind == FieldKind::XForwardedFor) {

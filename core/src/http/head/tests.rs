@@ -297,6 +297,85 @@ proptest! {
     }
 }
 
+fn terminator_strategy() -> impl Strategy<Value = &'static [u8]> {
+    prop_oneof![Just(&b"\r\n"[..]), Just(&b"\n"[..])]
+}
+
+fn whitespace_strategy() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(prop_oneof![Just(b' '), Just(b'\t')], 0..3)
+}
+
+/// A head with every line terminator chosen at random between CRLF and a bare LF: empty lines before
+/// the start line, then `start`, then fields with whitespace around (and sometimes nothing in) their
+/// values, then the final empty line.
+fn head_with_terminators(start: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
+    let field = (
+        token_strategy(),
+        whitespace_strategy(),
+        value_strategy(),
+        whitespace_strategy(),
+        terminator_strategy(),
+    );
+    (
+        proptest::collection::vec(terminator_strategy(), 0..2),
+        terminator_strategy(),
+        proptest::collection::vec(field, 0..6),
+        terminator_strategy(),
+    )
+        .prop_map(move |(leading, after_start, fields, last)| {
+            let mut wire = leading.concat();
+            wire.extend_from_slice(start);
+            wire.extend_from_slice(after_start);
+            for (name, before, value, after, end) in fields {
+                wire.extend_from_slice(&name);
+                wire.push(b':');
+                wire.extend_from_slice(&before);
+                wire.extend_from_slice(&value);
+                wire.extend_from_slice(&after);
+                wire.extend_from_slice(end);
+            }
+            wire.extend_from_slice(last);
+            wire
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The line check that reads only the start line and each field line's end (`crlf_lines`) refuses
+    /// exactly the heads in which some LF is not after a CR (`crlf_only` over the whole head).
+    #[test]
+    fn a_request_with_any_bare_lf_is_invalid(wire in head_with_terminators(b"GET /a HTTP/1.1")) {
+        let mut f = Fields::new();
+        let parsed = parse_request(&wire, MAX_FIELDS, &mut f);
+        if crlf_only(&wire) {
+            prop_assert_eq!(parsed.map(|h| h.map(|h| h.len)), Ok(Some(wire.len())));
+        } else {
+            prop_assert_eq!(parsed, Err(HeadError::Invalid));
+        }
+    }
+
+    /// As above for responses, with a reason phrase, an empty one, none, and one with obs-text (which
+    /// httparse reports as empty).
+    #[test]
+    fn a_response_with_any_bare_lf_is_invalid(
+        wire in prop_oneof![
+            head_with_terminators(b"HTTP/1.1 200 OK"),
+            head_with_terminators(b"HTTP/1.1 204 "),
+            head_with_terminators(b"HTTP/1.1 304"),
+            head_with_terminators(b"HTTP/1.1 404 Not \x80Found"),
+        ]
+    ) {
+        let mut f = Fields::new();
+        let parsed = parse_response(&wire, &mut f).map(|h| h.map(|h| h.len));
+        if crlf_only(&wire) {
+            prop_assert_eq!(parsed, Ok(Some(wire.len())));
+        } else {
+            prop_assert_eq!(parsed, Err(HeadError::Invalid));
+        }
+    }
+}
+
 #[test]
 fn list_elements_skip_empty() {
     let v: Vec<&[u8]> = list_elements(b" gzip ,, chunked,").collect();
