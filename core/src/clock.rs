@@ -59,8 +59,9 @@ fn base() -> &'static Base {
 }
 
 /// Now, rounded up to the coarse clock's next tick: never earlier than `Instant::now()` (unless the
-/// kernel runs its tick late) and at most one tick (4 ms here) later. So a deadline `coarse_now() + d` never passes before `d` has, and fires at
-/// most a tick late. For deadlines and lifetimes, never for durations that are reported.
+/// kernel runs its tick late) and at most one tick (4 ms here) later. So a deadline `coarse_now() + d`
+/// never passes before `d` has, and fires at most a tick late. For deadlines and lifetimes, never for
+/// durations that are reported.
 pub fn coarse_now() -> Instant {
     let b = base();
     // The coarse clock reads the time of the last tick: the time now is below that plus one tick. It

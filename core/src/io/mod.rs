@@ -13,6 +13,7 @@
 //! that must be stopped without loss goes through `CancelableAsyncReadRent` (cancel, then await it to its
 //! end). Implementations keep that contract.
 
+mod dont_wait;
 mod plain;
 pub mod poll;
 pub mod tls;
@@ -21,6 +22,7 @@ use std::{future::Future, io, os::fd::RawFd};
 
 use monoio::io::{AsyncReadRent, AsyncWriteRent, CancelableAsyncReadRent};
 
+pub(crate) use dont_wait::{is_full, DontWait};
 pub use plain::Plain;
 pub use poll::PollIo;
 
@@ -88,7 +90,7 @@ pub trait Transport:
 }
 
 /// On the readiness (epoll) driver, sends what `sock` takes of `bytes` now, with one non-blocking
-/// `sendmsg(2)` (`tls::DontWait`: `MSG_DONTWAIT`, `MSG_NOSIGNAL`): the byte count, 0 when the socket has
+/// `sendmsg(2)` ([`DontWait`]: `MSG_DONTWAIT`, `MSG_NOSIGNAL`): the byte count, 0 when the socket has
 /// no room (`EAGAIN`). A small write to a socket with room (a response head, a request head) then completes with no io
 /// operation and no timer; only the rest waits for the driver under its deadline. On io_uring it sends
 /// nothing and returns 0: there a system call per write measured 4-5 % more CPU per request than an
@@ -100,8 +102,8 @@ pub fn send_ahead(sock: RawFd, bytes: &[u8]) -> io::Result<usize> {
     if bytes.is_empty() || !monoio::utils::is_legacy() {
         return Ok(0);
     }
-    match std::io::Write::write(&mut tls::DontWait(sock), bytes) {
-        Err(e) if tls::is_full(&e) => Ok(0),
+    match std::io::Write::write(&mut DontWait(sock), bytes) {
+        Err(e) if is_full(&e) => Ok(0),
         sent => sent,
     }
 }

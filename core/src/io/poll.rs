@@ -54,8 +54,9 @@ use monoio::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{
-    tls::{self, is_full, DontWait, ServerState, Tls},
-    Transport,
+    is_full,
+    tls::{self, ServerState, Tls},
+    DontWait, Transport,
 };
 use crate::buf;
 
