@@ -6,7 +6,9 @@
 //! For each io driver and workload it warms up with keep-alive load, reads the counter and
 //! `edge_requests_total`, runs the measured load, and reads both again: the ratio of the growths is
 //! allocations per request on the worker threads (the admin thread that renders /metrics is not
-//! counted). A last row opens fresh connections, one request each, for allocations per connection.
+//! counted). A row opens fresh connections, one request each, for allocations per connection, and a
+//! last one sends requests 20 ms apart on keep-alive connections, so that every request follows an idle
+//! transition (the 5 ms fast wait expired): at most about one allocation each (monoio's canceller).
 //! edge runs with `max_requests_per_connection` raised so that the keep-alive rows measure requests,
 //! not the connection churn that the default of 1000 imposes (about 12 allocations per new connection,
 //! so 0.012 per request at the default).
@@ -110,6 +112,69 @@ fn fresh_connections(addr: SocketAddr, n: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Highest allocations per request of the paced row, where every request comes after its connection's
+/// fast wait expired: monoio's `Canceller::cancel` allocates its successor once per idle transition.
+pub const MAX_PER_PACED_REQUEST: f64 = 1.05;
+
+/// Connections and rounds of the paced row, and the pause between a connection's requests (longer than
+/// edge's 5 ms keep-alive fast wait, so each request finds its connection gone idle).
+const PACED_CONNECTIONS: usize = 16;
+const PACED_ROUNDS: usize = 40;
+const PACED_GAP: Duration = Duration::from_millis(20);
+
+/// `PACED_CONNECTIONS` keep-alive connections, each having served one request (so their own
+/// allocations are behind them).
+fn paced_connections(addr: SocketAddr) -> io::Result<Vec<TcpStream>> {
+    let mut conns = (0..PACED_CONNECTIONS)
+        .map(|_| {
+            let s = TcpStream::connect(addr)?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            Ok(s)
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    paced_rounds(&mut conns, 1)?;
+    Ok(conns)
+}
+
+/// `rounds` rounds of one GET on each connection, with `PACED_GAP` after each round.
+fn paced_rounds(conns: &mut [TcpStream], rounds: usize) -> io::Result<()> {
+    for _ in 0..rounds {
+        for s in conns.iter_mut() {
+            s.write_all(b"GET /fast HTTP/1.1\r\nHost: bench\r\n\r\n")?;
+            read_response(s)?;
+        }
+        std::thread::sleep(PACED_GAP);
+    }
+    Ok(())
+}
+
+/// Reads one response with a Content-Length body (the origin's) from a keep-alive connection.
+fn read_response(s: &mut TcpStream) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::other(
+                "connection closed before a whole response",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| io::Error::other("response without a Content-Length"))?;
+        if buf.len() >= end + 4 + length {
+            return Ok(());
+        }
+    }
+}
+
 /// Runs every case and prints the table; returns whether keep-alive requests stayed allocation-free.
 ///
 /// # Errors
@@ -201,12 +266,30 @@ fn run_cases(
                     format!("{per:.2}"),
                     "per connection (reported)".to_string(),
                 ]);
+                let mut conns = paced_connections(stack.traffic)?;
+                let (a0, r0) = read_counters(&stack)?;
+                paced_rounds(&mut conns, PACED_ROUNDS)?;
+                let (a1, r1) = read_counters(&stack)?;
+                drop(conns);
+                let per = (a1 - a0) / (r1 - r0).max(1.0);
+                let ok = per <= MAX_PER_PACED_REQUEST && r1 - r0 > 0.0;
+                pass &= ok;
+                table.row([
+                    driver.to_string(),
+                    "GET 13 B, keep-alive, 20 ms apart".to_string(),
+                    format!("{}", r1 - r0),
+                    format!("{}", a1 - a0),
+                    format!("{per:.2}"),
+                    if ok { "pass" } else { "FAIL" }.to_string(),
+                ]);
             }
         }
     }
     print!("{}", table.render());
     println!(
-        "allocations counted on edge's worker threads (count-alloc build); pass = at most {MAX_PER_REQUEST} per keep-alive request"
+        "allocations counted on edge's worker threads (count-alloc build); pass = at most {MAX_PER_REQUEST} per keep-alive request, \
+         and at most {MAX_PER_PACED_REQUEST} per request when every request follows an idle transition \
+         (20 ms apart, on {PACED_CONNECTIONS} connections that served one request before)"
     );
     Ok(pass)
 }

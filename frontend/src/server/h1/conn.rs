@@ -60,9 +60,9 @@ pub(super) struct Conn<T: Transport> {
     pub(super) log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
     pub(super) log_id: Vec<u8>,
-    /// Cancels the keep-alive fast-path read (see [`super::idle::fast_wait`]); made by the first fast
-    /// wait after an idle period and spent when the connection goes idle again, so an idle connection
-    /// holds none.
+    /// Cancels the keep-alive fast-path read (see [`super::idle::fast_wait`]); taken from the worker's
+    /// spares (or made) by the first fast wait after an idle period and spent when the connection goes
+    /// idle again, so an idle connection holds none.
     pub(super) cancel: Option<monoio::io::Canceller>,
     /// A peer outside `proxy_protocol_from` while the PROXY protocol is on: its first request must not
     /// start with a PROXY header (`crate::proxy_protocol::refuse_header`).

@@ -6,7 +6,10 @@
 use std::{cell::RefCell, time::Duration};
 
 use edge_core::{freelist::FreeList, http::head::Fields, io::Transport, metrics::InboundPhase};
-use monoio::time::{timeout_at, Instant};
+use monoio::{
+    io::Canceller,
+    time::{timeout_at, Instant},
+};
 
 use super::conn::Conn;
 use crate::{evict::Left, worker::Worker};
@@ -14,17 +17,20 @@ use crate::{evict::Left, worker::Worker};
 thread_local! {
     /// This worker's spare request vectors ([`Conn::take_vectors`]; trimmed by [`trim_spare_vectors`]).
     static SPARE_VECTORS: RefCell<FreeList<RequestVectors>> = const { RefCell::new(FreeList::new()) };
+    /// This worker's spare fast-wait cancellers ([`fast_wait`]; trimmed with the vectors).
+    static SPARE_CANCELLERS: RefCell<FreeList<Canceller>> = const { RefCell::new(FreeList::new()) };
 }
 
-/// Spare request vectors a worker keeps at most; more are freed.
+/// Spare request vectors (and fast-wait cancellers) a worker keeps at most; more are freed.
 const SPARE_VECTORS_MAX: usize = 1024;
-/// Spare request vectors a trim always keeps.
+/// Spare request vectors (and fast-wait cancellers) a trim always keeps.
 const SPARE_VECTORS_FLOOR: usize = 16;
 
 /// Frees the spare request vectors of this thread that stayed unused since the previous call (the
 /// worker's periodic trim, with `edge_core::buf::trim`), keeping at least 16.
 pub(crate) fn trim_spare_vectors() {
     SPARE_VECTORS.with(|s| s.borrow_mut().trim(SPARE_VECTORS_FLOOR));
+    SPARE_CANCELLERS.with(|s| s.borrow_mut().trim(SPARE_VECTORS_FLOOR));
 }
 
 /// A connection's head fields, log line and request id storage.
@@ -150,15 +156,26 @@ pub(super) enum FastWait {
 }
 
 pub(super) async fn fast_wait<T: Transport>(c: &mut Conn<T>) -> FastWait {
-    let handle = c.cancel.get_or_insert_with(Default::default).handle();
+    let handle = c
+        .cancel
+        .get_or_insert_with(|| {
+            SPARE_CANCELLERS
+                .with(|s| s.borrow_mut().pop())
+                .unwrap_or_default()
+        })
+        .handle();
     let mut read = std::pin::pin!(c.rb.fill_cancelable(&mut c.stream, handle));
     let res = match edge_core::clock::timeout(FAST_WAIT, read.as_mut()).await {
         Ok(res) => res,
         Err(_) => {
-            // A spent canceller cancels every later operation it is given: the next fast wait makes a
-            // new one (an allocation when a connection comes back from idle, not per request).
+            // A spent canceller cancels every later operation it is given. `cancel` returns a fresh
+            // one that keeps the spent one's operation set (its one allocation, monoio's); it waits
+            // in the worker's spares, not in the idle connection, for the next fast wait. Without
+            // the spares a connection going idle allocated three times (bench/README.md
+            // "Allocations per request").
             if let Some(spent) = c.cancel.take() {
-                drop(spent.cancel());
+                let fresh = spent.cancel();
+                SPARE_CANCELLERS.with(|s| s.borrow_mut().push(fresh, SPARE_VECTORS_MAX));
             }
             read.await
         }
