@@ -333,13 +333,17 @@ fn slots_settle(edge: &Edge, base: &Baseline) -> Option<String> {
 /// The baseline allows new pooled idle upstream connections, and the fd slots a dead worker
 /// leaves behind: its sockets are shut down and released but their fd numbers stay reserved
 /// (pointing at /dev/null), and its io_uring ring and eventfd leak with its runtime (edge README,
-/// "Supervision").
+/// "Supervision"). A pooled idle connection holds two fds once its pool watch is armed (its socket
+/// and the watch's `dup`, one sweep period after check-in: edge's `upstream/src/pool/watch.rs`), so
+/// each one pooled now may have gained a second fd since the baseline, and each new one may hold two.
 fn fds_settle(edge: &Edge, base: &Baseline) -> (usize, Option<String>) {
     let orphaned = orphaned_fds(&edge.proc.output()[base.output.len()..]);
     let fd_until = Instant::now() + SETTLE;
     let (fds1, allowed) = loop {
         let idle1 = edge.metric("edge_upstream_connections", &[("state", "idle")]);
-        let allowed = base.fds + (idle1 - base.idle_upstream).max(0.0) as usize + orphaned;
+        let pooled = idle1.max(0.0) as usize;
+        let new_pooled = (idle1 - base.idle_upstream).max(0.0) as usize;
+        let allowed = base.fds + pooled + new_pooled + orphaned;
         let n = edge.fds();
         if n <= allowed || Instant::now() >= fd_until {
             break (n, allowed);
