@@ -92,17 +92,29 @@ mod tests {
             tick > Duration::ZERO && tick <= Duration::from_millis(10),
             "{tick:?}"
         );
-        for _ in 0..10_000 {
+        // Counted, not asserted one by one: on a loaded virtual machine the kernel runs a tick late
+        // now and then (the coarse clock then lags: a reading lagged by more than a millisecond once
+        // in a full parallel test run), and this thread can be preempted between the
+        // readings. Either is rare; rounding up a tick too far is not (2 768 of 10 000 readings
+        // ahead). A deadline that fires early is caught end to end by
+        // `upstream::silent_upstream_is_a_zombie_at_the_cap`.
+        let (samples, mut behind, mut ahead) = (10_000, 0, 0);
+        for _ in 0..samples {
             let before = Instant::now();
             let coarse = coarse_now();
-            // A millisecond of slack for a tick the kernel runs late (a preempted virtual CPU).
-            assert!(
-                coarse + Duration::from_millis(1) >= before,
-                "coarse {:?} behind",
-                before - coarse
-            );
-            assert!(coarse - before <= tick, "{:?} ahead", coarse - before);
+            let after = Instant::now();
+            if coarse + Duration::from_millis(1) < before {
+                behind += 1;
+            }
+            if coarse > after + tick {
+                ahead += 1;
+            }
         }
+        assert!(
+            behind * 100 < samples,
+            "{behind} of {samples} readings behind"
+        );
+        assert!(ahead * 100 < samples, "{ahead} of {samples} readings ahead");
     }
 
     #[test]
