@@ -153,7 +153,7 @@ pub(crate) fn log_zombie(
 ) {
     // The zombie clock's instants are coarse readings (rounded up to a tick), so "ago" is read on the
     // same clock: a precise `now` could come out up to a tick before them.
-    let now = edge_core::clock::coarse_now();
+    let now = coarse_now();
     let ago = |t: Instant| format!("{}ms ago", now.saturating_duration_since(t).as_millis());
     let (method, path, id) = log.parts();
     tracing::warn!(

@@ -23,28 +23,24 @@ pub async fn send_head<T: Transport>(
     out: &mut Vec<u8>,
     write_timeout: Duration,
 ) -> Result<(), UpstreamError> {
+    let write_failed = |e: std::io::Error| UpstreamError {
+        retry_safe: true,
+        ..UpstreamError::from_io(&e)
+    };
     // On epoll a head that fits the socket at once goes with no io operation and no timer.
     let mut sent = 0;
     if let Some(sock) = conn.stream.raw_socket() {
         match edge_core::io::send_ahead(sock, out) {
             Ok(n) if n == out.len() => return Ok(()),
             Ok(n) => sent = n,
-            Err(e) => {
-                return Err(UpstreamError {
-                    retry_safe: true,
-                    ..UpstreamError::from_io(&e)
-                })
-            }
+            Err(e) => return Err(write_failed(e)),
         }
     }
     let rest = std::mem::take(out).slice(sent..);
     match timeout(write_timeout, conn.stream.write_all(rest)).await {
         Ok((r, b)) => {
             *out = b.into_inner();
-            r.map(drop).map_err(|e| UpstreamError {
-                retry_safe: true,
-                ..UpstreamError::from_io(&e)
-            })
+            r.map(drop).map_err(write_failed)
         }
         Err(_) => Err(UpstreamError::new(UpstreamErrorKind::WriteTimeout)),
     }
