@@ -1,7 +1,8 @@
 //! The JSON record of one `edge-bench compare` run, written as
 //! `bench/results/compare-DATE-COMMIT.json`: machine (CPU model, CPUs), kernel (`uname -r`),
 //! the io driver of each edge target, versions (edge commit, nginx, HAProxy, wrk), the CPU
-//! placement, every sample and the per-workload medians with their ratios to nginx.
+//! placement, every sample, and per workload the medians with their ratios to nginx and each edge
+//! target's ratios to the others (with the same-round CPU per request ratios).
 //!
 //! Units are in the key names (`_ms`, `_s`, `_kib`); absent values are `null`.
 
@@ -9,7 +10,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::compare::report::{cdf, of_workload, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL};
+use crate::compare::report::{
+    cdf, of_workload, ratios, summarize, vs_nginx, Sample, LOAD_BOUND_UTIL,
+};
 
 use crate::compare::RunInfo;
 use crate::support::host::{cpu_model, kernel_release, online_cpus};
@@ -102,8 +105,31 @@ fn workload_json(
         "load_generator": if w.is_h2() { "h2load" } else if w.handshake_loader().is_some() { "edge-bench handshake loader" } else { "wrk" },
         "proxy_settings": w.is_h2().then_some(crate::compare::proxies::H2_SETTINGS),
         "medians": medians,
+        "ratios": ratios_json(&these, info),
         "latency_percentiles_ms": cdfs,
     })
+}
+
+/// Each edge target against the others (and its baseline build): ratios of medians and the
+/// same-round CPU per request ratios (median, lowest, highest).
+fn ratios_json(these: &[Sample], info: &RunInfo) -> Vec<Value> {
+    ratios(these, &info.kinds)
+        .iter()
+        .map(|r| {
+            json!({
+                "edge": r.edge.name(),
+                "other": r.other.name(),
+                "req_per_sec": r.req_per_sec,
+                "req_per_sec_same_round_median": r.per_round,
+                "cpu_per_req": r.cpu_per_req,
+                "cpu_per_req_same_round": r.cpu_per_round.map(|c| json!({
+                    "median": c.median,
+                    "min": c.min,
+                    "max": c.max,
+                })),
+            })
+        })
+        .collect()
 }
 
 /// The whole record.
@@ -184,6 +210,18 @@ mod tests {
         let m = &doc["workloads"][0]["medians"][0];
         assert_eq!(m["target"], "edge-io_uring");
         assert!((m["vs_nginx"]["req_per_sec"].as_f64().unwrap() - 1.2).abs() < 1e-9);
+        let r = &doc["workloads"][0]["ratios"][0];
+        assert_eq!(
+            (&r["edge"], &r["other"]),
+            (&json!("edge-io_uring"), &json!("nginx"))
+        );
+        // Same CPU, 1.2x the requests: 1/1.2 the CPU per request, in the one round.
+        let c = &r["cpu_per_req_same_round"];
+        assert!(
+            (c["median"].as_f64().unwrap() - 1.0 / 1.2).abs() < 1e-3,
+            "{c}"
+        );
+        assert_eq!(c["min"], c["max"]);
         assert_eq!(
             doc["workloads"][0]["latency_percentiles_ms"]["nginx"][1],
             json!([99.9, 5.0])

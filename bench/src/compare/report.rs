@@ -276,8 +276,61 @@ pub struct Ratio {
     pub per_round: Option<f64>,
     /// Median CPU µs/request of edge over the other's (proxies only).
     pub cpu_per_req: Option<f64>,
+    /// The same-round CPU µs/request ratios (rounds where both were counted): their median and their
+    /// range, the figure to quote for a noisy machine (DESIGN.md "Benchmark method": ratios from one
+    /// run; a round's two targets ran minutes apart at most).
+    pub cpu_per_round: Option<RoundRatios>,
     /// Either side's medians come from load-bound rounds only.
     pub load_bound: bool,
+}
+
+/// Same-round ratios of one pair of targets: median, lowest and highest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundRatios {
+    /// Median over the rounds.
+    pub median: f64,
+    /// Lowest round.
+    pub min: f64,
+    /// Highest round.
+    pub max: f64,
+}
+
+impl RoundRatios {
+    /// `None` for no rounds.
+    fn of(ratios: &[f64]) -> Option<Self> {
+        Some(RoundRatios {
+            median: median(ratios)?,
+            min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            max: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// `f(edge) / f(other)` for every round where both targets were counted and both values exist.
+fn same_round(
+    samples: &[Sample],
+    edge: TargetKind,
+    other: TargetKind,
+    f: impl Fn(&Sample) -> Option<f64>,
+) -> Vec<f64> {
+    samples
+        .iter()
+        .filter(|s| s.kind == edge && s.counted())
+        .filter_map(|s| {
+            let o = samples
+                .iter()
+                .find(|x| x.kind == other && x.round == s.round && x.counted())?;
+            let (a, b) = (f(s)?, f(o)?);
+            (b > 0.0).then(|| a / b)
+        })
+        .collect()
+}
+
+/// The targets an edge target is compared with: every non-edge target, and for an edge build its
+/// baseline build on the same driver (the A/B of `--baseline-edge-bin`).
+fn compared_with(edge: TargetKind, other: TargetKind) -> bool {
+    !other.is_edge()
+        || (!edge.is_baseline() && other.is_baseline() && edge.edge_driver() == other.edge_driver())
 }
 
 /// Ratios of every edge target against every non-edge target present.
@@ -287,20 +340,12 @@ pub fn ratios(samples: &[Sample], kinds: &[TargetKind]) -> Vec<Ratio> {
         let Some(es) = summarize(samples, e) else {
             continue;
         };
-        for &o in kinds.iter().filter(|k| !k.is_edge()) {
+        for &o in kinds.iter().filter(|&&o| compared_with(e, o)) {
             let Some(os) = summarize(samples, o) else {
                 continue;
             };
-            let same_round: Vec<f64> = samples
-                .iter()
-                .filter(|s| s.kind == e && s.counted())
-                .filter_map(|s| {
-                    let other = samples
-                        .iter()
-                        .find(|x| x.kind == o && x.round == s.round && x.counted())?;
-                    Some(s.wrk.req_per_sec / other.wrk.req_per_sec)
-                })
-                .collect();
+            let rps = same_round(samples, e, o, |s| Some(s.wrk.req_per_sec));
+            let cpu = same_round(samples, e, o, Sample::cpu_us_per_req);
             let cpu_per_req = match (es.cpu_us_per_req, os.cpu_us_per_req) {
                 (Some(a), Some(b)) if b > 0.0 => Some(a / b),
                 _ => None,
@@ -313,8 +358,9 @@ pub fn ratios(samples: &[Sample], kinds: &[TargetKind]) -> Vec<Ratio> {
                 } else {
                     f64::NAN
                 },
-                per_round: median(&same_round),
+                per_round: median(&rps),
                 cpu_per_req,
+                cpu_per_round: RoundRatios::of(&cpu),
                 load_bound: es.all_load_bound || os.all_load_bound,
             });
         }
@@ -386,6 +432,57 @@ pub(crate) mod tests {
         assert!((r[0].per_round.unwrap() - 1.2).abs() < 1e-9);
         assert!(r[0].cpu_per_req.is_some() && r[1].cpu_per_req.is_none());
         assert!((r[1].req_per_sec - 60.0 / 110.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn same_round_cpu_ratios_and_the_baseline_pair() {
+        use TargetKind::*;
+        // A counted round (9 s of CPU in 10 s) at `us` CPU µs per request.
+        let at = |round, kind, us: f64| sample(round, kind, 900_000.0 / us, Some(9_000));
+        let mut s = vec![
+            at(1, EdgeUring, 16.0),
+            at(1, BaselineUring, 20.0),
+            at(1, Nginx, 20.0),
+            at(2, EdgeUring, 18.0),
+            at(2, BaselineUring, 18.0),
+            at(2, Nginx, 16.0),
+            at(3, EdgeUring, 14.0),
+            at(3, BaselineUring, 14.0),
+            at(3, Nginx, 20.0),
+            at(3, EdgeEpoll, 14.0),
+            at(4, EdgeUring, 19.0),
+            at(4, BaselineUring, 19.0),
+        ];
+        // nginx load-bound in round 4 (1 s of CPU in 10 s): that round leaves every nginx pair.
+        s.push(sample(4, Nginx, 50_000.0, Some(1_000)));
+        let r = ratios(&s, &[EdgeUring, BaselineUring, EdgeEpoll, Nginx]);
+        let pair = |e, o| r.iter().find(|r| r.edge == e && r.other == o);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-3;
+        let vs_nginx = pair(EdgeUring, Nginx).unwrap().cpu_per_round.unwrap();
+        assert!(close(vs_nginx.median, 0.8), "{vs_nginx:?}");
+        assert!(
+            close(vs_nginx.min, 0.7) && close(vs_nginx.max, 1.125),
+            "{vs_nginx:?}"
+        );
+        let ab = pair(EdgeUring, BaselineUring)
+            .unwrap()
+            .cpu_per_round
+            .unwrap();
+        assert!(
+            close(ab.median, 1.0) && close(ab.min, 0.8) && close(ab.max, 1.0),
+            "{ab:?}"
+        );
+        // The A/B pair is per driver and one way only; baselines are still compared with nginx.
+        assert!(pair(EdgeEpoll, BaselineUring).is_none());
+        assert!(pair(BaselineUring, EdgeUring).is_none());
+        assert!(pair(BaselineUring, Nginx).is_some());
+        let one = pair(EdgeEpoll, Nginx).unwrap().cpu_per_round.unwrap();
+        assert!(close(one.median, 0.7) && close(one.min, one.max), "{one:?}");
+        // No round in common: no same-round figure.
+        let lone = vec![at(1, EdgeUring, 16.0), at(2, Nginx, 16.0)];
+        assert!(ratios(&lone, &[EdgeUring, Nginx])[0]
+            .cpu_per_round
+            .is_none());
     }
 
     #[test]

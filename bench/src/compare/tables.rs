@@ -125,6 +125,7 @@ pub fn ratio_table(samples: &[Sample], kinds: &[TargetKind]) -> Table {
         "req/s (medians)",
         "req/s (same-round median)",
         "CPU per request",
+        "CPU per request (same-round median, range)",
     ]);
     for r in ratios(samples, kinds) {
         let mark = if r.load_bound { " *" } else { "" };
@@ -133,6 +134,10 @@ pub fn ratio_table(samples: &[Sample], kinds: &[TargetKind]) -> Table {
             x(Some(r.req_per_sec)),
             x(r.per_round),
             x(r.cpu_per_req),
+            match r.cpu_per_round {
+                Some(c) => format!("{} ({:.2}-{:.2})", x(Some(c.median)), c.min, c.max),
+                None => "n/a".to_string(),
+            },
         ]);
     }
     t
