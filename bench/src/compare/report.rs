@@ -333,7 +333,8 @@ fn compared_with(edge: TargetKind, other: TargetKind) -> bool {
         || (!edge.is_baseline() && other.is_baseline() && edge.edge_driver() == other.edge_driver())
 }
 
-/// Ratios of every edge target against every non-edge target present.
+/// Ratios of every edge target against every non-edge target present, and of each edge build against
+/// its baseline build on the same driver ([`compared_with`]).
 pub fn ratios(samples: &[Sample], kinds: &[TargetKind]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for &e in kinds.iter().filter(|k| k.is_edge()) {
