@@ -17,12 +17,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::peers::load::closed::{run_load, LoadOptions};
 use crate::peers::origin::OriginOptions;
 use crate::support::edge_proc::build_edge_features;
 use crate::support::metrics::metric_sum;
+use crate::support::probe;
 use crate::support::stack::Stack;
 use crate::support::table::Table;
 
@@ -126,53 +127,23 @@ const PACED_GAP: Duration = Duration::from_millis(20);
 /// allocations are behind them).
 fn paced_connections(addr: SocketAddr) -> io::Result<Vec<TcpStream>> {
     let mut conns = (0..PACED_CONNECTIONS)
-        .map(|_| {
-            let s = TcpStream::connect(addr)?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            Ok(s)
-        })
+        .map(|_| TcpStream::connect(addr))
         .collect::<io::Result<Vec<_>>>()?;
     paced_rounds(&mut conns, 1)?;
     Ok(conns)
 }
 
-/// `rounds` rounds of one GET on each connection, with `PACED_GAP` after each round.
+/// `rounds` rounds of one GET on each connection (each response read within 5 s), with `PACED_GAP`
+/// after each round.
 fn paced_rounds(conns: &mut [TcpStream], rounds: usize) -> io::Result<()> {
     for _ in 0..rounds {
         for s in conns.iter_mut() {
-            s.write_all(b"GET /fast HTTP/1.1\r\nHost: bench\r\n\r\n")?;
-            read_response(s)?;
+            probe::send_get(s, "bench", "/fast", false)?;
+            probe::read_response(s, Instant::now() + Duration::from_secs(5))?;
         }
         std::thread::sleep(PACED_GAP);
     }
     Ok(())
-}
-
-/// Reads one response with a Content-Length body (the origin's) from a keep-alive connection.
-fn read_response(s: &mut TcpStream) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 512];
-    loop {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::other(
-                "connection closed before a whole response",
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| io::Error::other("response without a Content-Length"))?;
-        if buf.len() >= end + 4 + length {
-            return Ok(());
-        }
-    }
 }
 
 /// How much the request and allocation counters grew over `load`, read once each has settled:
