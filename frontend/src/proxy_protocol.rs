@@ -11,6 +11,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
+use edge_core::clock::timeout_at;
 use edge_core::{
     buf::RecvBuf,
     config::ProxyProtocol,
@@ -18,7 +19,7 @@ use edge_core::{
     metrics::ShedReason,
     proxy_protocol::{parse, Parse, Source, Versions},
 };
-use monoio::time::{timeout_at, Instant};
+use monoio::time::Instant;
 
 use crate::worker::Worker;
 

@@ -6,10 +6,17 @@
 //! are rate-limited per worker ([`warn_limited!`](crate::warn_limited)). Also the local answers (health,
 //! OPTIONS) and the lingering close.
 
-use std::{cell::Cell, io::Write, time::Duration};
+use std::{
+    cell::Cell,
+    future::Future,
+    io::Write,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
 
-use edge_core::io::Transport;
 use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
+use edge_core::{clock::Deadline, io::Transport};
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
 use monoio::{io::AsyncReadRent, time::Instant};
 
@@ -397,15 +404,31 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
 
 /// Runs one write to the client under the `send` deadline (DESIGN.md "Inbound deadlines": no progress
 /// writing to the client), mapping the outcome to [`SendFailure`]. Every write to a client goes through
-/// here.
-pub async fn within_send<T>(
+/// here. A plain future rather than an `async fn`, so that the write's future is not copied into one
+/// more state machine on its way (bench/README.md "Future moves").
+#[inline]
+pub fn within_send<T, F: Future<Output = std::io::Result<T>>>(
     send: Duration,
-    write: impl std::future::Future<Output = std::io::Result<T>>,
-) -> Result<T, SendFailure> {
-    match edge_core::clock::timeout(send, write).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(_)) => Err(SendFailure::Closed),
-        Err(_) => Err(SendFailure::Timeout),
+    write: F,
+) -> WithinSend<F> {
+    WithinSend(edge_core::clock::timeout(send, write))
+}
+
+/// The future of [`within_send`].
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct WithinSend<F>(Deadline<F>);
+
+impl<T, F: Future<Output = std::io::Result<T>>> Future for WithinSend<F> {
+    type Output = Result<T, SendFailure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: structural pinning of the only field, which is never moved out.
+        let deadline = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+        deadline.poll(cx).map(|r| match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) => Err(SendFailure::Closed),
+            Err(_) => Err(SendFailure::Timeout),
+        })
     }
 }
 
@@ -429,7 +452,7 @@ pub async fn linger_close<T: Transport>(stream: T) {
     let mut seen = 0;
     while seen < LIMIT {
         buf.clear();
-        match monoio::time::timeout_at(until, rd.read(buf)).await {
+        match edge_core::clock::timeout_at(until, rd.read(buf)).await {
             Ok((Ok(n), b)) if n > 0 => {
                 seen += n;
                 buf = b;

@@ -53,7 +53,7 @@ pub async fn connect(
         Ok(c) => c,
         Err(e) => return failed(&e),
     };
-    match monoio::time::timeout_at(deadline, Tls::handshake(tcp, conn)).await {
+    match edge_core::clock::timeout_at(deadline, Tls::handshake(tcp, conn)).await {
         Ok(Ok(s)) => {
             count(s.handshake_result());
             Ok(UpstreamStream::Tls(Box::new(s)))

@@ -157,7 +157,9 @@ impl Pool {
         }
         let now = edge_core::clock::coarse_now();
         let mut idle = self.idle.borrow_mut();
-        while let Some(mut c) = idle.pop() {
+        // Checked where it lies and moved out once, into the caller's hands (bench/README.md "Future
+        // moves"); one that fails the check is dropped.
+        while let Some(c) = idle.last_mut() {
             // Armed: a close would have removed it. Back within this tick for a retry-safe request:
             // the retry covers a close (`Reuse::RetrySafe`). Otherwise: probed.
             let unprobed = c.watch.is_armed() || (reuse == Reuse::RetrySafe && c.returned == now);
@@ -169,8 +171,9 @@ impl Pool {
             if c.expires > now && quiet {
                 c.watch.check_out();
                 c.reused = true;
-                return Some(c);
+                return idle.pop();
             }
+            idle.pop();
         }
         None
     }

@@ -3,13 +3,11 @@
 
 use edge_core::{
     buf::RecvBuf,
+    clock::timeout_at,
     http::head::{parse_response, Fields, ResponseHead},
     io::Transport,
 };
-use monoio::{
-    io::Canceller,
-    time::{timeout_at, Instant},
-};
+use monoio::{io::Canceller, time::Instant};
 
 use super::{is_interim, MAX_RESPONSE_HEAD};
 use crate::{zombie::ActivityClock, UpstreamConn, UpstreamError, UpstreamErrorKind};

@@ -11,6 +11,7 @@
 
 use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering};
 
+use edge_core::clock::timeout_at;
 use edge_core::io::Transport;
 use edge_core::{
     buf::{RecvBuf, SendBuf},
@@ -21,7 +22,7 @@ use edge_core::{
     metrics::{InvalidReason, Protocol},
     slot::{self, Held},
 };
-use monoio::time::{timeout_at, Instant};
+use monoio::time::Instant;
 
 use super::{
     idle::{fast_wait, read_after_idle, wait_idle, FastWait},

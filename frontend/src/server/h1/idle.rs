@@ -5,11 +5,10 @@
 
 use std::{cell::RefCell, time::Duration};
 
-use edge_core::{freelist::FreeList, http::head::Fields, io::Transport, metrics::InboundPhase};
-use monoio::{
-    io::Canceller,
-    time::{timeout_at, Instant},
+use edge_core::{
+    clock::timeout_at, freelist::FreeList, http::head::Fields, io::Transport, metrics::InboundPhase,
 };
+use monoio::{io::Canceller, time::Instant};
 
 use super::conn::Conn;
 use crate::{evict::Left, worker::Worker};

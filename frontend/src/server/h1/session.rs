@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use edge_core::{
     buf::{RecvBuf, SendBuf, LARGE_BUF_SIZE},
-    clock::timeout,
+    clock::{timeout, timeout_at},
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
@@ -20,10 +20,7 @@ use edge_upstream::{
     h1::request::{BodySource, SendBodyError},
     UpstreamError, UpstreamErrorKind,
 };
-use monoio::{
-    io::AsyncWriteRent,
-    time::{timeout_at, Instant},
-};
+use monoio::{io::AsyncWriteRent, time::Instant};
 
 use super::encode::{self, OutFraming};
 use crate::{

@@ -5,8 +5,9 @@
 
 use std::rc::Rc;
 
+use edge_core::clock::timeout_at;
 use edge_core::{io::Transport, metrics::Protocol};
-use monoio::time::{timeout_at, Instant};
+use monoio::time::Instant;
 
 use super::{
     conn::{close, Conn},

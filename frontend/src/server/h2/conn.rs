@@ -26,13 +26,14 @@ use std::{
     time::Duration,
 };
 
+use edge_core::clock::timeout_at;
 use edge_core::{
     io::{PollIo, Transport},
     metrics::GoawayReason,
 };
 use h2::server::{Builder, Connection};
 use h2::Reason;
-use monoio::time::{timeout_at, Instant};
+use monoio::time::Instant;
 
 use super::{
     flood::Flood,

@@ -12,7 +12,7 @@ use std::{future::poll_fn, time::Duration};
 use bytes::{Buf, Bytes};
 use edge_core::{
     buf::{self, RecvBuf},
-    clock::timeout,
+    clock::{timeout, timeout_at},
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
@@ -28,7 +28,7 @@ use edge_upstream::{
 use h2::{server::SendResponse, RecvStream, SendStream};
 use monoio::{
     io::{AsyncWriteRent, AsyncWriteRentExt},
-    time::{timeout_at, Instant},
+    time::Instant,
 };
 
 use crate::{
