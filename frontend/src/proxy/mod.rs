@@ -110,9 +110,8 @@ pub enum Outcome {
     },
 }
 
-/// The response head has been read: everything the response phase needs.
+/// The response head has been read: everything the response phase needs besides the connection.
 pub(crate) struct Answered {
-    pub(crate) conn: UpstreamConn,
     pub(crate) head: edge_core::http::head::ResponseHead,
     pub(crate) clock: ActivityClock,
     /// The upstream answered before the whole request body was sent.
@@ -145,14 +144,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
     // upstream's.
     let wait_continue = s.expects_continue() && out.0.len() == head_len;
     let mut fields = s.take_fields();
-    let answered = exchange(w, s, &req, &mut out.0, &mut fields, wait_continue).await;
-    // The upstream head is no longer needed (no retry once a head arrived): its buffer goes back to the
-    // pool before the session takes one for the response.
-    drop(out);
-    let outcome = match answered {
-        Ok(a) => relay::respond(w, s, &req, a, &mut fields).await,
-        Err(o) => o,
-    };
+    let outcome = exchange(w, s, &req, out, &mut fields, wait_continue).await;
     s.put_fields(fields);
     outcome
 }
@@ -165,16 +157,20 @@ enum Stop {
     End(Outcome),
 }
 
-/// Sends the request (retrying per policy) and reads up to the final response head, forwarding
-/// interim responses. `out` holds the upstream head and the body prefix.
+/// Sends the request (retrying per policy), reads up to the final response head (forwarding interim
+/// responses) and relays the response. `out` holds the upstream head and the body prefix.
+///
+/// The upstream connection stays in this frame from its checkout to the response phase, and the phases
+/// borrow it instead of handing it on from one to the next: it is over 200 bytes, and each hand-off
+/// was a copy (bench/README.md "Future moves").
 async fn exchange<S: Session>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    out: &mut Vec<u8>,
+    mut out: SendBuf,
     fields: &mut Fields,
     wait_continue: bool,
-) -> Result<Answered, Outcome> {
+) -> Outcome {
     let sent_whole = s.body_done();
     let mut interim = interim::Interim::default();
     let mut previous = 0;
@@ -193,11 +189,10 @@ async fn exchange<S: Session>(
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
         };
-        let co = req
-            .upstream
-            .checkout(reuse)
-            .await
-            .map_err(|e| failed(Failure::Upstream(e), sent_whole))?;
+        let co = match req.upstream.checkout(reuse).await {
+            Ok(co) => co,
+            Err(e) => return failed(Failure::Upstream(e), sent_whole),
+        };
         if co.retried {
             w.metrics.upstream_retries.increment(1);
         }
@@ -213,22 +208,47 @@ async fn exchange<S: Session>(
             may_retry: attempt.may_retry(),
             wait_continue,
         };
-        let r = match send_request(w, s, req, co.conn, out, fields, &mut interim, &on).await {
-            Ok(sent) => {
+        let mut conn = co.conn;
+        let sent =
+            match send_request(w, s, req, &mut conn, &mut out.0, fields, &mut interim, &on).await {
+                Ok(Sent::Whole { early }) => Ok((early, false)),
+                Ok(Sent::BodyPending) => {
+                    let write_timeout = req.upstream.config.write_timeout.0;
+                    let (c, r) = stream_body(s, conn, fields, write_timeout).await;
+                    conn = c;
+                    r.map(|early| (early, true))
+                }
+                Err(stop) => Err(stop),
+            };
+        let r = match sent {
+            Ok((early, streamed)) => {
                 // Once body bytes were streamed from the client they cannot be sent again.
-                let retry = on.may_retry && !sent.streamed;
-                response_head(w, s, req, sent, fields, &mut interim, retry).await
+                let retry = on.may_retry && !streamed;
+                response_head(w, s, req, &mut conn, early, fields, &mut interim, retry).await
             }
             Err(stop) => Err(stop),
         };
         match r {
-            Ok(answered) => return Ok(answered),
+            Ok(answered) => {
+                // The upstream head is no longer needed (no retry once a head arrived): its buffer goes
+                // back to the pool before the session takes one for the response.
+                drop(out);
+                if answered.head.status == 101 {
+                    let (head, early) = (answered.head, answered.early);
+                    return upgrade::switch(w, s, req, conn, &head, fields, early).await;
+                }
+                let (outcome, after) = relay::respond(w, s, req, &mut conn, answered, fields).await;
+                if let relay::After::Pool { keep_alive_secs } = after {
+                    req.upstream.checkin(conn, keep_alive_secs);
+                }
+                return outcome;
+            }
             // Asked for only where `on.may_retry` allowed it.
             Err(Stop::Retry) => {
                 previous += 1;
                 w.metrics.upstream_retries.increment(1);
             }
-            Err(Stop::End(o)) => return Err(o),
+            Err(Stop::End(o)) => return o,
         }
     }
 }
@@ -239,23 +259,22 @@ struct Attempted {
     wait_continue: bool,
 }
 
-/// The request went out on `conn`.
-struct Sent {
-    conn: UpstreamConn,
-    /// The upstream answered before the whole body was sent.
-    early: bool,
-    /// Body bytes were streamed from the client after the head (they cannot be replayed).
-    streamed: bool,
+/// How far [`send_request`] got.
+enum Sent {
+    /// The whole request is out, or the upstream answered the `100-continue` wait with a final status
+    /// (`early`: the body was not sent).
+    Whole { early: bool },
+    /// The head is out; the rest of the body is to be streamed ([`stream_body`]).
+    BodyPending,
 }
 
-/// Sends the head (and body prefix) on `conn`, waits for `100 Continue` when the client does, and
-/// streams the rest of the body while watching for an early answer.
+/// Sends the head (and body prefix) on `conn` and waits for `100 Continue` when the client does.
 #[allow(clippy::too_many_arguments)]
 async fn send_request<S: Session>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    mut conn: UpstreamConn,
+    conn: &mut UpstreamConn,
     out: &mut Vec<u8>,
     fields: &mut Fields,
     interim: &mut interim::Interim,
@@ -263,24 +282,17 @@ async fn send_request<S: Session>(
 ) -> Result<Sent, Stop> {
     let cfg = &req.upstream.config;
     let sent_whole = s.body_done();
-    match send_head(&mut conn, out, cfg.write_timeout.0).await {
+    match send_head(conn, out, cfg.write_timeout.0).await {
         Ok(()) => {}
         Err(e) if on.may_retry && e.kind != UpstreamErrorKind::WriteTimeout => {
             return Err(Stop::Retry)
         }
         Err(e) => return Err(Stop::End(failed(Failure::Upstream(e), sent_whole))),
     }
-    let sent = |conn, early, streamed| {
-        Ok(Sent {
-            conn,
-            early,
-            streamed,
-        })
-    };
     if on.wait_continue {
-        match expect::await_continue(s, &mut conn, fields, interim).await {
+        match expect::await_continue(s, conn, fields, interim).await {
             Ok(expect::End::SendBody) => {}
-            Ok(expect::End::Final) => return sent(conn, true, false),
+            Ok(expect::End::Final) => return Ok(Sent::Whole { early: true }),
             Err(expect::Failed::Client(e)) => {
                 return Err(Stop::End(interim::client_gone(w, &req.log, e)))
             }
@@ -292,33 +304,46 @@ async fn send_request<S: Session>(
             }
         }
     } else if sent_whole {
-        return sent(conn, false, false);
+        return Ok(Sent::Whole { early: false });
     }
-    let (conn, body) = send_body_watching_response(conn, s, fields, cfg.write_timeout.0).await;
+    Ok(Sent::BodyPending)
+}
+
+/// Streams the rest of the request body on `conn` while watching for an early answer; `Ok(early)`
+/// when it ends without a failure. The connection is handed over and back (its halves read and write
+/// at once): the one phase that moves it, and only for a body that did not come with the head.
+async fn stream_body<S: Session>(
+    s: &mut S,
+    conn: UpstreamConn,
+    fields: &mut Fields,
+    write_timeout: Duration,
+) -> (UpstreamConn, Result<bool, Stop>) {
+    let (conn, body) = send_body_watching_response(conn, s, fields, write_timeout).await;
     let end = |o| Err(Stop::End(o));
-    match body {
-        Ok(BodyEnd::Sent) => sent(conn, false, true),
-        Ok(BodyEnd::Early) => sent(conn, true, true),
+    let r = match body {
+        Ok(BodyEnd::Sent) => Ok(false),
+        Ok(BodyEnd::Early) => Ok(true),
         Err(SendBodyError::Source(BodyFailure::Client(f))) => end(failed(f, false)),
         Err(SendBodyError::Source(BodyFailure::ClientGone)) => end(Outcome::ClientGone),
         Err(SendBodyError::Upstream(e)) => end(failed(Failure::Upstream(e), false)),
-    }
+    };
+    (conn, r)
 }
 
 /// Reads the response head under `request_timeout` and the zombie clock, handing interim heads to the
-/// session. A retry-safe failure (no response byte arrived) is retried when `retry` allows it.
+/// session. `early`: the upstream answered before the whole body was sent. A retry-safe failure (no
+/// response byte arrived) is retried when `retry` allows it.
+#[allow(clippy::too_many_arguments)]
 async fn response_head<S: Session>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    sent: Sent,
+    conn: &mut UpstreamConn,
+    early: bool,
     fields: &mut Fields,
     interim: &mut interim::Interim,
     retry: bool,
 ) -> Result<Answered, Stop> {
-    let Sent {
-        mut conn, early, ..
-    } = sent;
     let cfg = &req.upstream.config;
     let threshold = zombie::threshold(
         cfg.max_inactive.0,
@@ -331,7 +356,7 @@ async fn response_head<S: Session>(
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
     let head_deadline = req.request_timeout.map(|t| now + t);
     loop {
-        match read_head(&mut conn, fields, &mut clock, head_deadline).await {
+        match read_head(conn, fields, &mut clock, head_deadline).await {
             Ok(h) if is_interim(h.status) => {
                 let started = coarse_now();
                 if let Err(e) = interim.forward(s, &mut conn.buf, &h, fields).await {
@@ -339,25 +364,11 @@ async fn response_head<S: Session>(
                 }
                 clock.pause(coarse_now() - started);
             }
-            Ok(head) => {
-                return Ok(Answered {
-                    conn,
-                    head,
-                    clock,
-                    early,
-                })
-            }
+            Ok(head) => return Ok(Answered { head, clock, early }),
             Err(e) if retry && e.retry_safe => return Err(Stop::Retry),
             Err(e) => {
                 if e.kind == UpstreamErrorKind::Zombie {
-                    relay::log_zombie(
-                        w,
-                        &req.log,
-                        &conn,
-                        req.upstream,
-                        &clock,
-                        req.request_timeout,
-                    );
+                    relay::log_zombie(w, &req.log, conn, req.upstream, &clock, req.request_timeout);
                 }
                 // After an early answer the client's body was not read: the connection must close.
                 return Err(Stop::End(failed(Failure::Upstream(e), !early)));

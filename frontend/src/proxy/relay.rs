@@ -19,35 +19,43 @@ use edge_upstream::{
 };
 use monoio::time::Instant;
 
-use super::{bad_response, interim::client_gone, upgrade, Answered, Outcome, Request};
+use super::{bad_response, interim::client_gone, Answered, Outcome, Request};
 use crate::{
     respond::{self, RequestLog},
     server::{RelayError, Session},
     worker::Worker,
 };
 
-/// Sends the response of `a` to the client and returns the upstream connection to its pool when it
-/// ended clean.
+/// What becomes of the upstream connection after [`respond`].
+pub(crate) enum After {
+    /// Back to its pool: the response ended clean and both sides keep the connection alive.
+    /// `keep_alive_secs` is the upstream's `Keep-Alive: timeout`.
+    Pool { keep_alive_secs: Option<u64> },
+    /// Closed (dropped).
+    Close,
+}
+
+/// Sends the response of `a` (not a `101`: [`super::upgrade::switch`]) to the client, reading its body from
+/// `conn`; says whether the connection may be pooled again. The connection is borrowed, not moved
+/// (bench/README.md "Future moves").
 pub(crate) async fn respond<S: Session>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
+    conn: &mut UpstreamConn,
     a: Answered,
     fields: &mut Fields,
-) -> Outcome {
+) -> (Outcome, After) {
+    let dropped = |o| (o, After::Close);
     let Answered {
-        mut conn,
         head,
         mut clock,
         early,
     } = a;
     let status = head.status;
-    if status == 101 {
-        return upgrade::switch(w, s, req, conn, &head, fields, early).await;
-    }
     let ubuf = conn.buf.data();
     let Ok(upstream_body) = response_body(ubuf, &head, fields, req.is_head) else {
-        return bad_response(!early);
+        return dropped(bad_response(!early));
     };
     // Draining may have started while the upstream worked on this request.
     let close = req.close || early || w.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
@@ -61,8 +69,8 @@ pub(crate) async fn respond<S: Session>(
         .await
     {
         Ok(started) => started,
-        Err(RelayError::BadBody) => return bad_response(!early),
-        Err(RelayError::Client(e)) => return client_gone(w, &req.log, e),
+        Err(RelayError::BadBody) => return dropped(bad_response(!early)),
+        Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
     };
     let mut complete = started.complete;
     if !complete {
@@ -70,57 +78,54 @@ pub(crate) async fn respond<S: Session>(
         clock.pause(coarse_now() - write_started);
     }
     while !complete {
-        let more = read_body(&mut conn, &mut clock, s.passthrough()).await;
+        let more = read_body(conn, &mut clock, s.passthrough()).await;
         let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);
         match more {
             Err(e) if e.kind == UpstreamErrorKind::Zombie => {
-                log_zombie(
-                    w,
-                    &req.log,
-                    &conn,
-                    req.upstream,
-                    &clock,
-                    req.request_timeout,
-                );
-                return mid_body(e.kind, "upstream connection went silent (zombie)");
+                log_zombie(w, &req.log, conn, req.upstream, &clock, req.request_timeout);
+                return dropped(mid_body(e.kind, "upstream connection went silent (zombie)"));
             }
-            Err(e) => return mid_body(e.kind, "upstream reset during the body"),
+            Err(e) => return dropped(mid_body(e.kind, "upstream reset during the body")),
             Ok(BodyRead::Eof) if upstream_body == Body::CloseDelimited => {
                 if let Err(e) = s.end_body().await {
-                    return client_gone(w, &req.log, e);
+                    return dropped(client_gone(w, &req.log, e));
                 }
                 complete = true;
             }
             Ok(BodyRead::Eof) => {
-                return mid_body(
+                return dropped(mid_body(
                     UpstreamErrorKind::ClosedEarly,
                     "upstream closed before the end of the body",
-                )
+                ))
             }
             Ok(BodyRead::Data) => {
                 let started = coarse_now();
                 match s.send_body(&mut conn.buf).await {
                     Ok(c) => complete = c,
                     Err(RelayError::BadBody) => {
-                        return mid_body(
+                        return dropped(mid_body(
                             UpstreamErrorKind::BadResponse,
                             "malformed chunked body from upstream",
-                        )
+                        ))
                     }
-                    Err(RelayError::Client(e)) => return client_gone(w, &req.log, e),
+                    Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
                 }
                 clock.pause(coarse_now() - started);
             }
         }
     }
-    if reusable && conn.buf.is_empty() {
-        req.upstream.checkin(conn, keep_alive);
-    }
-    Outcome::Done {
+    let after = match reusable && conn.buf.is_empty() {
+        true => After::Pool {
+            keep_alive_secs: keep_alive,
+        },
+        false => After::Close,
+    };
+    let outcome = Outcome::Done {
         status,
         keep: !started.close,
         unread_body: early,
-    }
+    };
+    (outcome, after)
 }
 
 /// The upstream failed after the response head went out: counted by its kind
