@@ -78,10 +78,10 @@ pub fn coarse_now() -> Instant {
     Instant::from_std(b.instant + ahead)
 }
 
-/// `fut` within `d` of the first poll that finds it pending, on the coarse clock (to within a tick), or
-/// `Err(Elapsed)`: [`timeout_at`] with the deadline [`after`] `d`, read only when `fut` must wait (an
-/// operation that completes at once reads no clock). A `d` too large to add is no deadline. Cancel
-/// safety: that of `fut` (dropped when the deadline passes).
+/// `fut` within `d` of the first poll that finds it pending, on the coarse clock (at most two ticks
+/// late), or `Err(Elapsed)`: [`timeout_at`] with the deadline [`after`] `d`, read only when `fut` must
+/// wait (an operation that completes at once reads no clock). A `d` too large to add is no deadline.
+/// Cancel safety: that of `fut` (dropped when the deadline passes).
 #[inline(always)]
 pub fn timeout<F: Future>(d: Duration, fut: F) -> Deadline<F> {
     Deadline {
