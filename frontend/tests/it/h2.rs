@@ -19,7 +19,11 @@ pub(crate) fn have_curl_h2() -> bool {
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"));
     if !ok {
-        eprintln!("SKIP: curl with HTTP/2 is not installed");
+        // Straight to stderr: `eprintln!` is captured by the test harness and shown only on failure.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIP: curl with HTTP/2 is not installed\n",
+        );
     }
     ok
 }
