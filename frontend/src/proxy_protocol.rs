@@ -11,9 +11,9 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use edge_core::clock::timeout_at;
 use edge_core::{
     buf::RecvBuf,
+    clock::timeout_at,
     config::ProxyProtocol,
     io::Transport,
     metrics::ShedReason,

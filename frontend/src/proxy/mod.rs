@@ -234,8 +234,8 @@ async fn exchange<S: Session>(
                 // back to the pool before the session takes one for the response.
                 drop(out);
                 if answered.head.status == 101 {
-                    let (head, early) = (answered.head, answered.early);
-                    return upgrade::switch(w, s, req, conn, &head, fields, early).await;
+                    let early = answered.early;
+                    return upgrade::switch(w, s, req, conn, &answered.head, fields, early).await;
                 }
                 let (outcome, after) = relay::respond(w, s, req, &mut conn, answered, fields).await;
                 if let relay::After::Pool { keep_alive_secs } = after {

@@ -11,10 +11,10 @@
 
 use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering};
 
-use edge_core::clock::timeout_at;
 use edge_core::io::Transport;
 use edge_core::{
     buf::{RecvBuf, SendBuf},
+    clock::timeout_at,
     http::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use edge_core::clock::timeout_at;
-use edge_core::{buf::SendBuf, http::framing::Body, io::Transport, metrics::ShedReason};
+use edge_core::{
+    buf::SendBuf, clock::timeout_at, http::framing::Body, io::Transport, metrics::ShedReason,
+};
 use monoio::time::Instant;
 
 use super::conn::{finish, read_head, Conn, Next};

@@ -5,8 +5,7 @@
 
 use std::rc::Rc;
 
-use edge_core::clock::timeout_at;
-use edge_core::{io::Transport, metrics::Protocol};
+use edge_core::{clock::timeout_at, io::Transport, metrics::Protocol};
 use monoio::time::Instant;
 
 use super::{

@@ -26,8 +26,8 @@ use std::{
     time::Duration,
 };
 
-use edge_core::clock::timeout_at;
 use edge_core::{
+    clock::timeout_at,
     io::{PollIo, Transport},
     metrics::GoawayReason,
 };
