@@ -2,9 +2,9 @@
 //! retries"): LIFO reuse (the most recently used connection is the least likely to have been closed by
 //! the upstream), each dropped after `pool_idle_timeout` (or the upstream's `Keep-Alive: timeout=N`
 //! minus one second) by the worker's own timer, and watched once idle for a sweep period ([`watch`]): a
-//! close or stray bytes then remove a connection at once; a connection back for less than that is
-//! checked with one `MSG_PEEK` at checkout, unless it came back within the current tick of the coarse
-//! clock and the request is retry-safe ([`Reuse`]).
+//! close or stray bytes then remove a connection at once. A checkout checks the connection it takes
+//! with one `MSG_PEEK`, unless the request is retry-safe and the connection is watched or came back
+//! within the current tick of the coarse clock ([`Reuse`]).
 //!
 //! `pool_max_idle` is applied by the worker's sweep (every 500 ms), not at check-in: a sweep closes the
 //! oldest connections that sat idle through the whole period before it until at most `pool_max_idle`
@@ -126,10 +126,14 @@ impl ConnParts {
 pub enum Reuse {
     /// Nothing: a new connection (the retry after a reused connection failed).
     Fresh,
-    /// A pooled connection known to be open: watched, or found quiet by a `MSG_PEEK`.
+    /// A pooled connection found quiet by a `MSG_PEEK` at checkout, watched or not: a watch armed an
+    /// instant ago has not yet had its first readiness report (that comes with the driver's next
+    /// turn), so a close that already arrived may not have removed the connection yet, and a request
+    /// that is not retried must not be sent on it.
     Checked,
-    /// As [`Reuse::Checked`], except that a connection checked in within the current tick of the coarse
-    /// clock (`edge_core::clock`: under 4 ms ago here) is taken without the `MSG_PEEK`. For requests
+    /// As [`Reuse::Checked`], except that a watched connection, or one checked in within the current
+    /// tick of the coarse clock (`edge_core::clock`: under 4 ms ago here), is taken without the
+    /// `MSG_PEEK`. For requests
     /// that are retried on a fresh connection when a reused one fails before any response byte (an
     /// idempotent method, the body replayable: DESIGN.md "Upstream pools and retries"): for them the
     /// probe would buy nothing the retry does not, and a keep-alive upstream closes a connection it
@@ -146,11 +150,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Takes the most recently returned connection that is still within its lifetime and quiet: one
-    /// whose watch is armed needs no check (a close would have removed it), a busy one that was back
-    /// for less than a sweep period gets a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]) unless
-    /// `reuse` is [`Reuse::RetrySafe`] and it came back within the current clock tick. `None` when
-    /// `reuse` is [`Reuse::Fresh`].
+    /// Takes the most recently returned connection that is still within its lifetime and quiet: it gets
+    /// a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]) unless `reuse` is [`Reuse::RetrySafe`] and
+    /// it is watched or came back within the current clock tick. `None` when `reuse` is
+    /// [`Reuse::Fresh`].
     pub fn take(&self, reuse: Reuse) -> Option<UpstreamConn> {
         if reuse == Reuse::Fresh {
             return None;
@@ -160,9 +163,9 @@ impl Pool {
         // Checked where it lies and moved out once, into the caller's hands (bench/README.md "Future
         // moves"); one that fails the check is dropped.
         while let Some(c) = idle.last_mut() {
-            // Armed: a close would have removed it. Back within this tick for a retry-safe request:
-            // the retry covers a close (`Reuse::RetrySafe`). Otherwise: probed.
-            let unprobed = c.watch.is_armed() || (reuse == Reuse::RetrySafe && c.returned == now);
+            // For a retry-safe request, watched or back within this tick: the retry covers a close
+            // (`Reuse::RetrySafe`). Otherwise probed (`Reuse::Checked`).
+            let unprobed = reuse == Reuse::RetrySafe && (c.watch.is_armed() || c.returned == now);
             let quiet = if unprobed {
                 !c.stream.has_buffered_input()
             } else {

@@ -447,10 +447,15 @@ both_drivers!(
         // the watch is armed. A POST is not retry-safe, so its checkout probes the connection, finds
         // the close and connects anew (no retry); a GET right after its check-in may skip the probe
         // (`Reuse::RetrySafe`) and is then retried on a fresh connection. Either way the client gets
-        // its answer.
+        // its answer. Each step waits until edge's end of the closed connection has the origin's FIN
+        // (CLOSE_WAIT): under load the loopback may deliver it after the origin's `close` returns,
+        // and a POST that overtakes it is the stale-connection race no probe can see.
         let closed = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
         let closes = closed.clone();
+        let edge_ends = Arc::new(Mutex::new(Vec::new()));
+        let ends = edge_ends.clone();
         let origin = Origin::script(move |mut s, _| {
+            ends.lock().unwrap().push(s.peer_addr().unwrap());
             let mut buf = Vec::new();
             if let Some((req, _)) = read_request(&mut s, &mut buf) {
                 let body = format!("{} {}", req.method, req.target);
@@ -471,6 +476,9 @@ both_drivers!(
             let g = lock.lock().unwrap();
             let (g, _) = cv.wait_timeout_while(g, 5 * SEC, |c| *c < n).unwrap();
             assert!(*g >= n, "the origin closed {} connections, not {n}", *g);
+            drop(g);
+            let end = edge_ends.lock().unwrap()[n - 1];
+            wait_for_fin(end);
         };
         let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
@@ -492,6 +500,36 @@ both_drivers!(
         edge.assert_upstream_settled();
     }
 );
+
+/// Waits (up to 5 s) until the local TCP socket bound to `addr` is in CLOSE_WAIT: its peer's FIN has
+/// arrived (read from /proc/net/tcp; `addr` is IPv4).
+fn wait_for_fin(addr: std::net::SocketAddr) {
+    let std::net::SocketAddr::V4(v4) = addr else {
+        panic!("{addr}: IPv4 only")
+    };
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(v4.ip().octets()),
+        v4.port()
+    );
+    let until = Instant::now() + 5 * SEC;
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let state = table.lines().skip(1).find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() > 3 && f[1] == local).then(|| f[3].to_string())
+        });
+        // 08 = CLOSE_WAIT; gone = edge already closed it.
+        if state.as_deref().is_none_or(|s| s == "08") {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{addr} still in TCP state {state:?} 5 s after its peer closed"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
 
 both_drivers!(slow_responses_complete_and_release_their_connection, |d| {
     // 3 s responses, four at once: each completes, health stays fast, and the connections are pooled

@@ -5,7 +5,9 @@
 //!
 //! - Armed lazily: a connection is watched once it has sat idle through a whole pool sweep period
 //!   (500 ms, the worker's sweep; so from 0.5 to 1 s after its check-in). Until then a checkout
-//!   checks it with one non-blocking `MSG_PEEK` as before, so a busy pool pays nothing for the watch.
+//!   checks it with one non-blocking `MSG_PEEK` as before, so a busy pool pays nothing for the watch
+//!   (and a request that is not retry-safe gets that check even once it is watched:
+//!   `super::Reuse::Checked`).
 //!   Measured (bench/README.md "Watched upstream pools"): arming at every check-in cost HTTP/2 small
 //!   GETs 11 % more CPU per request, because on io_uring each armed `POLL_ADD` is completed by the
 //!   response arriving from the other CPU (task work plus a reschedule IPI, 0.1 to 0.5 per request),
@@ -134,7 +136,7 @@ impl Watch {
         }
     }
 
-    /// Whether the watch is armed for the current check-in (then checkout needs no probe).
+    /// Whether the watch is armed for the current check-in (then a retry-safe checkout needs no probe).
     pub(super) fn is_armed(&self) -> bool {
         self.state
             .as_ref()
