@@ -455,7 +455,9 @@ both_drivers!(
         let edge_ends = Arc::new(Mutex::new(Vec::new()));
         let ends = edge_ends.clone();
         let origin = Origin::script(move |mut s, _| {
-            ends.lock().unwrap().push(s.peer_addr().unwrap());
+            ends.lock()
+                .unwrap()
+                .push((s.peer_addr().unwrap(), s.local_addr().unwrap()));
             let mut buf = Vec::new();
             if let Some((req, _)) = read_request(&mut s, &mut buf) {
                 let body = format!("{} {}", req.method, req.target);
@@ -477,8 +479,8 @@ both_drivers!(
             let (g, _) = cv.wait_timeout_while(g, 5 * SEC, |c| *c < n).unwrap();
             assert!(*g >= n, "the origin closed {} connections, not {n}", *g);
             drop(g);
-            let end = edge_ends.lock().unwrap()[n - 1];
-            wait_for_fin(end);
+            let (edge_end, origin_end) = edge_ends.lock().unwrap()[n - 1];
+            wait_for_fin(edge_end, origin_end);
         };
         let edge = Edge::start(&Cfg::new(d, origin.addr));
         let mut c = Client::connect(edge.addr);
@@ -501,31 +503,36 @@ both_drivers!(
     }
 );
 
-/// Waits (up to 5 s) until the local TCP socket bound to `addr` is in CLOSE_WAIT: its peer's FIN has
-/// arrived (read from /proc/net/tcp; `addr` is IPv4).
-fn wait_for_fin(addr: std::net::SocketAddr) {
-    let std::net::SocketAddr::V4(v4) = addr else {
-        panic!("{addr}: IPv4 only")
+/// Waits (up to 5 s) until the local TCP socket `local` connected to `remote` has left ESTABLISHED:
+/// its peer's FIN has arrived (CLOSE_WAIT) or it is closed already (read from /proc/net/tcp; IPv4 only). The whole 4-tuple is matched: the
+/// same local port may also name a TIME_WAIT connection to another destination, from another test.
+fn wait_for_fin(local: std::net::SocketAddr, remote: std::net::SocketAddr) {
+    let hex = |addr: std::net::SocketAddr| {
+        let std::net::SocketAddr::V4(v4) = addr else {
+            panic!("{addr}: IPv4 only")
+        };
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        )
     };
-    let local = format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(v4.ip().octets()),
-        v4.port()
-    );
+    let (l, r) = (hex(local), hex(remote));
     let until = Instant::now() + 5 * SEC;
     loop {
         let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
         let state = table.lines().skip(1).find_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
-            (f.len() > 3 && f[1] == local).then(|| f[3].to_string())
+            (f.len() > 3 && f[1] == l && f[2] == r).then(|| f[3].to_string())
         });
-        // 08 = CLOSE_WAIT; gone = edge already closed it.
-        if state.as_deref().is_none_or(|s| s == "08") {
+        // Anything but 01 (ESTABLISHED) will do: 08 = CLOSE_WAIT, and gone or a closing state means
+        // edge has already closed it.
+        if state.as_deref() != Some("01") {
             return;
         }
         assert!(
             Instant::now() < until,
-            "{addr} still in TCP state {state:?} 5 s after its peer closed"
+            "{local} -> {remote} still in TCP state {state:?} 5 s after its peer closed"
         );
         thread::sleep(Duration::from_millis(1));
     }
