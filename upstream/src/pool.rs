@@ -133,13 +133,13 @@ pub enum Reuse {
     Checked,
     /// As [`Reuse::Checked`], except that a watched connection, or one checked in within the current
     /// tick of the coarse clock (`edge_core::clock`: under 4 ms ago here), is taken without the
-    /// `MSG_PEEK`. For requests
-    /// that are retried on a fresh connection when a reused one fails before any response byte (an
-    /// idempotent method, the body replayable: DESIGN.md "Upstream pools and retries"): for them the
-    /// probe would buy nothing the retry does not, and a keep-alive upstream closes a connection it
-    /// does not announce closing (`Connection: close`) only at its idle timeout, seconds later. The
-    /// tick bounds the window in which stray bytes (an unasked `408`) could be read as the response.
-    /// Saves a system call per request on a busy pool (bench/README.md "Per-request user time").
+    /// `MSG_PEEK`. For requests that are retried on a fresh connection when a reused one fails before
+    /// any response byte (an idempotent method, the body replayable: DESIGN.md "Upstream pools and
+    /// retries"): for them the probe would buy nothing the retry does not, and a keep-alive upstream
+    /// closes a connection it does not announce closing (`Connection: close`) only at its idle
+    /// timeout, seconds later. The tick bounds the window in which stray bytes (an unasked `408`)
+    /// could be read as the response. Saves a system call per request on a busy pool (bench/README.md
+    /// "Per-request user time").
     RetrySafe,
 }
 
