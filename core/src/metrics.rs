@@ -271,8 +271,9 @@ pub struct WorkerMetrics {
     pub upstream_retries: Counter,
     /// `edge_upstream_connections{worker,state="idle"}`
     pub upstream_idle: Gauge,
-    /// `edge_upstream_connections{worker,state="active"}`
-    pub upstream_active: Gauge,
+    /// `edge_upstream_connections{worker,state="active"}`: one per upstream exchange, changed per request,
+    /// so published by the heartbeat ([`LocalGauge`]).
+    pub upstream_active: LocalGauge,
     tls_handshakes: Vec<Counter>,
     /// `edge_http2_streams_active{worker}`, published by the heartbeat ([`LocalGauge`]).
     pub http2_streams_active: LocalGauge,
@@ -334,7 +335,9 @@ impl WorkerMetrics {
             ),
             upstream_retries: counter!("edge_upstream_retries_total", "worker" => w.clone()),
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
-            upstream_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
+            upstream_active: LocalGauge::new(
+                gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
+            ),
             tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
             http2_streams_active: LocalGauge::new(
                 gauge!("edge_http2_streams_active", "worker" => w.clone()),
@@ -382,7 +385,6 @@ impl WorkerMetrics {
         // Gauges describe the worker now: a restarted worker starts with nothing open.
         m.connections_active.set(0.0);
         m.upstream_idle.set(0.0);
-        m.upstream_active.set(0.0);
         m
     }
 
@@ -390,6 +392,7 @@ impl WorkerMetrics {
     pub fn publish(&self) {
         self.in_flight.publish();
         self.http2_streams_active.publish();
+        self.upstream_active.publish();
     }
 
     /// `edge_http2_resets_total{worker,side}`

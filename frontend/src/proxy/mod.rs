@@ -27,6 +27,7 @@ use edge_core::{
     buf::SendBuf,
     clock::coarse_now,
     http::{framing::RequestInfo, head::Fields},
+    metrics::LocalGauge,
 };
 use edge_upstream::{
     h1::{
@@ -391,10 +392,10 @@ pub(crate) fn bad_response(body_done: bool) -> Outcome {
 }
 
 /// `edge_upstream_connections{state="active"}` for the duration of one exchange.
-struct ActiveGauge<'a>(&'a metrics::Gauge);
+struct ActiveGauge<'a>(&'a LocalGauge);
 
 impl<'a> ActiveGauge<'a> {
-    fn new(g: &'a metrics::Gauge) -> Self {
+    fn new(g: &'a LocalGauge) -> Self {
         g.increment(1.0);
         ActiveGauge(g)
     }

@@ -326,7 +326,7 @@ both_drivers!(upgrade_tunnels_bytes_after_101_with_half_close, |d| {
         assert_eq!(client_exact(&mut c, msg.len()), msg);
     }
     assert_eq!(
-        edge.metric("edge_upstream_connections", &["state=\"active\""]),
+        edge.wait_metric("edge_upstream_connections", &["state=\"active\""], 1.0),
         1.0
     );
     // The client's half-close reaches the origin, whose last bytes still reach the client.
