@@ -504,8 +504,9 @@ both_drivers!(
 );
 
 /// Waits (up to 5 s) until the local TCP socket `local` connected to `remote` has left ESTABLISHED:
-/// its peer's FIN has arrived (CLOSE_WAIT) or it is closed already (read from /proc/net/tcp; IPv4 only). The whole 4-tuple is matched: the
-/// same local port may also name a TIME_WAIT connection to another destination, from another test.
+/// its peer's FIN has arrived (CLOSE_WAIT) or it is closed already (read from /proc/net/tcp; IPv4
+/// only). The whole 4-tuple is matched: the same local port may also name a TIME_WAIT connection to
+/// another destination, from another test.
 fn wait_for_fin(local: std::net::SocketAddr, remote: std::net::SocketAddr) {
     let hex = |addr: std::net::SocketAddr| {
         let std::net::SocketAddr::V4(v4) = addr else {
