@@ -67,7 +67,7 @@ pub async fn tunnel<T: Transport>(
     mut client_buf: RecvBuf,
     up: UpstreamConn,
 ) {
-    w.metrics.upstream_active.increment(1.0);
+    let _active = super::ActiveGauge::new(&w.metrics.upstream_active);
     let idle = w.current().cfg.config.server.timeouts.idle.0;
     let (ustream, mut parts) = up.into_parts();
     let (mut cr, mut cw) = client.split();
@@ -112,7 +112,6 @@ pub async fn tunnel<T: Transport>(
         w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
     }
     tracing::debug!(event = "tunnel.closed", worker = w.id, why = end);
-    w.metrics.upstream_active.decrement(1.0);
 }
 
 /// Copies `src` to `dst` (bytes already in `buf` first) until `src` reaches EOF, then shuts down `dst`'s
