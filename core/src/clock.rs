@@ -78,6 +78,11 @@ pub fn coarse_now() -> Instant {
     Instant::from_std(b.instant + ahead)
 }
 
+/// The coarse clock's resolution: the step between two readings of [`coarse_now`] (4 ms here).
+pub fn tick() -> Duration {
+    base().tick
+}
+
 /// `fut` within `d` of the first poll that finds it pending, on the coarse clock (at most two ticks
 /// late), or `Err(Elapsed)`: [`timeout_at`] with the deadline [`after`] `d`, read only when `fut` must
 /// wait (an operation that completes at once reads no clock). A `d` too large to add is no deadline.

@@ -4,7 +4,7 @@
 //! minus one second) by the worker's own timer, and watched once idle for a sweep period ([`watch`]): a
 //! close or stray bytes then remove a connection at once. A checkout checks the connection it takes
 //! with one `MSG_PEEK`, unless the request is retry-safe and the connection is watched or came back
-//! within the current tick of the coarse clock ([`Reuse`]).
+//! within the last tick of the coarse clock ([`Reuse`]).
 //!
 //! `pool_max_idle` is applied by the worker's sweep (every 500 ms), not at check-in: a sweep closes the
 //! oldest connections that sat idle through the whole period before it until at most `pool_max_idle`
@@ -24,8 +24,29 @@ use monoio::time::Instant;
 use crate::connect::UpstreamStream;
 
 /// One upstream connection, checked out for one exchange or idle in a pool. `T` is its transport
-/// ([`UpstreamStream`] for every connection edge opens; tests may use another).
-pub struct UpstreamConn<T: Transport = UpstreamStream> {
+/// ([`UpstreamStream`] for every connection edge opens; tests may use another). Its fields
+/// ([`Connection`]) live in one box, allocated when the connection is opened: the handle moves out of
+/// the pool, through the checkout and back on every request, and a pointer moves in a register where
+/// the 208 bytes of the fields took a `memmove` each time (ten a request: bench/README.md "Future
+/// moves").
+pub struct UpstreamConn<T: Transport = UpstreamStream>(Box<Connection<T>>);
+
+impl<T: Transport> std::ops::Deref for UpstreamConn<T> {
+    type Target = Connection<T>;
+
+    fn deref(&self) -> &Connection<T> {
+        &self.0
+    }
+}
+
+impl<T: Transport> std::ops::DerefMut for UpstreamConn<T> {
+    fn deref_mut(&mut self) -> &mut Connection<T> {
+        &mut self.0
+    }
+}
+
+/// The fields of an [`UpstreamConn`], reached through it.
+pub struct Connection<T: Transport = UpstreamStream> {
     /// The connection.
     pub stream: T,
     /// Bytes received and not yet consumed (empty whenever the connection is pooled).
@@ -50,7 +71,7 @@ impl<T: Transport> UpstreamConn<T> {
     pub fn new(stream: T, endpoint: usize) -> Self {
         let registration = edge_core::runtime::orphans::register(stream.fd(), false);
         let now = edge_core::clock::coarse_now();
-        UpstreamConn {
+        UpstreamConn(Box::new(Connection {
             registration,
             stream,
             buf: RecvBuf::new(),
@@ -60,13 +81,20 @@ impl<T: Transport> UpstreamConn<T> {
             expires: now,
             returned: now,
             watch: watch::Watch::default(),
-        }
+        }))
+    }
+
+    /// The receive buffer and the stream at once, for a read into the one from the other (two borrows
+    /// through [`std::ops::DerefMut`] would each borrow the whole connection).
+    pub fn buf_and_stream(&mut self) -> (&mut RecvBuf, &mut T) {
+        let c = &mut *self.0;
+        (&mut c.buf, &mut c.stream)
     }
 
     /// Takes the stream out, so a phase can read and write it at once ([`Transport::split`]); put it
     /// back with [`ConnParts::join`].
     pub fn into_parts(self) -> (T, ConnParts) {
-        let UpstreamConn {
+        let Connection {
             stream,
             buf,
             endpoint,
@@ -76,7 +104,7 @@ impl<T: Transport> UpstreamConn<T> {
             returned,
             registration,
             watch,
-        } = self;
+        } = *self.0;
         let parts = ConnParts {
             buf,
             endpoint,
@@ -107,7 +135,7 @@ pub struct ConnParts {
 impl ConnParts {
     /// The connection again, with its stream.
     pub fn join<T: Transport>(self, stream: T) -> UpstreamConn<T> {
-        UpstreamConn {
+        UpstreamConn(Box::new(Connection {
             stream,
             buf: self.buf,
             endpoint: self.endpoint,
@@ -117,7 +145,7 @@ impl ConnParts {
             returned: self.returned,
             registration: self.registration,
             watch: self.watch,
-        }
+        }))
     }
 }
 
@@ -131,15 +159,16 @@ pub enum Reuse {
     /// turn), so a close that already arrived may not have removed the connection yet, and a request
     /// that is not retried must not be sent on it.
     Checked,
-    /// As [`Reuse::Checked`], except that a watched connection, or one checked in within the current
-    /// tick of the coarse clock (`edge_core::clock`: under 4 ms ago here), is taken without the
-    /// `MSG_PEEK`. For requests that are retried on a fresh connection when a reused one fails before
+    /// As [`Reuse::Checked`], except that a watched connection, or one checked in at the current or
+    /// the previous reading of the coarse clock (`edge_core::clock`: under two 4 ms ticks ago here), is
+    /// taken without the `MSG_PEEK`. For requests that are retried on a fresh connection when a reused one fails before
     /// any response byte (an idempotent method, the body replayable: DESIGN.md "Upstream pools and
     /// retries"): for them the probe would buy nothing the retry does not, and a keep-alive upstream
     /// closes a connection it does not announce closing (`Connection: close`) only at its idle
-    /// timeout, seconds later. The tick bounds the window in which stray bytes (an unasked `408`)
+    /// timeout, seconds later. The two ticks bound the window in which stray bytes (an unasked `408`)
     /// could be read as the response. Saves a system call per request on a busy pool (bench/README.md
-    /// "Per-request user time").
+    /// "Per-request user time"); with the current tick alone, 0.1 to 0.2 per request were still made
+    /// at 40-50k requests/s (a connection returned just before the tick turned).
     RetrySafe,
 }
 
@@ -152,20 +181,23 @@ pub struct Pool {
 impl Pool {
     /// Takes the most recently returned connection that is still within its lifetime and quiet: it gets
     /// a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]) unless `reuse` is [`Reuse::RetrySafe`] and
-    /// it is watched or came back within the current clock tick. `None` when `reuse` is
+    /// it is watched or came back within the last clock tick. `None` when `reuse` is
     /// [`Reuse::Fresh`].
     pub fn take(&self, reuse: Reuse) -> Option<UpstreamConn> {
         if reuse == Reuse::Fresh {
             return None;
         }
         let now = edge_core::clock::coarse_now();
+        // Checked in at this reading of the coarse clock or the one before.
+        let recent = now.checked_sub(edge_core::clock::tick()).unwrap_or(now);
         let mut idle = self.idle.borrow_mut();
         // Checked where it lies and moved out once, into the caller's hands (bench/README.md "Future
         // moves"); one that fails the check is dropped.
         while let Some(c) = idle.last_mut() {
-            // For a retry-safe request, watched or back within this tick: the retry covers a close
+            // For a retry-safe request, watched or back within the last tick: the retry covers a close
             // (`Reuse::RetrySafe`). Otherwise probed (`Reuse::Checked`).
-            let unprobed = reuse == Reuse::RetrySafe && (c.watch.is_armed() || c.returned == now);
+            let unprobed =
+                reuse == Reuse::RetrySafe && (c.watch.is_armed() || c.returned >= recent);
             let quiet = if unprobed {
                 !c.stream.has_buffered_input()
             } else {
@@ -221,7 +253,8 @@ impl Pool {
                 surplus -= 1;
                 return false;
             }
-            c.watch.on_sweep(c.stream.fd(), self);
+            let fd = c.stream.fd();
+            c.watch.on_sweep(fd, self);
             true
         });
         idle.len()

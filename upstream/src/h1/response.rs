@@ -46,7 +46,8 @@ pub async fn read_head<T: Transport>(
             kind,
             retry_safe: !received_any,
         };
-        match timeout_at(until, conn.buf.fill_large(&mut conn.stream)).await {
+        let (buf, stream) = conn.buf_and_stream();
+        match timeout_at(until, buf.fill_large(stream)).await {
             Err(_) => return Err(UpstreamError::new(kind)),
             Ok(Ok(0)) => return Err(failed(UpstreamErrorKind::ClosedEarly)),
             Ok(Err(e)) => return Err(failed(UpstreamError::from_io(&e).kind)),
@@ -116,9 +117,8 @@ pub async fn wait_more<T: Transport>(
 ) -> Result<Waited, UpstreamError> {
     let canceller = Canceller::new();
     let r = {
-        let mut read = std::pin::pin!(conn
-            .buf
-            .fill_cancelable(&mut conn.stream, canceller.handle()));
+        let (buf, stream) = conn.buf_and_stream();
+        let mut read = std::pin::pin!(buf.fill_cancelable(stream, canceller.handle()));
         match timeout_at(until, read.as_mut()).await {
             Ok(r) => r,
             Err(_) => {
@@ -162,9 +162,10 @@ pub async fn read_body<T: Transport>(
     large: bool,
 ) -> Result<BodyRead, UpstreamError> {
     let read = async {
+        let (buf, stream) = conn.buf_and_stream();
         match large {
-            true => conn.buf.fill_relay(&mut conn.stream).await,
-            false => conn.buf.fill(&mut conn.stream).await,
+            true => buf.fill_relay(stream).await,
+            false => buf.fill(stream).await,
         }
     };
     match timeout_at(clock.deadline(), read).await {
