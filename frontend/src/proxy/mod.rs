@@ -105,9 +105,9 @@ pub enum Outcome {
     /// client: the caller tunnels bytes between the two connections ([`upgrade::tunnel`]). Bytes the
     /// upstream sent after its head are still in `conn.buf`.
     Upgraded {
-        /// The upstream connection, never pooled again (boxed: upgrades are rare, and the other outcomes
-        /// stay small).
-        conn: Box<UpstreamConn>,
+        /// The upstream connection, never pooled again (a pointer: [`UpstreamConn`] keeps its fields in
+        /// a box).
+        conn: UpstreamConn,
     },
 }
 

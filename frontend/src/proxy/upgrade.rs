@@ -53,9 +53,7 @@ pub(crate) async fn switch<S: Session>(
         return client_gone(w, &req.log, e);
     }
     conn.buf.consume(head.len);
-    Outcome::Upgraded {
-        conn: Box::new(conn),
-    }
+    Outcome::Upgraded { conn }
 }
 
 /// Runs the tunnel between `client` and `up` until it ends; both connections are closed afterwards.

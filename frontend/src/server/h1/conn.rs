@@ -47,7 +47,7 @@ pub(super) enum Next {
     /// Close with a lingering close (there may be unread input).
     Linger,
     /// The upstream switched protocols (101): tunnel bytes, then close.
-    Tunnel(Box<edge_upstream::UpstreamConn>),
+    Tunnel(edge_upstream::UpstreamConn),
 }
 
 /// Per-connection state reused across its requests.
@@ -200,7 +200,7 @@ pub fn serve<T: Transport>(
                     return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
                 }
                 Step::Next(Next::Tunnel(up)) => {
-                    let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, *up);
+                    let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, up);
                     return slot::run_in(&mut held.0, tunnel).await;
                 }
             }
