@@ -92,7 +92,8 @@ impl<T: Transport> UpstreamConn<T> {
     }
 
     /// Takes the stream out, so a phase can read and write it at once ([`Transport::split`]); put it
-    /// back with [`ConnParts::join`].
+    /// back with [`ConnParts::join`], which boxes the fields again: one allocation per streamed
+    /// request body, beside the one of the split itself (monoio's halves share an `Rc`).
     pub fn into_parts(self) -> (T, ConnParts) {
         let Connection {
             stream,
@@ -160,15 +161,16 @@ pub enum Reuse {
     /// that is not retried must not be sent on it.
     Checked,
     /// As [`Reuse::Checked`], except that a watched connection, or one checked in at the current or
-    /// the previous reading of the coarse clock (`edge_core::clock`: under two 4 ms ticks ago here), is
-    /// taken without the `MSG_PEEK`. For requests that are retried on a fresh connection when a reused one fails before
-    /// any response byte (an idempotent method, the body replayable: DESIGN.md "Upstream pools and
-    /// retries"): for them the probe would buy nothing the retry does not, and a keep-alive upstream
-    /// closes a connection it does not announce closing (`Connection: close`) only at its idle
-    /// timeout, seconds later. The two ticks bound the window in which stray bytes (an unasked `408`)
-    /// could be read as the response. Saves a system call per request on a busy pool (bench/README.md
-    /// "Per-request user time"); with the current tick alone, 0.1 to 0.2 per request were still made
-    /// at 40-50k requests/s (a connection returned just before the tick turned).
+    /// the previous reading of the coarse clock (`edge_core::clock`: under two 4 ms ticks ago here),
+    /// is taken without the `MSG_PEEK`. For requests that are retried on a fresh connection when a
+    /// reused one fails before any response byte (an idempotent method, the body replayable:
+    /// DESIGN.md "Upstream pools and retries"): for them the probe would buy nothing the retry does
+    /// not, and a keep-alive upstream closes a connection it does not announce closing (`Connection:
+    /// close`) only at its idle timeout, seconds later. The two ticks bound the window in which stray
+    /// bytes (an unasked `408`) could be read as the response. Saves a system call per request on a
+    /// busy pool (bench/README.md "Per-request user time"); with the current tick alone, 0.1 to 0.2
+    /// per request were still made at 40-50k requests/s (a connection returned just before the tick
+    /// turned).
     RetrySafe,
 }
 
