@@ -10,12 +10,13 @@ use std::{
     cell::Cell,
     future::Future,
     io::Write,
+    net::SocketAddr,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
 };
 
-use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
+use edge_core::metrics::{InboundPhase, InvalidReason, Protocol, UpstreamPhase};
 use edge_core::{clock::Deadline, io::Transport};
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
 use monoio::{io::AsyncReadRent, time::Instant};
@@ -54,6 +55,48 @@ impl RequestLog<'_> {
             id => String::from_utf8_lossy(id).into_owned(),
         };
         (method.to_string(), path.to_string(), id)
+    }
+}
+
+/// Counts a finished request (`edge_requests_total{protocol,status}` and the duration histogram) and
+/// logs it: `request.slow` (warn) when it took `log.slow_request` or longer, `access` (info) when
+/// `log.access` is on (DESIGN.md "Configuration", `[log]`). One function for HTTP/1.1 requests and
+/// HTTP/2 streams, so both are counted and logged alike; `peer` is the client (the PROXY header's
+/// source when there was one). Formats nothing when neither line is written.
+pub fn finish_request(
+    w: &Worker,
+    protocol: Protocol,
+    log: &RequestLog<'_>,
+    peer: SocketAddr,
+    status: u16,
+    started: Instant,
+) {
+    let elapsed = started.elapsed();
+    w.metrics.count_status(protocol, status);
+    w.metrics.duration.record(elapsed);
+    let live = w.current();
+    let settings = &live.cfg.config.log;
+    let slow = elapsed >= settings.slow_request.0;
+    if !slow && !settings.access {
+        return;
+    }
+    let (method, path, request_id) = log.parts();
+    let duration_ms = elapsed.as_millis() as u64;
+    let protocol = protocol.as_str();
+    if slow {
+        tracing::warn!(
+            event = "request.slow",
+            worker = w.id,
+            protocol,
+            method,
+            path,
+            request_id,
+            status,
+            duration_ms
+        );
+    }
+    if settings.access {
+        tracing::info!(event = "access", worker = w.id, protocol, method, path, request_id, status, duration_ms, peer = %peer);
     }
 }
 

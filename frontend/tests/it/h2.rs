@@ -241,6 +241,57 @@ both_drivers!(slow_upstream_stream_does_not_delay_the_others, |d| {
     }
 });
 
+both_drivers!(streams_get_access_and_slow_request_lines, |d| {
+    // DESIGN.md `[log]`: one access line per request and `request.slow` past `slow_request`, for
+    // HTTP/2 streams as for HTTP/1.1 requests; a stream edge answers itself (health, 404) too.
+    let origin = Origin::start(|s| {
+        let r = Reply::ok(b"done");
+        match s.target.as_str() {
+            "/late" => r.delayed(Duration::from_millis(1200)),
+            _ => r,
+        }
+    });
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .log("access", true)
+            .log("slow_request", "1s"),
+    );
+    let authority = edge.addr.to_string();
+    let statuses = block_on(async {
+        let c = h2_connect(edge.addr).await;
+        let mut statuses = Vec::new();
+        for path in ["/fast?q=1", "/late", "/_health"] {
+            let r = h2_request(&c, "GET", path, &authority, &[], b"").await;
+            statuses.push(r.map(|r| r.status));
+        }
+        statuses
+    });
+    assert_eq!(statuses, [Ok(200), Ok(200), Ok(200)]);
+    let sec = Duration::from_secs(2);
+    for path in ["/fast?q=1", "/late", "/_health"] {
+        let line = edge
+            .wait_log_all(&["event=\"access\"", &format!("path=\"{path}\"")], sec)
+            .unwrap_or_else(|| panic!("no access line for {path}"));
+        assert!(
+            line.contains("protocol=\"h2\"") && line.contains("status=200"),
+            "{line}"
+        );
+    }
+    let slow = edge
+        .wait_log_all(&["request.slow", "path=\"/late\""], sec)
+        .expect("request.slow line");
+    assert!(
+        slow.contains("protocol=\"h2\"") && slow.contains("duration_ms="),
+        "{slow}"
+    );
+    assert!(
+        edge.wait_log_all(&["request.slow", "/fast"], Duration::from_millis(200))
+            .is_none(),
+        "a fast stream logged as slow"
+    );
+});
+
 both_drivers!(authority_wins_and_a_differing_host_is_400, |d| {
     let origin = Origin::fixed(b"ok");
     let edge = h2c(d, &origin);

@@ -5,7 +5,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use crate::harness::{Cfg, Client, Driver, Edge, Origin};
+use crate::harness::{block_on, h2_connect_after, h2_request, Cfg, Client, Driver, Edge, Origin};
 
 const SEC: Duration = Duration::from_secs(1);
 const SHED: &str = "edge_connections_shed_total";
@@ -202,6 +202,45 @@ both_drivers!(a_header_split_across_writes_is_read_whole, |d| {
     c.send(GET);
     assert_eq!(c.read_response(false).expect("response").status, 200);
     assert_eq!(origin.last().header("x-forwarded-for"), Some("2001:db8::7"));
+});
+
+both_drivers!(an_h2c_connection_reads_the_header_before_its_preface, |d| {
+    // HTTP/2 with prior knowledge on the plain listener: the header comes first, then the preface.
+    let origin = Origin::fixed(b"ok");
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .server("proxy_protocol", "v2")
+            .server("proxy_protocol_from", ["127.0.0.0/8"])
+            .log("access", true),
+    );
+    let header = v2_tcp4("198.51.100.23:7000".parse().unwrap(), edge.addr);
+    let authority = edge.addr.to_string();
+    let statuses = block_on(async {
+        let c = h2_connect_after(edge.addr, &header).await;
+        let mut statuses = Vec::new();
+        for path in ["/one", "/two"] {
+            let r = h2_request(&c, "GET", path, &authority, &[], b"").await;
+            statuses.push(r.map(|r| r.status));
+        }
+        statuses
+    });
+    assert_eq!(statuses, [Ok(200), Ok(200)]);
+    let seen = origin.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for s in &seen {
+        assert_eq!(s.header("x-forwarded-for"), Some("198.51.100.23"));
+    }
+    assert!(
+        edge.wait_log_all(&["access", "198.51.100.23:7000"], 2 * SEC)
+            .is_some(),
+        "the access line does not carry the header's source"
+    );
+    // Without the header, the preface is no PROXY header: closed, counted and logged.
+    let mut c = Client::connect(edge.addr);
+    c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    assert_rejected(&edge, &mut c, 1.0, "no PROXY header");
+    assert_eq!(origin.seen_count(), 2, "forwarded");
 });
 
 both_drivers!(a_header_and_pipelined_requests_in_one_write, |d| {

@@ -481,37 +481,13 @@ async fn conclude<T: Transport>(
     }
 }
 
-/// Counts a finished request and logs it when slow.
+/// Counts a finished request and logs it ([`respond::finish_request`]).
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
-    let elapsed = started.elapsed();
-    w.metrics.count_status(Protocol::Http1, status);
-    w.metrics.duration.record(elapsed);
-    let live = w.current();
-    let log = &live.cfg.config.log;
-    let slow = elapsed >= log.slow_request.0;
-    if !slow && !log.access {
-        return;
-    }
-    let request = RequestLog {
+    let log = RequestLog {
         line: &c.log_line,
         id: &c.log_id,
     };
-    let (method, path, request_id) = request.parts();
-    let duration_ms = elapsed.as_millis() as u64;
-    if slow {
-        tracing::warn!(
-            event = "request.slow",
-            worker = w.id,
-            method,
-            path,
-            request_id,
-            status,
-            duration_ms
-        );
-    }
-    if log.access {
-        tracing::info!(event = "access", worker = w.id, method, path, request_id, status, duration_ms, peer = %c.peer);
-    }
+    respond::finish_request(w, Protocol::Http1, &log, c.peer, status, started);
 }
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.

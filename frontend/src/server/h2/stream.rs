@@ -161,7 +161,7 @@ pub async fn serve(
                 info: NO_INFO,
             };
             let mut s = new_session(req, fields, deadline);
-            fail(w, &mut s, f, &line, b"-", started).await;
+            fail(w, &mut s, f, &line, b"-", from.peer, started).await;
             return scratch.keep(s.take_fields(), line);
         }
     };
@@ -180,12 +180,16 @@ pub async fn serve(
     if let Some(local) = Local::of(server, from, path, &info) {
         let mut s = new_session(request, fields, deadline);
         let status = local.answer(w, &mut s, host, path, is_head, &line).await;
-        finish(w, status, started);
+        let log = RequestLog {
+            line: &line,
+            id: b"-",
+        };
+        finish(w, &log, from.peer, status, started);
         return scratch.keep(s.take_fields(), line);
     }
     let Some(route) = live.router.find(path, host) else {
         let mut s = new_session(request, fields, deadline);
-        fail(w, &mut s, Failure::NoRoute, &line, b"-", started).await;
+        fail(w, &mut s, Failure::NoRoute, &line, b"-", from.peer, started).await;
         return scratch.keep(s.take_fields(), line);
     };
     let deadline = route
@@ -270,16 +274,19 @@ async fn forward(
     w.metrics.in_flight.increment(1.0);
     let outcome = proxy::run(w, s, req).await;
     w.metrics.in_flight.decrement(1.0);
+    let peer = x.from.peer;
     match outcome {
-        Outcome::Done { status, .. } => finish(w, status, started),
+        Outcome::Done { status, .. } => finish(w, &x.log, peer, status, started),
         Outcome::Truncated { status } => {
             // The session resets the stream when it is dropped (RST_STREAM INTERNAL_ERROR).
             w.metrics.http2_reset(ResetSide::Edge).increment(1);
-            finish(w, status, started)
+            finish(w, &x.log, peer, status, started)
         }
-        Outcome::Upgraded { .. } => finish(w, 101, started),
+        Outcome::Upgraded { .. } => finish(w, &x.log, peer, 101, started),
         Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
-        Outcome::Failed { failure, .. } => fail(w, s, failure, x.log.line, x.log.id, started).await,
+        Outcome::Failed { failure, .. } => {
+            fail(w, s, failure, x.log.line, x.log.id, peer, started).await
+        }
     }
 }
 
@@ -290,6 +297,7 @@ async fn fail(
     f: Failure,
     line: &[u8],
     id: &[u8],
+    peer: SocketAddr,
     started: Instant,
 ) {
     let log = RequestLog { line, id };
@@ -307,7 +315,7 @@ async fn fail(
         };
         respond::record_undelivered(w, &log, f.status(), cause);
     }
-    finish(w, f.status(), started);
+    finish(w, &log, peer, f.status(), started);
 }
 
 /// A stream edge answers itself, in the order HTTP/1.1 checks them (DESIGN.md "Status codes").
@@ -412,10 +420,9 @@ async fn shed(w: &Worker, s: &mut H2Session<'_>, peer: SocketAddr, line: &[u8]) 
     503
 }
 
-/// Counts a finished request.
-fn finish(w: &Worker, status: u16, started: Instant) {
-    w.metrics.count_status(Protocol::H2, status);
-    w.metrics.duration.record(started.elapsed());
+/// Counts a finished stream and logs it as HTTP/1.1 requests are ([`respond::finish_request`]).
+fn finish(w: &Worker, log: &RequestLog<'_>, peer: SocketAddr, status: u16, started: Instant) {
+    respond::finish_request(w, Protocol::H2, log, peer, status, started);
 }
 
 #[cfg(test)]

@@ -27,9 +27,20 @@ pub struct H2Response {
 
 /// Opens an h2c connection (prior knowledge) to `addr`; the connection is driven by a spawned task.
 pub async fn connect(addr: SocketAddr) -> SendRequest<Bytes> {
-    let tcp = monoio::net::TcpStream::connect(addr)
+    connect_after(addr, &[]).await
+}
+
+/// [`connect`], writing `prefix` (a PROXY protocol header, say) on the TCP connection before the
+/// HTTP/2 connection preface.
+pub async fn connect_after(addr: SocketAddr, prefix: &[u8]) -> SendRequest<Bytes> {
+    use monoio::io::AsyncWriteRentExt;
+    let mut tcp = monoio::net::TcpStream::connect(addr)
         .await
         .expect("connect");
+    if !prefix.is_empty() {
+        let (res, _) = tcp.write_all(prefix.to_vec()).await;
+        res.expect("write the prefix");
+    }
     let io = PollIo::new(tcp, &[], Duration::from_secs(10));
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(1 << 20)

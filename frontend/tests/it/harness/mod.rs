@@ -27,7 +27,10 @@ pub use client::{Client, Response};
 pub use config::{Cfg, Route, Upstream, Value};
 pub use driver::{each_driver, Driver};
 pub use edge::{assert_exit, check_config, raise_fd_limit, run_edge, Edge};
-pub use h2_client::{block_on, connect as h2_connect, request as h2_request, H2Response};
+pub use h2_client::{
+    block_on, connect as h2_connect, connect_after as h2_connect_after, request as h2_request,
+    H2Response,
+};
 pub use metrics::metric_sum;
 pub use origin::{read_request, Origin, Reply, Seen};
 pub use site::Site;
