@@ -92,7 +92,8 @@ pub struct Worker {
     pub open: Cell<usize>,
     /// Set when one of the worker's own tasks (heartbeat, pool sweep) panicked: the worker stops.
     fatal: std::cell::RefCell<Option<String>>,
-    /// Random per-process prefix of generated request ids.
+    /// Prefix of generated request ids, drawn when this worker starts (a restarted worker draws a new
+    /// one, so its counter starting again at 1 does not repeat the ids of the worker before it).
     pub id_prefix: u32,
     next_id: Cell<u64>,
 }
@@ -170,7 +171,7 @@ impl Worker {
         self.fatal.borrow().is_some()
     }
 
-    /// The next generated request id: (process prefix, worker, counter).
+    /// The next generated request id: (worker prefix, worker, counter).
     pub fn next_request_id(&self) -> (u32, u16, u64) {
         let n = self.next_id.get() + 1;
         self.next_id.set(n);

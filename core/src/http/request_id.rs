@@ -1,5 +1,5 @@
 //! The request id of DESIGN.md "HTTP/1.1 rules": the client's X-Request-Id when valid (printable, at most
-//! 128 bytes), else one edge makes from (process prefix, worker, counter), e.g. `1f3a9c2e-0-2a`.
+//! 128 bytes), else one edge makes from (worker prefix, worker, counter), e.g. `1f3a9c2e-0-2a`.
 
 use super::{
     head::{Field, FieldKind},
@@ -14,7 +14,7 @@ const MAX_REQUEST_ID: usize = 128;
 pub enum RequestId {
     /// Index of the client's X-Request-Id field.
     Given(usize),
-    /// Generated: (process prefix, worker, counter).
+    /// Generated: (worker prefix, worker, counter).
     Generated(u32, u16, u64),
 }
 

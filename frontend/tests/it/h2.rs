@@ -161,6 +161,31 @@ both_drivers!(one_mib_bodies_are_byte_exact_both_ways, |d| {
     );
 });
 
+both_drivers!(responses_carry_via_and_lose_hop_by_hop_fields, |d| {
+    let origin = Origin::start(|_| {
+        Reply::raw(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive, x-private\r\n\
+              Keep-Alive: timeout=5\r\nX-Private: drop me\r\nVia: 1.1 origin\r\nX-App: kept\r\n\r\nok",
+            false,
+        )
+    });
+    let edge = h2c(d, &origin);
+    let authority = edge.addr.to_string();
+    let r = block_on(async {
+        let c = h2_connect(edge.addr).await;
+        h2_request(&c, "GET", "/v", &authority, &[], b"").await
+    })
+    .unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, b"ok".as_slice()));
+    assert_eq!(r.headers.get("x-app").unwrap(), "kept");
+    // RFC 9110 §7.6.3: the upstream's Via kept, edge's appended.
+    let via: Vec<_> = r.headers.get_all("via").iter().collect();
+    assert_eq!(via, ["1.1 origin", "1.1 edge"]);
+    for hop in ["connection", "keep-alive", "x-private"] {
+        assert!(r.headers.get(hop).is_none(), "{hop} was forwarded");
+    }
+});
+
 both_drivers!(
     hundred_concurrent_streams_on_one_connection_are_all_answered,
     |d| {

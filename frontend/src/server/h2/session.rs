@@ -16,7 +16,7 @@ use edge_core::{
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
-        hop::is_hop_by_hop,
+        hop::{is_hop_by_hop, VIA},
         view::{RequestView, ResponseView, Version},
     },
     metrics::InvalidReason,
@@ -36,6 +36,15 @@ use crate::{
     server::h1::{body::ResponseBody, encode::OutFraming},
     server::{BodyFailure, RelayError, Session, Started},
 };
+
+/// edge's Via value ([`VIA`]) as a header value, made without allocating.
+fn via_value() -> http::HeaderValue {
+    const TEXT: &str = match std::str::from_utf8(VIA) {
+        Ok(v) => v,
+        Err(_) => panic!("VIA is ASCII"),
+    };
+    http::HeaderValue::from_static(TEXT)
+}
 
 /// A DATA frame's payload in a pooled buffer ([`edge_core::buf`]), given back to the worker's pool once
 /// h2 has written it.
@@ -228,9 +237,11 @@ impl<'a> H2Session<'a> {
         Ok(())
     }
 
-    /// The response head as h2 sends it: status and the fields that are not hop-by-hop. The head's
-    /// bytes are copied once and every field value is a slice of that copy (no allocation per value;
-    /// a field name outside the standard ones is still one).
+    /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and edge's Via
+    /// (`1.1 edge`: the response was received over HTTP/1.1, RFC 9110 §7.6.3; DESIGN.md "HTTP/1.1
+    /// rules" adds Via in both directions, as the HTTP/1.1 encoder does). The head's bytes are copied
+    /// once and every field value is a slice of that copy (no allocation per value; a field name
+    /// outside the standard ones is still one).
     fn response(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Option<http::Response<()>> {
         let mut resp = http::Response::new(());
         *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
@@ -250,6 +261,7 @@ impl<'a> H2Session<'a> {
             let value = shared.slice(start..start + f.value_len as usize);
             map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
         }
+        map.append(http::header::VIA, via_value());
         Some(resp)
     }
 
