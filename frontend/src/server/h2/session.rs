@@ -251,7 +251,7 @@ impl<'a> H2Session<'a> {
             .max();
         let shared = Bytes::copy_from_slice(&buf[..end.unwrap_or(0)]);
         let map = resp.headers_mut();
-        map.reserve(fields.len());
+        map.reserve(fields.len() + 1); // and Via
         for f in fields
             .iter()
             .filter(|f| !is_hop_by_hop(buf, fields, f, true))
