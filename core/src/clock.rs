@@ -74,29 +74,23 @@ fn base() -> &'static Base {
 ///
 /// The coarse reading changes once a tick, so this thread keeps the last reading with its result and
 /// gives it again while the reading is the same: a clock read and a compare. Converting at every call
-/// cost 365 instructions per proxied request, this 145 (callgrind, bench/README.md "Fewer instructions
+/// cost 365 instructions per proxied request, this about 160 (callgrind, bench/README.md "Fewer instructions
 /// per request, and the targets checked again").
 pub fn coarse_now() -> Instant {
     thread_local! {
-        /// The last coarse reading (seconds, nanoseconds) and what it gave.
-        static LAST: Cell<Option<(libc::time_t, libc::c_long, Instant)>> = const { Cell::new(None) };
+        /// The last coarse reading and what it gave.
+        static LAST: Cell<Option<(Duration, Instant)>> = const { Cell::new(None) };
     }
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: as in `reading`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let coarse = reading(libc::CLOCK_MONOTONIC_COARSE);
     LAST.with(|last| match last.get() {
-        Some((sec, nsec, now)) if (sec, nsec) == (ts.tv_sec, ts.tv_nsec) => now,
+        Some((seen, now)) if seen == coarse => now,
         _ => {
             let b = base();
-            let coarse = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
             // The time now is below the coarse reading plus two ticks (see above). The coarse clock never
             // reads below `b.reading - 2 ticks`, so the sum is never below `b.reading`.
             let ahead = (coarse + 2 * b.tick).saturating_sub(b.reading);
             let now = Instant::from_std(b.instant + ahead);
-            last.set(Some((ts.tv_sec, ts.tv_nsec, now)));
+            last.set(Some((coarse, now)));
             now
         }
     })
