@@ -125,8 +125,10 @@ both_drivers!(
     refused_connect_is_retried_on_another_endpoint_by_every_policy,
     |d: Driver| {
         for policy in ["round_robin", "least_request", "random"] {
-            let dead = refused_addr();
+            // The origins first: a port `refused_addr` has just freed could otherwise be handed to one
+            // of them, and the "dead" endpoint would be that live origin.
             let (a, b) = two();
+            let dead = refused_addr();
             let cfg = Cfg::new(d, a.addr)
                 .endpoints(&[dead, a.addr, b.addr])
                 .balance(policy);
