@@ -1,32 +1,28 @@
-//! edge-frontend: the downstream side of edge and the `edge` binary's startup. [`cli`] parses arguments;
-//! [`start`] loads the configuration, raises the fd limit, chooses the io driver, binds the listeners (or
-//! takes them over from a running edge, [`upgrade`]), starts the admin thread and one pinned worker per
-//! core, then [`supervise`]s them until a signal or a handover (those steps are in `startup`); SIGHUP
-//! [`reload`]s the configuration.
+//! edge-frontend: the downstream side of edge and the `edge` binary (DESIGN.md "Layout"). By job, and
+//! in the one direction their imports run:
 //!
-//! Per request: [`server`] (the downstream session: HTTP/1.1 keep-alive loop, inbound deadlines) →
-//! [`route`] → [`proxy`] (the orchestrator, over the upstream HTTP/1.1 client of `edge_upstream::h1`)
-//! (heads encoded by `edge_upstream::h1::encode` and [`server::h1::encode`]); every failure is answered and recorded through [`respond`].
+//! - [`process`]: the binary's life: command line, startup, worker threads, supervision and signals,
+//!   reload and file watches, endpoint re-resolution, the admin API, the binary handover;
+//! - [`accept`]: connections in: the accept loop, capacity and eviction, the PROXY protocol header, the
+//!   TLS handshake;
+//! - [`server`]: the downstream session of each protocol ([`server::h1`], [`server::h2`]) behind one
+//!   [`server::Session`] interface;
+//! - [`request`]: admission, once for every protocol: local answers, routing, request id, deadlines,
+//!   retry-safety, the request-phase rules;
+//! - [`proxy`]: the orchestrator: an admitted request, the upstream exchange, the response;
+//! - [`respond`]: the one map from every failure to its status, connection fate, counter and log line;
+//!   [`log`]: request log lines and their rate limit;
+//! - [`context`]: the per-worker state every layer reads ([`context::Worker`]).
 
-pub mod admin;
-#[cfg(feature = "count-alloc")]
-pub mod alloc_count;
-pub mod cert_watch;
-pub mod cli;
-pub mod discovery;
-pub mod evict;
+pub mod accept;
+pub mod context;
 pub mod faults;
+pub mod log;
+pub mod process;
 pub mod proxy;
-pub mod proxy_protocol;
-pub mod reload;
+pub mod request;
 pub mod respond;
-pub mod route;
 pub mod server;
-mod startup;
-pub mod supervise;
-pub mod tls;
-pub mod upgrade;
-pub mod worker;
 
 use edge_core::config::{Config, ConfigError, Overrides, Resolved, DEFAULT_CONFIG};
 
@@ -67,11 +63,11 @@ pub fn load_config(
 /// Starts edge with a resolved configuration (read from `source`, which SIGHUP reads again) and runs
 /// until SIGTERM/SIGINT or until a new process took the sockets over; returns the exit code. With
 /// `upgrade`, the listening sockets come from the running edge at `server.upgrade_socket`
-/// ([`upgrade::take_over`]) instead of being bound.
-pub fn start(resolved: Resolved, source: reload::ConfigSource, upgrade: bool) -> i32 {
+/// ([`process::handover::take_over`]) instead of being bound.
+pub fn start(resolved: Resolved, source: process::reload::ConfigSource, upgrade: bool) -> i32 {
     let cfg = &resolved.config;
     edge_core::log::init(cfg.log.format, &cfg.log.level);
-    startup::set_panic_hook();
-    supervise::block_signals();
-    startup::run(&resolved, &source, upgrade).unwrap_or_else(|code| code)
+    process::startup::set_panic_hook();
+    process::supervise::block_signals();
+    process::startup::run(&resolved, &source, upgrade).unwrap_or_else(|code| code)
 }

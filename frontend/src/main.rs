@@ -1,12 +1,15 @@
 //! The `edge` binary: parse the CLI, load the configuration, start the workers (DESIGN.md "CLI").
 
 use clap::Parser;
-use edge_frontend::{cli::Cli, cli::Command, load_config, EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME};
+use edge_frontend::{
+    load_config, process::cli::Cli, process::cli::Command, EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME,
+};
 
 /// Bench mode only (`--features count-alloc`): counts allocations per thread (edge-bench alloc).
 #[cfg(feature = "count-alloc")]
 #[global_allocator]
-static ALLOCATOR: edge_frontend::alloc_count::Counting = edge_frontend::alloc_count::Counting;
+static ALLOCATOR: edge_frontend::process::alloc_count::Counting =
+    edge_frontend::alloc_count::Counting;
 
 /// jemalloc: per-thread caches and arenas suit a thread per core that allocates what h2 and rustls
 /// allocate per stream and per record (bench/README.md "Allocator" has the A/B against glibc).
@@ -37,7 +40,7 @@ fn main() {
         let url = match url {
             Some(u) => u.clone(),
             None => match load_config(cli.config.as_deref(), &cli.overrides()) {
-                Ok(r) => edge_frontend::cli::health_url(&r),
+                Ok(r) => edge_frontend::process::cli::health_url(&r),
                 Err(errors) => {
                     for e in &errors {
                         eprintln!("edge healthcheck: config error: {e}");
@@ -46,7 +49,7 @@ fn main() {
                 }
             },
         };
-        std::process::exit(match edge_frontend::cli::healthcheck(&url) {
+        std::process::exit(match edge_frontend::process::cli::healthcheck(&url) {
             Ok(200) => EXIT_OK,
             Ok(status) => {
                 eprintln!("edge healthcheck: {url} answered {status}");
@@ -76,7 +79,7 @@ fn main() {
         eprintln!("edge: configuration OK");
         return;
     }
-    let source = edge_frontend::reload::ConfigSource {
+    let source = edge_frontend::process::reload::ConfigSource {
         path: cli.config.clone(),
         overrides: cli.overrides(),
     };

@@ -2,26 +2,13 @@
 //! response head reached the client ([`Failure::status`], [`Failure::closes`] and [`Failure::record`]
 //! decide the status, whether the connection closes, the counter and the log event);
 //! [`record_truncation`], [`record_upstream_mid_body`] and [`record_client_gone`] are the failures after
-//! it. Every line about a request carries `method`, `path` and `request_id` ([`RequestLog`]); warn lines
-//! are rate-limited per worker ([`warn_limited!`](crate::warn_limited)). Also the local answers (health,
-//! OPTIONS) and the lingering close.
+//! it. How each protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
+//! session's `answer`).
 
-use std::{
-    cell::Cell,
-    future::Future,
-    io::Write,
-    net::SocketAddr,
-    pin::Pin,
-    task::{Context, Poll},
-    time::Duration,
-};
-
-use edge_core::metrics::{InboundPhase, InvalidReason, Protocol, UpstreamPhase};
-use edge_core::{clock::Deadline, io::Transport};
+use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
-use monoio::{io::AsyncReadRent, time::Instant};
 
-use crate::worker::Worker;
+use crate::{context::Worker, log::RequestLog};
 
 /// A failure that is answered with an error response (the response head was not sent yet).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,82 +21,6 @@ pub enum Failure {
     NoRoute,
     /// 502/504 from the upstream side.
     Upstream(UpstreamError),
-}
-
-/// What the request looked like, for log lines (owned copies are made only on the logging path).
-#[derive(Clone, Copy)]
-pub struct RequestLog<'a> {
-    /// Method and target, as received (possibly cut at 256 bytes).
-    pub line: &'a [u8],
-    /// The request id (`-` before one is known).
-    pub id: &'a [u8],
-}
-
-impl RequestLog<'_> {
-    /// (method, path, request id) for a log line.
-    pub fn parts(&self) -> (String, String, String) {
-        let line = String::from_utf8_lossy(self.line);
-        let (method, path) = line.split_once(' ').unwrap_or((&line, ""));
-        let id = match self.id {
-            b"" => "-".into(),
-            id => String::from_utf8_lossy(id).into_owned(),
-        };
-        (method.to_string(), path.to_string(), id)
-    }
-}
-
-/// Counts a finished request (`edge_requests_total{protocol,status}` and the duration histogram) and
-/// logs it: `request.slow` (warn) when it took `log.slow_request` or longer, `access` (info) when
-/// `log.access` is on (DESIGN.md "Configuration", `[log]`). One function for HTTP/1.1 requests and
-/// HTTP/2 streams, so both are counted and logged alike; `peer` is the client (the PROXY header's
-/// source when there was one). Formats nothing when neither line is written.
-pub fn finish_request(
-    w: &Worker,
-    protocol: Protocol,
-    log: &RequestLog<'_>,
-    peer: SocketAddr,
-    status: u16,
-    started: Instant,
-) {
-    let elapsed = started.elapsed();
-    w.metrics.count_status(protocol, status);
-    w.metrics.duration.record(elapsed);
-    let live = w.current();
-    let settings = &live.cfg.config.log;
-    let slow = elapsed >= settings.slow_request.0;
-    if !slow && !settings.access {
-        return;
-    }
-    let (method, path, request_id) = log.parts();
-    let duration_ms = elapsed.as_millis() as u64;
-    let protocol = protocol.as_str();
-    if slow {
-        tracing::warn!(
-            event = "request.slow",
-            worker = w.id,
-            protocol,
-            method,
-            path,
-            request_id,
-            status,
-            duration_ms
-        );
-    }
-    if settings.access {
-        tracing::info!(event = "access", worker = w.id, protocol, method, path, request_id, status, duration_ms, peer = %peer);
-    }
-}
-
-/// A warn-level drop log, rate-limited per worker ([`LogLimit`]): `warn_limited!(w, req_log, event =
-/// "...", ...)` adds `worker`, `method`, `path` and `request_id`.
-#[macro_export]
-macro_rules! warn_limited {
-    ($w:expr, $log:expr, $($field:tt)*) => {
-        if $w.log_limit.allow() {
-            let (method, path, request_id) = $log.parts();
-            tracing::warn!(worker = $w.id, method, path, request_id, $($field)*);
-        }
-    };
 }
 
 /// A response cut short after its head went out (DESIGN.md "Status codes"):
@@ -352,128 +263,9 @@ impl Failure {
     }
 }
 
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        414 => "URI Too Long",
-        431 => "Request Header Fields Too Large",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "",
-    }
-}
-
 /// The methods edge forwards, for `Allow` (RFC 9110 §10.2.1) on a 405 and on its own answer to
 /// `OPTIONS` with `Max-Forwards: 0`. CONNECT is refused; TRACE is forwarded but never answered by edge.
 pub const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE";
-
-/// Writes edge's own answer to `OPTIONS` with `Max-Forwards: 0` (RFC 9110 §7.6.2, §9.3.7): 200, `Allow`
-/// ([`ALLOW`]), no content.
-pub fn options(out: &mut Vec<u8>, close: bool) {
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nAllow: ");
-    out.extend_from_slice(ALLOW);
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Writes a complete short response (Content-Length, text body) into `out`.
-pub fn simple(
-    out: &mut Vec<u8>,
-    status: u16,
-    body: &str,
-    close: bool,
-    retry_after: bool,
-    head_only: bool,
-) {
-    local(
-        out,
-        status,
-        "text/plain; charset=utf-8",
-        body.as_bytes(),
-        close,
-        retry_after,
-        head_only,
-    );
-}
-
-/// Writes a complete response edge answers itself (errors, health, admin): Content-Length framing,
-/// `Cache-Control: no-store`, `Retry-After: 1` on request, `Allow` on 405 (RFC 9110 §15.5.6).
-pub fn local(
-    out: &mut Vec<u8>,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-    close: bool,
-    retry_after: bool,
-    head_only: bool,
-) {
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
-        reason_phrase(status),
-        body.len()
-    );
-    if retry_after {
-        out.extend_from_slice(b"Retry-After: 1\r\n");
-    }
-    if status == 405 {
-        out.extend_from_slice(b"Allow: ");
-        out.extend_from_slice(ALLOW);
-        out.extend_from_slice(b"\r\n");
-    }
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-}
-
-/// The error response for `f` (503 carries `Retry-After: 1`).
-pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
-    simple(out, f.status(), f.text(), close, f.status() == 503, false);
-}
-
-/// Runs one write to the client under the `send` deadline (DESIGN.md "Inbound deadlines": no progress
-/// writing to the client), mapping the outcome to [`SendFailure`]. Every write to a client goes through
-/// here. A plain future rather than an `async fn`, so that the write's future is not copied into one
-/// more state machine on its way (bench/README.md "Future moves").
-#[inline]
-pub fn within_send<T, F: Future<Output = std::io::Result<T>>>(
-    send: Duration,
-    write: F,
-) -> WithinSend<F> {
-    WithinSend(edge_core::clock::timeout(send, write))
-}
-
-/// The future of [`within_send`].
-#[must_use = "futures do nothing unless you `.await` or poll them"]
-pub struct WithinSend<F>(Deadline<F>);
-
-impl<T, F: Future<Output = std::io::Result<T>>> Future for WithinSend<F> {
-    type Output = Result<T, SendFailure>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: structural pinning of the only field, which is never moved out.
-        let deadline = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
-        deadline.poll(cx).map(|r| match r {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(_)) => Err(SendFailure::Closed),
-            Err(_) => Err(SendFailure::Timeout),
-        })
-    }
-}
 
 /// Why bytes could not be delivered to the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -482,96 +274,4 @@ pub enum SendFailure {
     Closed,
     /// The `send` deadline passed without progress.
     Timeout,
-}
-
-/// Lingering close (DESIGN.md "Status codes"): shut the write side, then discard input for up to 1 s or
-/// 256 KiB so the client reads the response instead of a reset.
-pub async fn linger_close<T: Transport>(stream: T) {
-    const LIMIT: usize = 256 * 1024;
-    let until = Instant::now() + Duration::from_secs(1);
-    let (mut rd, mut wr) = stream.split();
-    let _ = monoio::io::AsyncWriteRent::shutdown(&mut wr).await;
-    let mut buf = edge_core::buf::take();
-    let mut seen = 0;
-    while seen < LIMIT {
-        buf.clear();
-        match edge_core::clock::timeout_at(until, rd.read(buf)).await {
-            Ok((Ok(n), b)) if n > 0 => {
-                seen += n;
-                buf = b;
-            }
-            Ok((_, b)) => {
-                buf = b;
-                break;
-            }
-            Err(_) => return,
-        }
-    }
-    edge_core::buf::give(buf);
-}
-
-/// A per-worker limit on warn-level drop logs: at most `PER_SECOND` lines a second; the first line of the
-/// next second carries a summary of how many were suppressed.
-#[derive(Default)]
-pub struct LogLimit {
-    worker: usize,
-    window: Cell<u64>,
-    count: Cell<u32>,
-    suppressed: Cell<u64>,
-}
-
-impl LogLimit {
-    const PER_SECOND: u32 = 20;
-
-    /// A limiter for worker `worker`'s warn lines.
-    pub fn new(worker: usize) -> Self {
-        LogLimit {
-            worker,
-            ..Default::default()
-        }
-    }
-
-    /// Whether a warn line may be written now.
-    pub fn allow(&self) -> bool {
-        self.roll(coarse_secs());
-        let c = self.count.get() + 1;
-        self.count.set(c);
-        if c > Self::PER_SECOND {
-            self.suppressed.set(self.suppressed.get() + 1);
-            false
-        } else {
-            true
-        }
-    }
-
-    /// Writes the summary of a finished window that suppressed lines; called from the worker's timer so
-    /// the summary appears even when no further warn line follows.
-    pub fn flush(&self) {
-        if self.suppressed.get() > 0 {
-            self.roll(coarse_secs());
-        }
-    }
-
-    fn roll(&self, sec: u64) {
-        if sec == self.window.get() {
-            return;
-        }
-        self.window.set(sec);
-        self.count.set(0);
-        let s = self.suppressed.replace(0);
-        if s > 0 {
-            tracing::warn!(
-                event = "log.suppressed",
-                worker = self.worker,
-                suppressed = s,
-                "warn-level drop logs were rate-limited"
-            );
-        }
-    }
-}
-
-fn coarse_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -9,11 +9,8 @@ use edge_core::{
 };
 
 use super::Outcome;
-use crate::{
-    respond::{RequestLog, SendFailure},
-    server::Session,
-    worker::Worker,
-};
+use crate::log::RequestLog;
+use crate::{context::Worker, respond::SendFailure, server::Session};
 
 /// What reached the client of the interim responses so far.
 #[derive(Default)]

@@ -11,7 +11,7 @@
 //! blocked writing to a slow client does not count as upstream inactivity.
 //!
 //! Concerns in their own files: [`expect`] (`Expect: 100-continue`), [`interim`] (1xx forwarding),
-//! [`relay`] (the response head and body), [`upgrade`] (101 and the byte tunnel). Retries follow
+//! [`relay`] (the response head and body), [`tunnel`] (101 and the byte tunnel). Retries follow
 //! [`edge_upstream::retry`].
 
 pub mod expect;
@@ -19,7 +19,7 @@ pub mod interim;
 pub mod relay;
 #[cfg(test)]
 mod tests;
-pub mod upgrade;
+pub mod tunnel;
 
 use std::{net::IpAddr, time::Duration};
 
@@ -44,10 +44,11 @@ use edge_upstream::{
 
 pub use expect::CONTINUE_WAIT;
 
+use crate::log::RequestLog;
 use crate::{
-    respond::{Failure, RequestLog},
+    context::Worker,
+    respond::Failure,
     server::{BodyFailure, Session},
-    worker::Worker,
 };
 
 /// What the orchestrator knows about the request besides its session.
@@ -102,7 +103,7 @@ pub enum Outcome {
     /// The client went away (closed, reset, or stopped reading past `send`); already counted and logged.
     ClientGone,
     /// The upstream answered `101 Switching Protocols` to an upgrade request and the 101 head reached the
-    /// client: the caller tunnels bytes between the two connections ([`upgrade::tunnel`]). Bytes the
+    /// client: the caller tunnels bytes between the two connections ([`tunnel::tunnel`]). Bytes the
     /// upstream sent after its head are still in `conn.buf`.
     Upgraded {
         /// The upstream connection, never pooled again (a pointer: [`UpstreamConn`] keeps its fields in
@@ -236,7 +237,7 @@ async fn exchange<S: Session>(
                 drop(out);
                 if answered.head.status == 101 {
                     let early = answered.early;
-                    return upgrade::switch(w, s, req, conn, &answered.head, fields, early).await;
+                    return tunnel::switch(w, s, req, conn, &answered.head, fields, early).await;
                 }
                 let (outcome, after) = relay::respond(w, s, req, &mut conn, answered, fields).await;
                 if let relay::After::Pool { keep_alive_secs } = after {

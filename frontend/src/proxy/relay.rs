@@ -20,10 +20,11 @@ use edge_upstream::{
 use monoio::time::Instant;
 
 use super::{bad_response, interim::client_gone, Answered, Outcome, Request};
+use crate::log::RequestLog;
 use crate::{
-    respond::{self, RequestLog},
+    context::Worker,
+    respond,
     server::{RelayError, Session},
-    worker::Worker,
 };
 
 /// What becomes of the upstream connection after [`respond`].

@@ -29,12 +29,13 @@ use edge_upstream::{
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
 use super::{run, Outcome, Request};
+use crate::log::RequestLog;
 use crate::{
-    respond::{Failure, RequestLog, SendFailure},
+    context::Worker,
+    respond::{Failure, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
     server::h1::encode::OutFraming,
     server::{BodyFailure, RelayError, Session, Started},
-    worker::Worker,
 };
 
 /// How the in-memory client's request body behaves after the bytes that came with the head.

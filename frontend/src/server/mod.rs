@@ -11,6 +11,7 @@
 
 pub mod h1;
 pub mod h2;
+pub mod send;
 
 use std::future::Future;
 

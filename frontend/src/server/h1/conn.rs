@@ -29,10 +29,11 @@ use super::{
     local,
     session::H1Session,
 };
+use crate::log::RequestLog;
 use crate::{
+    context::Worker,
     proxy::{self, Outcome, Request},
-    respond::{self, Failure, RequestLog, SendFailure},
-    worker::Worker,
+    respond::{self, Failure, SendFailure},
 };
 
 /// Longest request-line copy kept for log lines, bytes.
@@ -66,7 +67,7 @@ pub(super) struct Conn<T: Transport> {
     /// idle again, so an idle connection holds none.
     pub(super) cancel: Option<monoio::io::Canceller>,
     /// A peer outside `proxy_protocol_from` while the PROXY protocol is on: its first request must not
-    /// start with a PROXY header (`crate::proxy_protocol::refuse_header`).
+    /// start with a PROXY header (`crate::accept::proxy_protocol::refuse_header`).
     pub(super) refuse_proxy_header: bool,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
@@ -109,7 +110,7 @@ impl Accepted {
 /// Serves one downstream connection until it closes.
 ///
 /// Memory: while idle the connection holds only this future's own state (the [`Conn`] and the
-/// readiness wait, with no timer: the worker's idle sweep ends it at `idle`, `crate::evict`); each
+/// readiness wait, with no timer: the worker's idle sweep ends it at `idle`, `crate::context::idle`); each
 /// request runs in a [`Slot`] taken from the worker's free list, kept while requests keep coming (the
 /// keep-alive fast path, no allocation per request) and given back when the connection goes idle
 /// (`edge_core::slot`). Everything larger that runs once per connection (the h2c sniff, closing) runs in
@@ -148,9 +149,11 @@ pub fn serve<T: Transport>(
         // PROXY protocol: the header comes before anything else; its source is the client from here
         // on. Boxed (one allocation per connection, only when on) so this future stays as small when it
         // is off.
-        if let Some(versions) = crate::proxy_protocol::expected(&w).filter(|_| !proxy_header_read) {
+        if let Some(versions) =
+            crate::accept::proxy_protocol::expected(&w).filter(|_| !proxy_header_read)
+        {
             let (stream, rb) = (&mut c.stream, &mut c.rb);
-            let header = crate::proxy_protocol::client_address(
+            let header = crate::accept::proxy_protocol::client_address(
                 &w,
                 stream,
                 rb,
@@ -159,9 +162,9 @@ pub fn serve<T: Transport>(
                 over_capacity,
             );
             match Box::pin(header).await {
-                crate::proxy_protocol::Start::Client(client) => c.peer = client,
-                crate::proxy_protocol::Start::Direct => c.refuse_proxy_header = true,
-                crate::proxy_protocol::Start::Close => return,
+                crate::accept::proxy_protocol::Start::Client(client) => c.peer = client,
+                crate::accept::proxy_protocol::Start::Direct => c.refuse_proxy_header = true,
+                crate::accept::proxy_protocol::Start::Close => return,
             }
         }
         if over_capacity {
@@ -197,10 +200,14 @@ pub fn serve<T: Transport>(
                     return slot::run_in(&mut held.0, close(&w, c.stream)).await
                 }
                 Step::Next(Next::Linger) => {
-                    return slot::run_in(&mut held.0, respond::linger_close(c.stream)).await
+                    return slot::run_in(
+                        &mut held.0,
+                        crate::server::h1::linger::linger_close(c.stream),
+                    )
+                    .await
                 }
                 Step::Next(Next::Tunnel(up)) => {
-                    let tunnel = proxy::upgrade::tunnel(&w, c.stream, c.rb, up);
+                    let tunnel = proxy::tunnel::tunnel(&w, c.stream, c.rb, up);
                     return slot::run_in(&mut held.0, tunnel).await;
                 }
             }
@@ -262,7 +269,7 @@ pub(super) async fn read_head<T: Transport>(
     let max_head = limits.max_head_bytes.0 as usize;
     loop {
         if c.refuse_proxy_header {
-            match crate::proxy_protocol::refuse_header(w, c.peer, c.rb.data()) {
+            match crate::accept::proxy_protocol::refuse_header(w, c.peer, c.rb.data()) {
                 Some(true) => return Ok(None),
                 Some(false) => c.refuse_proxy_header = false,
                 None => {}
@@ -481,13 +488,13 @@ async fn conclude<T: Transport>(
     }
 }
 
-/// Counts a finished request and logs it ([`respond::finish_request`]).
+/// Counts a finished request and logs it ([`crate::log::finish_request`]).
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
     let log = RequestLog {
         line: &c.log_line,
         id: &c.log_id,
     };
-    respond::finish_request(w, Protocol::Http1, &log, c.peer, status, started);
+    crate::log::finish_request(w, Protocol::Http1, &log, c.peer, status, started);
 }
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.
@@ -511,8 +518,8 @@ async fn record_and_answer<T: Transport>(
     };
     f.record(w, &log);
     let mut out = SendBuf::take();
-    respond::error_response(&mut out.0, f, close);
-    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    crate::server::h1::answer::error_response(&mut out.0, f, close);
+    let r = crate::server::send::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     if let Err(e) = r {
         let cause = match e {
             SendFailure::Closed => "client closed before the error response",

@@ -1,6 +1,6 @@
 //! A keep-alive connection between requests (DESIGN.md "Inbound deadlines", `idle`): the short read for
 //! the next request on a busy connection ([`fast_wait`]), the wait that holds no buffer, slot nor timer
-//! once it went idle ([`wait_idle`], ended by the worker's idle list: `crate::evict`), the read after
+//! once it went idle ([`wait_idle`], ended by the worker's idle list: `crate::context::idle`), the read after
 //! it ([`read_after_idle`]), and the request vectors an idle connection gives back to its worker.
 
 use std::{cell::RefCell, time::Duration};
@@ -11,7 +11,7 @@ use edge_core::{
 use monoio::{io::Canceller, time::Instant};
 
 use super::conn::Conn;
-use crate::{evict::Left, worker::Worker};
+use crate::context::{idle::Left, Worker};
 
 thread_local! {
     /// This worker's spare request vectors ([`Conn::take_vectors`]; trimmed by [`trim_spare_vectors`]).
@@ -75,7 +75,7 @@ fn idle_timed_out<T: Transport>(w: &Worker, c: &Conn<T>) -> bool {
 
 /// Waits for a request to start, holding no buffer, slot nor timer: the connection is on the worker's
 /// idle list, which evicts it near the connection limit or ends it at the `idle` deadline
-/// (`crate::evict`). `Some(deadline)` once readable (the `idle` deadline, for the read that follows:
+/// (`crate::context::idle`). `Some(deadline)` once readable (the `idle` deadline, for the read that follows:
 /// [`read_after_idle`]); `None` = close (evicted, timed out, or the wait failed; counted and logged).
 #[allow(
     clippy::manual_async_fn,

@@ -11,7 +11,7 @@ use edge_core::{
 use monoio::time::Instant;
 
 use super::conn::{finish, read_head, Conn, Next};
-use crate::{respond, worker::Worker};
+use crate::context::Worker;
 
 /// Most unread request body edge discards to keep a connection after an error response.
 const DISCARD_MAX: u64 = 64 * 1024;
@@ -60,7 +60,7 @@ pub(super) async fn health<T: Transport>(
         } else {
             (503, "not ready\n")
         };
-        respond::simple(out, status, text, close, !ready, is_head);
+        crate::server::h1::answer::simple(out, status, text, close, !ready, is_head);
         status
     })
     .await
@@ -83,7 +83,7 @@ pub(super) async fn last_hop<T: Transport>(
 ) -> Next {
     answer_locally(w, c, head_len, body, close, started, |out, close| {
         if trace {
-            respond::simple(
+            crate::server::h1::answer::simple(
                 out,
                 405,
                 "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n",
@@ -93,7 +93,7 @@ pub(super) async fn last_hop<T: Transport>(
             );
             405
         } else {
-            respond::options(out, close);
+            crate::server::h1::answer::options(out, close);
             200
         }
     })
@@ -174,7 +174,7 @@ async fn answer_locally<T: Transport>(
     let close = close || !discard_body(c, body, deadline).await;
     let mut out = SendBuf::take();
     let status = write(&mut out.0, close);
-    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    let r = crate::server::send::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     finish(w, c, status, started);
     match (r.is_err(), close) {
         (true, _) => Next::Close,
@@ -209,7 +209,7 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
         if path == server.health_path.as_bytes() {
             health(w, &mut c, h.len, Body::None, false, true, started).await;
-            return respond::linger_close(c.stream).await;
+            return crate::server::h1::linger::linger_close(c.stream).await;
         }
     }
     w.metrics.connection_shed(ShedReason::Limit).increment(1);
@@ -217,7 +217,7 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
         tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
     }
     let mut out = SendBuf::take();
-    respond::simple(
+    crate::server::h1::answer::simple(
         &mut out.0,
         503,
         "service unavailable: connection limit reached\n",
@@ -225,10 +225,10 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
         true,
         false,
     );
-    let r = respond::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    let r = crate::server::send::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
     w.metrics
         .count_status(edge_core::metrics::Protocol::Http1, 503);
     if r.is_ok() {
-        respond::linger_close(c.stream).await;
+        crate::server::h1::linger::linger_close(c.stream).await;
     }
 }

@@ -3,10 +3,12 @@
 //! the body pumps with their re-framing ([`body`]), and [`session::H1Session`], one request as a
 //! [`Session`](super::Session) for the orchestrator.
 
+pub mod answer;
 pub mod body;
 pub mod conn;
 pub mod encode;
 mod idle;
+pub mod linger;
 mod local;
 pub mod session;
 mod sniff;

@@ -23,8 +23,9 @@ use edge_upstream::{
 use monoio::{io::AsyncWriteRent, time::Instant};
 
 use super::encode::{self, OutFraming};
+use crate::server::send::within_send;
 use crate::{
-    respond::{within_send, Failure, SendFailure},
+    respond::{Failure, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
     server::{BodyFailure, RelayError, Session, Started},
 };

@@ -12,7 +12,7 @@ use super::{
     conn::{close, Conn},
     idle::wait_idle,
 };
-use crate::worker::Worker;
+use crate::context::Worker;
 
 /// Sniffs the connection's first bytes: `true` when it is HTTP/1.1 (counted as such), `false` when it
 /// is HTTP/2 or closed (then [`serve_h2`] takes it).

@@ -42,7 +42,7 @@ use super::{
     stream::Origin,
     tasks::StreamTasks,
 };
-use crate::worker::Worker;
+use crate::context::Worker;
 
 /// The HTTP/2 connection preface a client sends first (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

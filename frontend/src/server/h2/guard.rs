@@ -32,7 +32,7 @@ use super::{
     flood::{keep_after_goaway, kind, Filter, Flood, Frame, Scanner, Window},
     stream::Origin,
 };
-use crate::worker::Worker;
+use crate::context::Worker;
 
 /// ENHANCE_YOUR_CALM (RFC 9113 §7).
 const ENHANCE_YOUR_CALM: u32 = 0xb;

@@ -19,12 +19,13 @@ use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
 
 use super::session::{Chunk, H2Session, Request};
+use crate::log::RequestLog;
 use crate::server::Session as _;
 use crate::{
+    context::Worker,
     proxy::{self, Outcome},
-    respond::{self, Failure, RequestLog},
+    respond::{self, Failure},
     server::h1::Redirect,
-    worker::Worker,
 };
 
 /// Longest request-line copy kept for log lines, bytes.
@@ -238,7 +239,7 @@ struct Exchange<'a> {
 /// Runs the exchange through the orchestrator and counts (or answers) how it ended.
 async fn forward(
     w: &Worker,
-    live: &crate::worker::Live,
+    live: &crate::context::Live,
     s: &mut H2Session<'_>,
     x: Exchange<'_>,
     started: Instant,
@@ -420,9 +421,9 @@ async fn shed(w: &Worker, s: &mut H2Session<'_>, peer: SocketAddr, line: &[u8]) 
     503
 }
 
-/// Counts a finished stream and logs it as HTTP/1.1 requests are ([`respond::finish_request`]).
+/// Counts a finished stream and logs it as HTTP/1.1 requests are ([`crate::log::finish_request`]).
 fn finish(w: &Worker, log: &RequestLog<'_>, peer: SocketAddr, status: u16, started: Instant) {
-    respond::finish_request(w, Protocol::H2, log, peer, status, started);
+    crate::log::finish_request(w, Protocol::H2, log, peer, status, started);
 }
 
 #[cfg(test)]

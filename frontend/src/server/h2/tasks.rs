@@ -25,7 +25,7 @@ use std::{
 };
 
 use super::{conn::Accepted, stream};
-use crate::worker::{CatchUnwind, Worker};
+use crate::{accept::CatchUnwind, context::Worker};
 
 /// Tasks kept parked per connection once their streams ended (each holds one stream future's memory).
 pub const LINGER: usize = 16;

@@ -148,6 +148,6 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
 
 fn response(status: u16, ctype: &str, body: &[u8], close: bool) -> Vec<u8> {
     let mut v = Vec::with_capacity(body.len() + 160);
-    crate::respond::local(&mut v, status, ctype, body, close, false, false);
+    crate::server::h1::answer::local(&mut v, status, ctype, body, close, false, false);
     v
 }

@@ -16,7 +16,8 @@ use edge_core::{
 };
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::{admin, reload, supervise, upgrade, worker, EXIT_CONFIG, EXIT_RUNTIME};
+use super::{admin, handover as upgrade, reload, supervise, worker};
+use crate::{EXIT_CONFIG, EXIT_RUNTIME};
 
 /// A step's outcome: its value, or the exit code once the failure is logged.
 type Step<T> = Result<T, i32>;
@@ -71,7 +72,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
             .tls_port
             .store(a.port(), std::sync::atomic::Ordering::Relaxed);
     }
-    crate::cert_watch::announce(resolved);
+    crate::process::reload::announce(resolved);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
@@ -93,7 +94,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     }
     // The certificate files' stamps are taken before `startup.ready`: a file changed after that line is
     // seen by the first `reload_check` poll.
-    let certs = crate::cert_watch::CertWatch::start(&shared);
+    let certs = crate::process::cert_watch::CertWatch::start(&shared);
     log_ready(&traffic, admin_addr, driver);
 
     let handover = supervise::Handover {

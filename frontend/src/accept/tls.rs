@@ -22,11 +22,9 @@ use edge_core::{
 use monoio::{io::AsyncWriteRentExt, time::Instant};
 use rustls::ServerConnection;
 
+use crate::log::RequestLog;
 use crate::{
-    proxy_protocol::Start,
-    respond::{self, Failure, RequestLog},
-    server::h1::Accepted,
-    worker::Worker,
+    accept::proxy_protocol::Start, context::Worker, respond::Failure, server::h1::Accepted,
 };
 
 /// How long an over-capacity connection may take for its handshake: it only gets to ask for the health
@@ -42,7 +40,7 @@ enum Ended {
 
 /// Serves one connection accepted on the TLS listener until it closes. With `server.proxy_protocol`
 /// on, the PROXY header comes first, in plain text before the handshake (as a TCP load balancer sends
-/// it), read by [`crate::proxy_protocol::client_address`] under the same rules as on the plain listener.
+/// it), read by [`crate::accept::proxy_protocol::client_address`] under the same rules as on the plain listener.
 ///
 /// Memory: the handshake ([`start`]) runs in a request slot from the worker's free list
 /// (`edge_core::slot`), given back once it ends, so that an idle TLS connection's future holds only
@@ -108,9 +106,9 @@ async fn start(
     over_capacity: bool,
 ) -> Option<Started> {
     let mut received = RecvBuf::new();
-    let proxy_header_read = match crate::proxy_protocol::expected(w) {
+    let proxy_header_read = match crate::accept::proxy_protocol::expected(w) {
         Some(versions) => {
-            let header = crate::proxy_protocol::client_address(
+            let header = crate::accept::proxy_protocol::client_address(
                 w,
                 &mut stream,
                 &mut received,
@@ -220,13 +218,13 @@ async fn plain_http(w: &Worker, mut io: Plain) {
     let failure = Failure::Invalid(InvalidReason::PlainHttpOnTls);
     failure.record(w, &RequestLog { line: b"", id: b"" });
     let mut out = Vec::with_capacity(160);
-    respond::error_response(&mut out, failure, true);
+    crate::server::h1::answer::error_response(&mut out, failure, true);
     let send = w.current().cfg.config.server.timeouts.send.0;
-    if respond::within_send(send, async { io.write_all(out).await.0 })
+    if crate::server::send::within_send(send, async { io.write_all(out).await.0 })
         .await
         .is_ok()
     {
-        respond::linger_close(io).await;
+        crate::server::h1::linger::linger_close(io).await;
     }
 }
 

@@ -7,7 +7,7 @@
 //!   server close an idle connection at any time).
 //! - Expiry: a connection that entered with [`IdleList::enter_expiring`] is also on a second list, in the
 //!   order it went idle, and [`IdleList::expire`] (run by the worker's one idle-sweep task,
-//!   `crate::worker`) ends those idle for longer than the worker's `idle` timeout. Every such connection
+//!   `crate::process::worker`) ends those idle for longer than the worker's `idle` timeout. Every such connection
 //!   waits the same `idle`, so the oldest is always the next to expire: one timer per worker instead of
 //!   one per connection. (A monoio timer entry is 128-byte aligned and takes about 640 bytes of the
 //!   waiting future; an idle connection's memory is mostly that future: bench/README.md "Idle

@@ -1,6 +1,6 @@
 //! Certificate rotation without a signal (DESIGN.md "TLS"): every `server.tls.reload_check` the
 //! supervisor stats each certificate, key and CA file the configuration names (mtime and size, one
-//! `stat(2)` per file) and, when one changed, reloads exactly as at SIGHUP ([`crate::reload::reload`]):
+//! `stat(2)` per file) and, when one changed, reloads exactly as at SIGHUP ([`crate::process::reload::reload`]):
 //! the new files are loaded and validated on the supervisor thread, off the workers, and published;
 //! new handshakes use them, existing connections are untouched. A file that does not load keeps the
 //! running certificates and logs `tls.reload_failed`; the next change is tried again.
@@ -16,7 +16,7 @@ use edge_core::{
     tls::{fingerprint, watched_files, FileStamp},
 };
 
-use crate::reload::{self, ConfigSource};
+use crate::process::reload::{self, ConfigSource};
 
 /// How often a configuration with `reload_check = "none"` is looked at again (for a reload that
 /// turned polling on).
@@ -91,41 +91,5 @@ fn period(cfg: &Resolved) -> Option<std::time::Duration> {
     match cfg.config.server.tls.as_ref().map(|t| t.reload_check) {
         Some(Limit(every)) => every,
         None => Some(std::time::Duration::from_secs(10)),
-    }
-}
-
-/// Labels of the expiry gauges set so far (supervisor thread only).
-static ANNOUNCED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-/// After a configuration was loaded (start, reload): the expiry gauge of each served certificate (a
-/// certificate no longer served reads NaN, so an expiry alert does not fire for a rotated-away one), and
-/// the warning for each upstream that does not verify its certificates.
-pub fn announce(cfg: &Resolved) {
-    let served: Vec<(String, f64)> = cfg.tls.as_ref().map_or(Vec::new(), |tls| {
-        tls.certificates
-            .iter()
-            .map(|c| (c.label.clone(), c.not_after as f64))
-            .collect()
-    });
-    let mut announced = ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
-    for gone in announced
-        .iter()
-        .filter(|l| !served.iter().any(|(s, _)| s == *l))
-    {
-        metrics::gauge!("edge_tls_certificate_expiry_timestamp_seconds", "certificate" => gone.clone())
-            .set(f64::NAN);
-    }
-    for (label, not_after) in &served {
-        metrics::gauge!("edge_tls_certificate_expiry_timestamp_seconds", "certificate" => label.clone())
-            .set(*not_after);
-    }
-    *announced = served.into_iter().map(|(l, _)| l).collect();
-    drop(announced);
-    for u in cfg
-        .upstreams
-        .iter()
-        .filter(|u| u.config.tls && !u.config.tls_verify)
-    {
-        tracing::warn!(event = "upstream.tls_unverified", upstream = %u.config.name, "tls_verify = false: this upstream's certificates are not verified (for labs only)");
     }
 }

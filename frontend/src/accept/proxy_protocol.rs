@@ -21,7 +21,7 @@ use edge_core::{
 };
 use monoio::time::Instant;
 
-use crate::worker::Worker;
+use crate::context::Worker;
 
 /// The header deadline of a connection accepted over capacity (as its first head's, DESIGN.md
 /// "Capacity"), when shorter than `request`.

@@ -5,7 +5,7 @@
 //!
 //! Reloadable: routes, upstreams, timeouts, limits, health path, trusted proxies, per-connection request
 //! cap, the slow/access log settings, and TLS certificates and settings (rotation, DESIGN.md "TLS"; also
-//! on a file change, [`crate::cert_watch`]). Settings fixed at start (listeners, workers, pinning, io driver,
+//! on a file change, [`super::cert_watch`]). Settings fixed at start (listeners, workers, pinning, io driver,
 //! backlog, max_connections, upgrade socket, log format and level) must not change: such a file is
 //! rejected as a whole, with a `config.rejected` line per key, and the running configuration stays, as it
 //! does for a file that does not parse or validate.
@@ -161,7 +161,7 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
         let eps: Vec<String> = u.endpoints.iter().map(ToString::to_string).collect();
         tracing::info!(event = "config.upstream", name = %u.config.name, endpoints = %eps.join(","));
     }
-    crate::cert_watch::announce(&new);
+    announce(&new);
     let (upstreams, routes) = (new.upstreams.len(), new.routes.len());
     let generation = shared.config.publish(new);
     tracing::info!(
@@ -173,6 +173,42 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
         "new requests use the reloaded configuration"
     );
     true
+}
+
+/// Labels of the expiry gauges set so far (supervisor thread only).
+static ANNOUNCED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// After a configuration was loaded (start, reload): the expiry gauge of each served certificate (a
+/// certificate no longer served reads NaN, so an expiry alert does not fire for a rotated-away one), and
+/// the warning for each upstream that does not verify its certificates.
+pub fn announce(cfg: &Resolved) {
+    let served: Vec<(String, f64)> = cfg.tls.as_ref().map_or(Vec::new(), |tls| {
+        tls.certificates
+            .iter()
+            .map(|c| (c.label.clone(), c.not_after as f64))
+            .collect()
+    });
+    let mut announced = ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
+    for gone in announced
+        .iter()
+        .filter(|l| !served.iter().any(|(s, _)| s == *l))
+    {
+        metrics::gauge!("edge_tls_certificate_expiry_timestamp_seconds", "certificate" => gone.clone())
+            .set(f64::NAN);
+    }
+    for (label, not_after) in &served {
+        metrics::gauge!("edge_tls_certificate_expiry_timestamp_seconds", "certificate" => label.clone())
+            .set(*not_after);
+    }
+    *announced = served.into_iter().map(|(l, _)| l).collect();
+    drop(announced);
+    for u in cfg
+        .upstreams
+        .iter()
+        .filter(|u| u.config.tls && !u.config.tls_verify)
+    {
+        tracing::warn!(event = "upstream.tls_unverified", upstream = %u.config.name, "tls_verify = false: this upstream's certificates are not verified (for labs only)");
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use std::{
 
 use edge_core::runtime::{Shared, Supervisor};
 
-use crate::{reload, upgrade, EXIT_OK, EXIT_RUNTIME};
+use super::{handover as upgrade, reload};
+use crate::{EXIT_OK, EXIT_RUNTIME};
 
 /// What the supervisor can hand over to `edge --upgrade`.
 pub struct Handover {
@@ -96,8 +97,8 @@ enum Stop {
 
 /// The resolver thread of endpoint-name re-resolution, or `None` (logged) when it cannot start: names are
 /// then resolved at load and reload only.
-fn start_discovery() -> Option<crate::discovery::Discovery> {
-    match crate::discovery::Discovery::start() {
+fn start_discovery() -> Option<crate::process::discovery::Discovery> {
+    match crate::process::discovery::Discovery::start() {
         Ok(d) => Some(d),
         Err(e) => {
             tracing::error!(event = "upstream.resolve_failed", error = %e, "cannot start the resolver thread: endpoint names are resolved at load and reload only");
@@ -123,7 +124,7 @@ pub fn supervise(
     source: &reload::ConfigSource,
     listeners: TrafficListeners<'_>,
     handover: &Handover,
-    mut certs: crate::cert_watch::CertWatch,
+    mut certs: crate::process::cert_watch::CertWatch,
 ) -> i32 {
     let mut next_trim = Instant::now() + TRIM_EVERY;
     let mut discovery = start_discovery();

@@ -26,7 +26,7 @@ use monoio::{
 };
 
 use super::{bad_response, interim::client_gone, Outcome, Request};
-use crate::{server::Session, worker::Worker};
+use crate::{context::Worker, server::Session};
 
 /// Judges the upstream's `101` (head `head` at the start of `conn.buf`): a switch needs a request that
 /// asked for it (edge forwards Upgrade only then) and whose body went out whole (`early` is false), since

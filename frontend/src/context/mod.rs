@@ -1,0 +1,180 @@
+//! The per-worker context every connection, session and exchange of a worker shares (single-threaded,
+//! `Rc`, nothing shared with other workers on the request path): the config-dependent [`Live`] snapshot
+//! (configuration, routes, upstream pools), metric handles, the warn-log limiter, the idle-connection list
+//! ([`idle`]) and the request-id counter.
+//!
+//! Config reload: each request takes the current snapshot once ([`Worker::live`]) and finishes on it;
+//! before that, the worker compares the supervisor's published generation with its own (a read of one
+//! atomic) and rebuilds the snapshot when it moved. The heartbeat tick (`crate::process::worker`) does
+//! the same check, so an idle worker also switches.
+
+pub mod idle;
+
+use std::{
+    cell::{Cell, RefCell},
+    rc::Rc,
+    sync::Arc,
+};
+
+use edge_core::{
+    config::Resolved,
+    metrics::WorkerMetrics,
+    runtime::{health::ActiveHealth, Shared},
+};
+use edge_upstream::{Upstream, UpstreamCounters};
+
+use crate::{log::LogLimit, request::route::Router};
+
+/// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
+/// snapshot it started on until it ends.
+pub struct Live {
+    /// The configuration.
+    pub cfg: Arc<Resolved>,
+    /// Its generation ([`edge_core::runtime::Published`]).
+    pub generation: u64,
+    /// Routes in matching order.
+    pub router: Router,
+    /// Upstreams in config order, each with per-endpoint pools.
+    pub upstreams: Vec<Upstream>,
+}
+
+impl Live {
+    /// Builds worker `id`'s state for `cfg`; with `previous`, pools of endpoints that stay are kept (see
+    /// [`Upstream::rebuild`]); endpoint health flags come from `health` ([`Upstream::with_checks`]).
+    fn build(
+        cfg: Arc<Resolved>,
+        generation: u64,
+        id: usize,
+        counters: &UpstreamCounters,
+        previous: Option<&Live>,
+        health: &ActiveHealth,
+    ) -> Live {
+        let upstreams = cfg
+            .upstreams
+            .iter()
+            .map(|u| {
+                let old = previous
+                    .and_then(|p| p.upstreams.iter().find(|o| o.config.name == u.config.name));
+                Upstream::rebuild(u, id, counters, old).with_checks(health)
+            })
+            .collect();
+        Live {
+            router: Router::new(&cfg.routes),
+            upstreams,
+            generation,
+            cfg,
+        }
+    }
+}
+
+/// Everything one worker's connections share (single-threaded).
+pub struct Worker {
+    /// Worker index (the `worker` label).
+    pub id: usize,
+    /// Process-wide state.
+    pub shared: Arc<Shared>,
+    live: RefCell<Rc<Live>>,
+    upstream_counters: UpstreamCounters,
+    /// Metric handles.
+    pub metrics: WorkerMetrics,
+    /// Warn-log rate limit.
+    pub log_limit: LogLimit,
+    /// Idle connections, least recently active first (DESIGN.md "Capacity").
+    pub idle: crate::context::idle::IdleList,
+    /// Open connections of this worker.
+    pub open: Cell<usize>,
+    /// Set when one of the worker's own tasks (heartbeat, pool sweep) panicked: the worker stops.
+    pub(crate) fatal: std::cell::RefCell<Option<String>>,
+    /// Prefix of generated request ids, drawn when this worker starts (a restarted worker draws a new
+    /// one, so its counter starting again at 1 does not repeat the ids of the worker before it).
+    pub id_prefix: u32,
+    next_id: Cell<u64>,
+}
+
+impl Worker {
+    /// Builds a worker's state on the currently published configuration.
+    pub fn new(id: usize, shared: Arc<Shared>) -> Self {
+        let metrics = WorkerMetrics::register(id);
+        let upstream_counters = UpstreamCounters {
+            ejected: metrics
+                .upstream_error(edge_core::metrics::UpstreamErrorLabel::Ejected)
+                .clone(),
+            tls_handshakes: metrics.upstream_tls_handshakes.clone(),
+        };
+        let (cfg, generation) = shared.config.get();
+        Worker {
+            live: RefCell::new(Rc::new(Live::build(
+                cfg,
+                generation,
+                id,
+                &upstream_counters,
+                None,
+                &shared.health,
+            ))),
+            upstream_counters,
+            metrics,
+            log_limit: LogLimit::new(id),
+            idle: Default::default(),
+            open: Cell::new(0),
+            fatal: std::cell::RefCell::new(None),
+            id_prefix: id_prefix(),
+            next_id: Cell::new(0),
+            id,
+            shared,
+        }
+    }
+
+    /// The configuration snapshot a new request runs on: the current one, rebuilt first when the
+    /// supervisor published a new configuration. No lock and no shared write unless it changed.
+    pub fn live(&self) -> Rc<Live> {
+        if self.shared.config.generation() != self.live.borrow().generation {
+            self.refresh();
+        }
+        self.live.borrow().clone()
+    }
+
+    /// The snapshot in use, without checking for a newer one.
+    pub fn current(&self) -> std::cell::Ref<'_, Rc<Live>> {
+        self.live.borrow()
+    }
+
+    #[cold]
+    fn refresh(&self) {
+        let (cfg, generation) = self.shared.config.get();
+        let old = self.live.borrow().clone();
+        let new = Live::build(
+            cfg,
+            generation,
+            self.id,
+            &self.upstream_counters,
+            Some(&old),
+            &self.shared.health,
+        );
+        *self.live.borrow_mut() = Rc::new(new);
+        tracing::debug!(
+            event = "config.applied",
+            worker = self.id,
+            generation,
+            "worker switched to the reloaded configuration"
+        );
+    }
+
+    /// Whether one of the worker's own tasks panicked.
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.fatal.borrow().is_some()
+    }
+
+    /// The next generated request id: (worker prefix, worker, counter).
+    pub fn next_request_id(&self) -> (u32, u16, u64) {
+        let n = self.next_id.get() + 1;
+        self.next_id.set(n);
+        (self.id_prefix, self.id as u16, n)
+    }
+}
+
+fn id_prefix() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    t ^ std::process::id().rotate_left(16)
+}

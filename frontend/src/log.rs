@@ -1,0 +1,153 @@
+//! Request log lines and their rate limit: [`RequestLog`] names a request in every line about it
+//! (`method`, `path`, `request_id`), [`finish_request`] counts and logs a finished request alike for
+//! HTTP/1.1 and HTTP/2, [`warn_limited!`](crate::warn_limited) and [`LogLimit`] rate-limit warn-level
+//! drop logs per worker (DESIGN.md "Status codes").
+
+use std::{cell::Cell, net::SocketAddr};
+
+use edge_core::metrics::Protocol;
+use monoio::time::Instant;
+
+use crate::context::Worker;
+
+/// What the request looked like, for log lines (owned copies are made only on the logging path).
+#[derive(Clone, Copy)]
+pub struct RequestLog<'a> {
+    /// Method and target, as received (possibly cut at 256 bytes).
+    pub line: &'a [u8],
+    /// The request id (`-` before one is known).
+    pub id: &'a [u8],
+}
+
+impl RequestLog<'_> {
+    /// (method, path, request id) for a log line.
+    pub fn parts(&self) -> (String, String, String) {
+        let line = String::from_utf8_lossy(self.line);
+        let (method, path) = line.split_once(' ').unwrap_or((&line, ""));
+        let id = match self.id {
+            b"" => "-".into(),
+            id => String::from_utf8_lossy(id).into_owned(),
+        };
+        (method.to_string(), path.to_string(), id)
+    }
+}
+
+/// Counts a finished request (`edge_requests_total{protocol,status}` and the duration histogram) and
+/// logs it: `request.slow` (warn) when it took `log.slow_request` or longer, `access` (info) when
+/// `log.access` is on (DESIGN.md "Configuration", `[log]`). One function for HTTP/1.1 requests and
+/// HTTP/2 streams, so both are counted and logged alike; `peer` is the client (the PROXY header's
+/// source when there was one). Formats nothing when neither line is written.
+pub fn finish_request(
+    w: &Worker,
+    protocol: Protocol,
+    log: &RequestLog<'_>,
+    peer: SocketAddr,
+    status: u16,
+    started: Instant,
+) {
+    let elapsed = started.elapsed();
+    w.metrics.count_status(protocol, status);
+    w.metrics.duration.record(elapsed);
+    let live = w.current();
+    let settings = &live.cfg.config.log;
+    let slow = elapsed >= settings.slow_request.0;
+    if !slow && !settings.access {
+        return;
+    }
+    let (method, path, request_id) = log.parts();
+    let duration_ms = elapsed.as_millis() as u64;
+    let protocol = protocol.as_str();
+    if slow {
+        tracing::warn!(
+            event = "request.slow",
+            worker = w.id,
+            protocol,
+            method,
+            path,
+            request_id,
+            status,
+            duration_ms
+        );
+    }
+    if settings.access {
+        tracing::info!(event = "access", worker = w.id, protocol, method, path, request_id, status, duration_ms, peer = %peer);
+    }
+}
+
+/// A warn-level drop log, rate-limited per worker ([`LogLimit`]): `warn_limited!(w, req_log, event =
+/// "...", ...)` adds `worker`, `method`, `path` and `request_id`.
+#[macro_export]
+macro_rules! warn_limited {
+    ($w:expr, $log:expr, $($field:tt)*) => {
+        if $w.log_limit.allow() {
+            let (method, path, request_id) = $log.parts();
+            tracing::warn!(worker = $w.id, method, path, request_id, $($field)*);
+        }
+    };
+}
+
+/// A per-worker limit on warn-level drop logs: at most `PER_SECOND` lines a second; the first line of the
+/// next second carries a summary of how many were suppressed.
+#[derive(Default)]
+pub struct LogLimit {
+    worker: usize,
+    window: Cell<u64>,
+    count: Cell<u32>,
+    suppressed: Cell<u64>,
+}
+
+impl LogLimit {
+    const PER_SECOND: u32 = 20;
+
+    /// A limiter for worker `worker`'s warn lines.
+    pub fn new(worker: usize) -> Self {
+        LogLimit {
+            worker,
+            ..Default::default()
+        }
+    }
+
+    /// Whether a warn line may be written now.
+    pub fn allow(&self) -> bool {
+        self.roll(coarse_secs());
+        let c = self.count.get() + 1;
+        self.count.set(c);
+        if c > Self::PER_SECOND {
+            self.suppressed.set(self.suppressed.get() + 1);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Writes the summary of a finished window that suppressed lines; called from the worker's timer so
+    /// the summary appears even when no further warn line follows.
+    pub fn flush(&self) {
+        if self.suppressed.get() > 0 {
+            self.roll(coarse_secs());
+        }
+    }
+
+    fn roll(&self, sec: u64) {
+        if sec == self.window.get() {
+            return;
+        }
+        self.window.set(sec);
+        self.count.set(0);
+        let s = self.suppressed.replace(0);
+        if s > 0 {
+            tracing::warn!(
+                event = "log.suppressed",
+                worker = self.worker,
+                suppressed = s,
+                "warn-level drop logs were rate-limited"
+            );
+        }
+    }
+}
+
+fn coarse_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,96 @@
+//! edge's own HTTP/1.1 answers, written whole into a send buffer: error responses of the status table
+//! ([`error_response`]), short local answers ([`simple`], [`local`]: health, redirects, admin) and the
+//! answer to `OPTIONS` with `Max-Forwards: 0` ([`options`]).
+
+use std::io::Write;
+
+use crate::respond::{Failure, ALLOW};
+
+/// Writes edge's own answer to `OPTIONS` with `Max-Forwards: 0` (RFC 9110 §7.6.2, §9.3.7): 200, `Allow`
+/// ([`ALLOW`]), no content.
+pub fn options(out: &mut Vec<u8>, close: bool) {
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nAllow: ");
+    out.extend_from_slice(ALLOW);
+    out.extend_from_slice(b"\r\n");
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a complete short response (Content-Length, text body) into `out`.
+pub fn simple(
+    out: &mut Vec<u8>,
+    status: u16,
+    body: &str,
+    close: bool,
+    retry_after: bool,
+    head_only: bool,
+) {
+    local(
+        out,
+        status,
+        "text/plain; charset=utf-8",
+        body.as_bytes(),
+        close,
+        retry_after,
+        head_only,
+    );
+}
+
+/// Writes a complete response edge answers itself (errors, health, admin): Content-Length framing,
+/// `Cache-Control: no-store`, `Retry-After: 1` on request, `Allow` on 405 (RFC 9110 §15.5.6).
+pub fn local(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    close: bool,
+    retry_after: bool,
+    head_only: bool,
+) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
+        reason_phrase(status),
+        body.len()
+    );
+    if retry_after {
+        out.extend_from_slice(b"Retry-After: 1\r\n");
+    }
+    if status == 405 {
+        out.extend_from_slice(b"Allow: ");
+        out.extend_from_slice(ALLOW);
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+}
+
+/// The error response for `f` (503 carries `Retry-After: 1`).
+pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
+    simple(out, f.status(), f.text(), close, f.status() == 503, false);
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
