@@ -263,10 +263,6 @@ impl Failure {
     }
 }
 
-/// The methods edge forwards, for `Allow` (RFC 9110 §10.2.1) on a 405 and on its own answer to
-/// `OPTIONS` with `Max-Forwards: 0`. CONNECT is refused; TRACE is forwarded but never answered by edge.
-pub const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE";
-
 /// Why bytes could not be delivered to the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendFailure {

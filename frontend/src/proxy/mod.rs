@@ -21,14 +21,9 @@ pub mod relay;
 mod tests;
 pub mod tunnel;
 
-use std::{net::IpAddr, time::Duration};
+use std::time::Duration;
 
-use edge_core::{
-    buf::SendBuf,
-    clock::coarse_now,
-    http::{framing::RequestInfo, head::Fields},
-    metrics::LocalGauge,
-};
+use edge_core::{buf::SendBuf, clock::coarse_now, http::head::Fields, metrics::LocalGauge};
 use edge_upstream::{
     h1::{
         encode::{request_head, RequestRewrite},
@@ -39,41 +34,19 @@ use edge_upstream::{
     pool::Reuse,
     retry::Attempt,
     zombie::{self, ActivityClock},
-    Upstream, UpstreamConn, UpstreamError, UpstreamErrorKind,
+    UpstreamConn, UpstreamError, UpstreamErrorKind,
 };
 
 pub use expect::CONTINUE_WAIT;
 
-use crate::log::RequestLog;
 use crate::{
     context::Worker,
     respond::Failure,
     server::{BodyFailure, Session},
 };
 
-/// What the orchestrator knows about the request besides its session.
-pub struct Request<'a> {
-    /// Framing and connection semantics of the request.
-    pub info: RequestInfo,
-    /// HEAD request: the response has no body.
-    pub is_head: bool,
-    /// Idempotent method (RFC 9110 §9.2.2): may be retried.
-    pub idempotent: bool,
-    /// The configuration the request started on (it finishes on it across a reload).
-    pub cfg: &'a edge_core::config::Resolved,
-    /// The upstream chosen by the route.
-    pub upstream: &'a Upstream,
-    /// `request_timeout` for this route (`None` = unlimited).
-    pub request_timeout: Option<Duration>,
-    /// Edge will close the client connection after this response.
-    pub close: bool,
-    /// The client's address.
-    pub peer: IpAddr,
-    /// The client connection came over TLS.
-    pub https: bool,
-    /// Method, target and request id, for log lines.
-    pub log: RequestLog<'a>,
-}
+/// The admitted request the orchestrator runs ([`crate::request::admit`]).
+pub use crate::request::Admitted as Request;
 
 /// How the exchange ended.
 pub enum Outcome {
@@ -127,8 +100,12 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
     {
         let view = s.request();
         let rw = RequestRewrite {
-            peer: req.peer,
-            trusted: req.cfg.trusted_proxies.iter().any(|c| c.contains(req.peer)),
+            peer: req.peer.ip(),
+            trusted: req
+                .cfg
+                .trusted_proxies
+                .iter()
+                .any(|c| c.contains(req.peer.ip())),
             https: req.https,
             id: req.log.id,
             body: req.info.body,

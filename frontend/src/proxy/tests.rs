@@ -260,10 +260,12 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
         is_head: false,
         idempotent,
         cfg: &live.cfg,
+        route: &live.cfg.routes[0],
         upstream: &live.upstreams[0],
         request_timeout: Some(Duration::from_secs(5)),
+        client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
         close: false,
-        peer: "127.0.0.1".parse().unwrap(),
+        peer: "127.0.0.1:1".parse().unwrap(),
         https: false,
         log: RequestLog {
             line: b"GET /",

@@ -1,3 +1,193 @@
-//! Admission (DESIGN.md "Request pipeline and traffic rules"), written once for every protocol.
+//! Admission (DESIGN.md "Request pipeline and traffic rules"), written once for every protocol: an
+//! HTTP/1.1 request and an HTTP/2 stream both reach [`admit`] as a checked head in HTTP/1.1 syntax (the
+//! protocol-neutral form their sessions produce), and leave it as one of three outcomes: a local answer
+//! ([`Local`]), a refusal from the status table, or an [`Admitted`] request that the orchestrator
+//! ([`crate::proxy::run`]) forwards. The phases run in the order of DESIGN.md:
+//!
+//! 1. local answers before any rule ([`local`]);
+//! 2. route ([`route`]); no route: 404;
+//! 3. the route's request-phase rules (rate limits, then `redirect` / `respond`);
+//! 4. the request rewrite plan;
+//! 5. upstream choice;
+//!
+//! then the request id, the deadlines (the route's `client_request_timeout` and `request_timeout`) and
+//! retry-safety (RFC 9110 §9.2.2). Phase 6, the response-phase rules and Via, is applied where the
+//! response head is written. Nothing here allocates per request: the request id is written into a buffer
+//! the connection (or the HTTP/2 stream task) keeps.
 
+pub mod local;
 pub mod route;
+
+use std::{net::SocketAddr, time::Duration};
+
+use edge_core::{
+    config::{Resolved, ResolvedRoute},
+    http::{
+        framing::RequestInfo,
+        head::{Fields, RequestHead},
+        request_id::RequestId,
+    },
+};
+use edge_upstream::Upstream;
+use monoio::time::Instant;
+
+pub use local::Local;
+
+use crate::{
+    context::{Live, Worker},
+    log::RequestLog,
+    respond::Failure,
+};
+
+/// A checked request head and what admission needs to know of its connection.
+pub struct Incoming<'b> {
+    /// The head in HTTP/1.1 syntax; `head` and `fields` index into it.
+    pub buf: &'b [u8],
+    /// The parsed head.
+    pub head: &'b RequestHead,
+    /// Its fields.
+    pub fields: &'b Fields,
+    /// Framing and connection semantics (RFC 9112 §6.3, decided by the session).
+    pub info: RequestInfo,
+    /// The client's address (the PROXY header's source when there was one).
+    pub peer: SocketAddr,
+    /// The connection came over TLS.
+    pub https: bool,
+    /// An HTTP/2 connection accepted over capacity: its stream is shed unless it is a health probe.
+    pub shed: bool,
+    /// The client connection closes after this response (HTTP/1.1: asked for, draining, or
+    /// `max_requests_per_connection`).
+    pub close: bool,
+    /// When the request's first byte (HTTP/2: its HEADERS) arrived.
+    pub started: Instant,
+}
+
+/// How admission ended.
+pub enum Admission<'a> {
+    /// Answered by edge itself (phase 1, later the route's `redirect` / `respond`).
+    Local(Local),
+    /// Refused from the status table before anything was forwarded (no route: 404).
+    Refused(Failure),
+    /// To be forwarded by the orchestrator.
+    Forward(Admitted<'a>),
+}
+
+/// An admitted request: everything the orchestrator needs besides the downstream session.
+pub struct Admitted<'a> {
+    /// Framing and connection semantics of the request.
+    pub info: RequestInfo,
+    /// HEAD request: the response has no body.
+    pub is_head: bool,
+    /// Idempotent method (RFC 9110 §9.2.2): may be retried.
+    pub idempotent: bool,
+    /// The configuration the request started on (it finishes on it across a reload).
+    pub cfg: &'a Resolved,
+    /// The route that matched.
+    pub route: &'a ResolvedRoute,
+    /// The upstream chosen for it.
+    pub upstream: &'a Upstream,
+    /// `request_timeout` for this route (`None` = unlimited).
+    pub request_timeout: Option<Duration>,
+    /// The client's `request` deadline for the rest of the request (the route's
+    /// `client_request_timeout` from the first byte when it has one).
+    pub client_deadline: Instant,
+    /// Edge will close the client connection after this response.
+    pub close: bool,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The client connection came over TLS.
+    pub https: bool,
+    /// Method, target and request id, for log lines.
+    pub log: RequestLog<'a>,
+}
+
+/// Admits the request `r` on the configuration snapshot `live` (phases 1 to 5 of DESIGN.md "Request
+/// pipeline and traffic rules"). `line` is the request's method and target for log lines; the request
+/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id`.
+pub fn admit<'a>(
+    w: &Worker,
+    live: &'a Live,
+    r: &Incoming<'_>,
+    line: &'a [u8],
+    id: &'a mut Vec<u8>,
+) -> Admission<'a> {
+    let server = &live.cfg.config.server;
+    let buf = r.buf;
+    let method = &buf[r.head.method.clone()];
+    // Origin-form (the path of an absolute-form target, whose authority replaces Host: RFC 9112 §3.2.2).
+    let target = &buf[r.head.path.clone()];
+    let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+    let host = match &r.head.authority {
+        Some(a) => Some(&buf[a.clone()]),
+        None => r.info.host.map(|i| r.fields[i].value(buf)),
+    };
+    // Phase 1: local answers, before any rule.
+    let probe = local::Probe {
+        path,
+        target,
+        host,
+        method,
+        info: &r.info,
+        https: r.https,
+        shed: r.shed,
+    };
+    if let Some(answer) = local::local_answer(w, server, &probe) {
+        return Admission::Local(answer);
+    }
+    crate::faults::on_request(path);
+    // Phase 2: the route.
+    let Some(route) = live.router.find(target, host) else {
+        return Admission::Refused(Failure::NoRoute);
+    };
+    // Phase 3, the route's request-phase rules (limits, then redirect / respond), and phase 4, the
+    // rewrite plan, go here: each returns an `Admission::Local` or `Admission::Refused` to answer, or
+    // adds to what is forwarded.
+    // Phase 5: the upstream.
+    let upstream = &live.upstreams[route.upstream];
+    id.clear();
+    RequestId::of(buf, r.fields, w.next_request_id()).write(buf, r.fields, id);
+    Admission::Forward(Admitted {
+        info: r.info,
+        is_head: method == b"HEAD",
+        idempotent: retry_safe_method(method),
+        cfg: &live.cfg,
+        route,
+        upstream,
+        request_timeout: route
+            .request_timeout
+            .unwrap_or(upstream.config.request_timeout)
+            .0,
+        client_deadline: r.started
+            + route
+                .client_request_timeout
+                .unwrap_or(server.timeouts.request.0),
+        close: r.close,
+        peer: r.peer,
+        https: r.https,
+        log: RequestLog { line, id },
+    })
+}
+
+/// Whether `method` is idempotent (RFC 9110 §9.2.2), so a request that failed on a reused connection
+/// before any response byte may be sent again.
+pub fn retry_safe_method(method: &[u8]) -> bool {
+    matches!(
+        method,
+        b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_safe_method;
+
+    #[test]
+    fn idempotent_methods_are_retry_safe() {
+        for m in ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"] {
+            assert!(retry_safe_method(m.as_bytes()), "{m}");
+        }
+        for m in ["POST", "PATCH", "CONNECT", "get"] {
+            assert!(!retry_safe_method(m.as_bytes()), "{m}");
+        }
+    }
+}

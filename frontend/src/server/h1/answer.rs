@@ -1,22 +1,13 @@
 //! edge's own HTTP/1.1 answers, written whole into a send buffer: error responses of the status table
-//! ([`error_response`]), short local answers ([`simple`], [`local`]: health, redirects, admin) and the
-//! answer to `OPTIONS` with `Max-Forwards: 0` ([`options`]).
+//! ([`error_response`]), the request pipeline's local answers ([`local_answer`]), and short answers of
+//! the admin API ([`simple`], [`local`]).
 
 use std::io::Write;
 
-use crate::respond::{Failure, ALLOW};
-
-/// Writes edge's own answer to `OPTIONS` with `Max-Forwards: 0` (RFC 9110 §7.6.2, §9.3.7): 200, `Allow`
-/// ([`ALLOW`]), no content.
-pub fn options(out: &mut Vec<u8>, close: bool) {
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nAllow: ");
-    out.extend_from_slice(ALLOW);
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
+use crate::{
+    request::{local::ALLOW, Local},
+    respond::Failure,
+};
 
 /// Writes a complete short response (Content-Length, text body) into `out`.
 pub fn simple(
@@ -87,10 +78,41 @@ fn reason_phrase(status: u16) -> &'static str {
         413 => "Content Too Large",
         414 => "URI Too Long",
         431 => "Request Header Fields Too Large",
+        308 => "Permanent Redirect",
         501 => "Not Implemented",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "",
+    }
+}
+
+/// Writes a local answer of the request pipeline's first phase ([`Local`]): its status, the text body
+/// (`text/plain`) or none, `Cache-Control: no-store`, its one extra field, and `Connection: close` when
+/// the connection closes after it. `head_only` (HEAD) leaves the body out but keeps its length.
+pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool) {
+    let status = answer.status();
+    let text = answer.text();
+    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
+    if !text.is_empty() {
+        out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
+    }
+    let _ = write!(
+        out,
+        "Content-Length: {}\r\nCache-Control: no-store\r\n",
+        text.len()
+    );
+    if let Some((name, value)) = answer.field() {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(text.as_bytes());
     }
 }

@@ -29,10 +29,11 @@ use super::{
     local,
     session::H1Session,
 };
-use crate::log::RequestLog;
 use crate::{
     context::Worker,
-    proxy::{self, Outcome, Request},
+    log::RequestLog,
+    proxy::{self, Outcome},
+    request::{self, Admission},
     respond::{self, Failure, SendFailure},
 };
 
@@ -340,6 +341,7 @@ fn check_head(
     Ok(info)
 }
 
+/// Reads one request, admits it ([`request::admit`]) and answers or forwards it.
 async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
     c.take_vectors();
@@ -348,7 +350,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     // The configuration this request runs on to its end, even across a reload.
     let live = w.live();
     let server = &live.cfg.config.server;
-    let mut deadline = started + server.timeouts.request.0;
+    let deadline = started + server.timeouts.request.0;
     let head = match read_head(w, c, &server.limits, deadline).await {
         Ok(Some(h)) => h,
         Ok(None) => return Next::Close,
@@ -358,7 +360,6 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     c.log_line.extend_from_slice(
         &buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)],
     );
-    let method = &buf[head.method.clone()];
     let info = match check_head(buf, &head, &c.fields, &server.limits) {
         Ok(i) => i,
         Err(f) => return fail(w, c, f, started).await,
@@ -366,71 +367,28 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     c.served += 1;
     let draining = w.shared.draining.load(Ordering::Relaxed);
     let close = info.close || draining || c.served >= server.max_requests_per_connection;
-    // Origin-form (the path of an absolute-form target, whose authority replaces Host: RFC 9112 §3.2.2).
-    let target = &buf[head.path.clone()];
-    let is_head = method == b"HEAD";
-    let path = target.split(|&b| b == b'?').next().unwrap_or(target);
-
-    if path == server.health_path.as_bytes() {
-        return local::health(w, c, head.len, info.body, is_head, close, started).await;
-    }
-    if info.max_forwards == Some(0) {
-        let trace = method == b"TRACE";
-        return local::last_hop(w, c, head.len, info.body, trace, close, started).await;
-    }
-    crate::faults::on_request(path);
-    let host = match &head.authority {
-        Some(a) => Some(&buf[a.clone()]),
-        None => info.host.map(|i| c.fields[i].value(buf)),
-    };
-    if !c.https
-        && live
-            .cfg
-            .config
-            .server
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.redirect_plain)
-    {
-        let port = w.shared.tls_port.load(Ordering::Relaxed);
-        let location = local::Redirect { host, target, port }.location();
-        return local::redirect(w, c, head.len, info.body, location, close, started).await;
-    }
-    let Some(route) = live.router.find(target, host) else {
-        c.rb.consume(head.len);
-        return fail_after_head(w, c, Failure::NoRoute, info.body, deadline, started).await;
-    };
-    if let Some(t) = route.client_request_timeout {
-        deadline = started + t;
-    }
-    let upstream = &live.upstreams[route.upstream];
-    let request_timeout = route
-        .request_timeout
-        .unwrap_or(upstream.config.request_timeout)
-        .0;
-    edge_core::http::request_id::RequestId::of(buf, &c.fields, w.next_request_id()).write(
+    let is_head = &buf[head.method.clone()] == b"HEAD";
+    let incoming = request::Incoming {
         buf,
-        &c.fields,
-        &mut c.log_id,
-    );
-    let idempotent = matches!(
-        method,
-        b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
-    );
-    let req = Request {
+        head: &head,
+        fields: &c.fields,
         info,
-        is_head,
-        idempotent,
-        cfg: &live.cfg,
-        upstream,
-        request_timeout,
-        close,
-        peer: c.peer.ip(),
+        peer: c.peer,
         https: c.https,
-        log: RequestLog {
-            line: &c.log_line,
-            id: &c.log_id,
-        },
+        shed: false,
+        close,
+        started,
+    };
+    let req = match request::admit(w, &live, &incoming, &c.log_line, &mut c.log_id) {
+        Admission::Forward(req) => req,
+        Admission::Local(local) => {
+            let body = info.body;
+            return local::answer(w, c, head.len, body, &local, is_head, close, started).await;
+        }
+        Admission::Refused(f) => {
+            c.rb.consume(head.len);
+            return fail_after_head(w, c, f, info.body, deadline, started).await;
+        }
     };
     let limits = (server.limits.max_body_bytes.0, server.timeouts.send.0);
     w.metrics.in_flight.increment(1.0);
@@ -442,7 +400,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         info,
         limits.0.unwrap_or(u64::MAX),
         limits.1,
-        deadline,
+        req.client_deadline,
         w.id,
     );
     let outcome = proxy::run(w, &mut session, req).await;

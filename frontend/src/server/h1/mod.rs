@@ -15,4 +15,4 @@ mod sniff;
 
 pub use conn::{serve, Accepted};
 pub(crate) use idle::trim_spare_vectors;
-pub(crate) use local::{Redirect, SHED_HEAD_DEADLINE};
+pub(crate) use local::SHED_HEAD_DEADLINE;

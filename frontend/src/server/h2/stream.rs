@@ -19,13 +19,13 @@ use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
 
 use super::session::{Chunk, H2Session, Request};
-use crate::log::RequestLog;
 use crate::server::Session as _;
 use crate::{
     context::Worker,
+    log::RequestLog,
     proxy::{self, Outcome},
+    request::{Admission, Admitted, Local},
     respond::{self, Failure},
-    server::h1::Redirect,
 };
 
 /// Longest request-line copy kept for log lines, bytes.
@@ -171,49 +171,44 @@ pub async fn serve(
         head: &head,
         info,
     };
-    let path = &buf[head.path.clone()];
-    let is_head = parts.method == http::Method::HEAD;
-    let host = head
-        .authority
-        .as_ref()
-        .map(|a| &buf[a.clone()])
-        .or_else(|| info.host.map(|i| fields[i].value(buf)));
-    if let Some(local) = Local::of(server, from, path, &info) {
-        let mut s = new_session(request, fields, deadline);
-        let status = local.answer(w, &mut s, host, path, is_head, &line).await;
-        let log = RequestLog {
-            line: &line,
-            id: b"-",
-        };
-        finish(w, &log, from.peer, status, started);
-        return scratch.keep(s.take_fields(), line);
-    }
-    let Some(route) = live.router.find(path, host) else {
-        let mut s = new_session(request, fields, deadline);
-        fail(w, &mut s, Failure::NoRoute, &line, b"-", from.peer, started).await;
-        return scratch.keep(s.take_fields(), line);
-    };
-    let deadline = route
-        .client_request_timeout
-        .map_or(deadline, |t| started + t);
-    let mut id = std::mem::take(&mut scratch.id);
-    id.clear();
-    let next_id = w.next_request_id();
-    edge_core::http::request_id::RequestId::of(buf, &fields, next_id).write(buf, &fields, &mut id);
-    let mut s = new_session(request, fields, deadline);
-    let log = RequestLog {
-        line: &line,
-        id: &id,
-    };
-    let exchange = Exchange {
-        route,
+    let incoming = crate::request::Incoming {
+        buf,
+        head: &head,
+        fields: &fields,
         info,
-        is_head,
-        method: &parts.method,
-        from,
-        log,
+        peer: from.peer,
+        https: from.https,
+        shed: from.shed,
+        close: false,
+        started,
     };
-    forward(w, &live, &mut s, exchange, started).await;
+    let mut id = std::mem::take(&mut scratch.id);
+    let admission = crate::request::admit(w, &live, &incoming, &line, &mut id);
+    let is_head = parts.method == http::Method::HEAD;
+    let adm = match admission {
+        Admission::Forward(adm) => adm,
+        Admission::Local(local) => {
+            let mut s = new_session(request, fields, deadline);
+            let status = answer_locally(w, &mut s, &local, is_head, &line, from.peer).await;
+            let log = RequestLog {
+                line: &line,
+                id: b"-",
+            };
+            finish(w, &log, from.peer, status, started);
+            scratch.keep(s.take_fields(), line);
+            scratch.id = id;
+            return;
+        }
+        Admission::Refused(f) => {
+            let mut s = new_session(request, fields, deadline);
+            fail(w, &mut s, f, &line, b"-", from.peer, started).await;
+            scratch.keep(s.take_fields(), line);
+            scratch.id = id;
+            return;
+        }
+    };
+    let mut s = new_session(request, fields, adm.client_deadline);
+    forward(w, &mut s, adm, started).await;
     scratch.keep(s.take_fields(), line);
     scratch.id = id;
 }
@@ -226,67 +221,24 @@ impl Scratch {
     }
 }
 
-/// What [`forward`] needs besides the session.
-struct Exchange<'a> {
-    route: &'a edge_core::config::ResolvedRoute,
-    info: RequestInfo,
-    is_head: bool,
-    method: &'a http::Method,
-    from: Origin,
-    log: RequestLog<'a>,
-}
-
-/// Runs the exchange through the orchestrator and counts (or answers) how it ended.
-async fn forward(
-    w: &Worker,
-    live: &crate::context::Live,
-    s: &mut H2Session<'_>,
-    x: Exchange<'_>,
-    started: Instant,
-) {
-    let upstream = &live.upstreams[x.route.upstream];
-    let request_timeout = x
-        .route
-        .request_timeout
-        .unwrap_or(upstream.config.request_timeout)
-        .0;
-    use http::Method;
-    let idempotent = [
-        Method::GET,
-        Method::HEAD,
-        Method::OPTIONS,
-        Method::TRACE,
-        Method::PUT,
-        Method::DELETE,
-    ]
-    .contains(x.method);
-    let req = proxy::Request {
-        info: x.info,
-        is_head: x.is_head,
-        idempotent,
-        cfg: &live.cfg,
-        upstream,
-        request_timeout,
-        close: false,
-        peer: x.from.peer.ip(),
-        https: x.from.https,
-        log: x.log,
-    };
+/// Runs the admitted request through the orchestrator and counts (or answers) how it ended.
+async fn forward(w: &Worker, s: &mut H2Session<'_>, req: Admitted<'_>, started: Instant) {
+    let log = req.log;
+    let peer = req.peer;
     w.metrics.in_flight.increment(1.0);
     let outcome = proxy::run(w, s, req).await;
     w.metrics.in_flight.decrement(1.0);
-    let peer = x.from.peer;
     match outcome {
-        Outcome::Done { status, .. } => finish(w, &x.log, peer, status, started),
+        Outcome::Done { status, .. } => finish(w, &log, peer, status, started),
         Outcome::Truncated { status } => {
             // The session resets the stream when it is dropped (RST_STREAM INTERNAL_ERROR).
             w.metrics.http2_reset(ResetSide::Edge).increment(1);
-            finish(w, &x.log, peer, status, started)
+            finish(w, &log, peer, status, started)
         }
-        Outcome::Upgraded { .. } => finish(w, &x.log, peer, 101, started),
+        Outcome::Upgraded { .. } => finish(w, &log, peer, 101, started),
         Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
         Outcome::Failed { failure, .. } => {
-            fail(w, s, failure, x.log.line, x.log.id, peer, started).await
+            fail(w, s, failure, log.line, log.id, peer, started).await
         }
     }
 }
@@ -319,106 +271,40 @@ async fn fail(
     finish(w, &log, peer, f.status(), started);
 }
 
-/// A stream edge answers itself, in the order HTTP/1.1 checks them (DESIGN.md "Status codes").
-enum Local {
-    /// `health_path`: 200, or 503 when not ready.
-    Health,
-    /// OPTIONS or TRACE with `Max-Forwards: 0` (RFC 9110 §7.6.2).
-    LastHop,
-    /// `redirect_plain` on the plain listener (h2c): 308 to https.
-    Redirect,
-    /// Accepted over capacity (from this client): 503 + Retry-After.
-    Shed(SocketAddr),
-}
-
-impl Local {
-    /// Whether the stream for `path` is answered locally, and how.
-    fn of(
-        server: &edge_core::config::Server,
-        from: Origin,
-        path: &[u8],
-        info: &RequestInfo,
-    ) -> Option<Local> {
-        let redirect = server.tls.as_ref().is_some_and(|t| t.redirect_plain) && !from.https;
-        match () {
-            _ if path.split(|&b| b == b'?').next() == Some(server.health_path.as_bytes()) => {
-                Some(Local::Health)
-            }
-            _ if from.shed => Some(Local::Shed(from.peer)),
-            _ if info.max_forwards == Some(0) => Some(Local::LastHop),
-            _ if redirect => Some(Local::Redirect),
-            _ => None,
+/// Answers a stream of the pipeline's first phase ([`Local`], decided by [`crate::request::admit`]);
+/// returns the status. A shed stream (its connection was accepted over capacity) is counted in
+/// `edge_connections_shed_total{reason="limit"}`; the connection's GOAWAY follows (it serves one
+/// stream).
+async fn answer_locally(
+    w: &Worker,
+    s: &mut H2Session<'_>,
+    local: &Local,
+    is_head: bool,
+    line: &[u8],
+    peer: SocketAddr,
+) -> u16 {
+    if *local == Local::Shed {
+        w.metrics.connection_shed(ShedReason::Limit).increment(1);
+        if w.log_limit.allow() {
+            tracing::warn!(event = "connection.shed", worker = w.id, peer = %peer, reason = "limit", "at max_connections with nothing evictable");
         }
     }
-
-    /// Answers the stream; returns the status. `host` and `path` (with its query) build a redirect's
-    /// `Location`; `line` names the request in log lines.
-    async fn answer(
-        self,
-        w: &Worker,
-        s: &mut H2Session<'_>,
-        host: Option<&[u8]>,
-        path: &[u8],
-        is_head: bool,
-        line: &[u8],
-    ) -> u16 {
-        match self {
-            Local::Health => {
-                let ready = w.shared.ready();
-                let (status, text) = match ready {
-                    true => (200, "ok"),
-                    false => (503, "not ready\n"),
-                };
-                let _ = s.answer(status, text, !ready, is_head).await;
-                status
-            }
-            Local::LastHop => last_hop(s, is_head).await,
-            Local::Redirect => {
-                let port = w.shared.tls_port.load(std::sync::atomic::Ordering::Relaxed);
-                let target = path;
-                let location = Redirect { host, target, port }.location();
-                let location: &[(&str, &[u8])] = &[("location", &location)];
-                let _ = s.answer_with(308, location, "", is_head).await;
-                308
-            }
-            Local::Shed(peer) => shed(w, s, peer, line).await,
+    let status = local.status();
+    let field = local.field();
+    let fields = field.as_slice();
+    if let Err(e) = s.answer_with(status, fields, local.text(), is_head).await {
+        if *local == Local::Shed {
+            let log = RequestLog { line, id: b"-" };
+            let cause = match e {
+                respond::SendFailure::Closed => "client reset the stream before the error response",
+                respond::SendFailure::Timeout => {
+                    "client did not read the error response within send"
+                }
+            };
+            respond::record_undelivered(w, &log, status, cause);
         }
     }
-}
-
-/// Answers an OPTIONS or TRACE stream carrying `Max-Forwards: 0` itself, as for HTTP/1.1 (RFC 9110
-/// §7.6.2): OPTIONS gets 200 with `Allow`, TRACE 405 (edge never reflects a request). Returns the
-/// status.
-async fn last_hop(s: &mut H2Session<'_>, is_head: bool) -> u16 {
-    if s.request().method() == b"TRACE" {
-        let text = "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n";
-        let _ = s.answer(405, text, false, is_head).await;
-        return 405;
-    }
-    let _ = s
-        .answer_with(200, &[("allow", respond::ALLOW)], "", is_head)
-        .await;
-    200
-}
-
-/// The stream of a connection accepted over capacity that is not a health probe (DESIGN.md
-/// "Capacity"): 503 with `Retry-After: 1`, `edge_connections_shed_total{reason="limit"}`, and the
-/// connection's GOAWAY follows (it serves one stream).
-async fn shed(w: &Worker, s: &mut H2Session<'_>, peer: SocketAddr, line: &[u8]) -> u16 {
-    w.metrics.connection_shed(ShedReason::Limit).increment(1);
-    if w.log_limit.allow() {
-        tracing::warn!(event = "connection.shed", worker = w.id, peer = %peer, reason = "limit", "at max_connections with nothing evictable");
-    }
-    let text = "service unavailable: connection limit reached\n";
-    if let Err(e) = s.answer(503, text, true, false).await {
-        let log = RequestLog { line, id: b"-" };
-        let cause = match e {
-            respond::SendFailure::Closed => "client reset the stream before the error response",
-            respond::SendFailure::Timeout => "client did not read the error response within send",
-        };
-        respond::record_undelivered(w, &log, 503, cause);
-    }
-    503
+    status
 }
 
 /// Counts a finished stream and logs it as HTTP/1.1 requests are ([`crate::log::finish_request`]).

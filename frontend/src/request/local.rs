@@ -1,0 +1,165 @@
+//! Phase 1 of the request pipeline (DESIGN.md "Request pipeline and traffic rules"): the requests edge
+//! answers itself before any rule, decided once for every protocol and described as data ([`Local`]) that
+//! each protocol's session writes in its own framing. In order: `health_path` (readiness), a stream of a
+//! connection accepted over capacity (DESIGN.md "Capacity"; an HTTP/1.1 connection over capacity is
+//! answered by its session before admission), OPTIONS and TRACE with `Max-Forwards: 0` (RFC 9110
+//! §7.6.2), and `redirect_plain` on the plain listener (DESIGN.md "TLS").
+
+use std::sync::atomic::Ordering;
+
+use edge_core::http::framing::RequestInfo;
+
+use crate::context::Worker;
+
+/// The methods edge forwards, for `Allow` (RFC 9110 §10.2.1) on a 405 and on its own answer to
+/// `OPTIONS` with `Max-Forwards: 0`. CONNECT is refused; TRACE is forwarded but never answered by edge.
+pub const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE";
+
+/// A request edge answers itself.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Local {
+    /// `health_path`: 200 `ok`, or 503 + `Retry-After: 1` while draining or while a worker is stale.
+    Health {
+        /// Whether the process is ready.
+        ready: bool,
+    },
+    /// A stream of an HTTP/2 connection accepted at `max_connections` with nothing evictable: 503 +
+    /// `Retry-After: 1`, counted as a shed connection.
+    Shed,
+    /// OPTIONS with `Max-Forwards: 0`: edge is the final recipient (RFC 9110 §7.6.2, §9.3.7): 200 with
+    /// `Allow` ([`ALLOW`]) and no content.
+    Options,
+    /// TRACE with `Max-Forwards: 0`: 405. edge never reflects a request (an echoed request hands cookies
+    /// and credentials back to scripts, "cross-site tracing"; nginx refuses TRACE the same way), though
+    /// it forwards TRACE with a higher Max-Forwards for the origin to decide.
+    Trace,
+    /// `redirect_plain` on the plain listener: 308 Permanent Redirect (RFC 9110 §15.4.9: method and
+    /// body kept) to this `Location` ([`redirect_location`]).
+    Redirect(Vec<u8>),
+}
+
+impl Local {
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            Local::Health { ready: true } | Local::Options => 200,
+            Local::Health { ready: false } | Local::Shed => 503,
+            Local::Trace => 405,
+            Local::Redirect(_) => 308,
+        }
+    }
+
+    /// The text body (`text/plain`; empty: no content).
+    pub fn text(&self) -> &'static str {
+        match self {
+            Local::Health { ready: true } => "ok",
+            Local::Health { ready: false } => "not ready\n",
+            Local::Shed => "service unavailable: connection limit reached\n",
+            Local::Trace => {
+                "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n"
+            }
+            Local::Options | Local::Redirect(_) => "",
+        }
+    }
+
+    /// The field the answer carries besides the framing ones: `Location`, `Allow` or `Retry-After`
+    /// (name in its usual case; HTTP/2 lower-cases it).
+    pub fn field(&self) -> Option<(&'static str, &[u8])> {
+        match self {
+            Local::Health { ready: false } | Local::Shed => Some(("Retry-After", b"1")),
+            Local::Options | Local::Trace => Some(("Allow", ALLOW)),
+            Local::Redirect(location) => Some(("Location", location)),
+            Local::Health { ready: true } => None,
+        }
+    }
+}
+
+/// What phase 1 needs to know of a request.
+pub struct Probe<'a> {
+    /// The path, without the query, as received.
+    pub path: &'a [u8],
+    /// The origin-form target as received (path and query), for a redirect's `Location`.
+    pub target: &'a [u8],
+    /// The Host, or the authority of an absolute-form target or of `:authority`.
+    pub host: Option<&'a [u8]>,
+    /// The method.
+    pub method: &'a [u8],
+    /// Framing and `Max-Forwards` of the head.
+    pub info: &'a RequestInfo,
+    /// The connection came over TLS.
+    pub https: bool,
+    /// The connection was accepted over capacity (only an HTTP/2 connection gets this far).
+    pub shed: bool,
+}
+
+/// Whether `p` is answered locally, and how (DESIGN.md "Request pipeline and traffic rules", phase 1).
+pub fn local_answer(
+    w: &Worker,
+    server: &edge_core::config::Server,
+    p: &Probe<'_>,
+) -> Option<Local> {
+    if p.path == server.health_path.as_bytes() {
+        return Some(Local::Health {
+            ready: w.shared.ready(),
+        });
+    }
+    if p.shed {
+        return Some(Local::Shed);
+    }
+    if p.info.max_forwards == Some(0) {
+        return Some(match p.method {
+            b"TRACE" => Local::Trace,
+            _ => Local::Options,
+        });
+    }
+    if !p.https && server.tls.as_ref().is_some_and(|t| t.redirect_plain) {
+        let port = w.shared.tls_port.load(Ordering::Relaxed);
+        return Some(Local::Redirect(redirect_location(p.host, p.target, port)));
+    }
+    None
+}
+
+/// Where `redirect_plain` sends a plain request (DESIGN.md "TLS"): `https://` + the request's host
+/// (without its port; `localhost` when it has none) + `:port` unless 443 + the target as received.
+pub fn redirect_location(host: Option<&[u8]>, target: &[u8], port: u16) -> Vec<u8> {
+    let mut location = Vec::with_capacity(64 + target.len());
+    location.extend_from_slice(b"https://");
+    let host = host.unwrap_or(b"localhost");
+    // Strip a port; a bracketed IPv6 literal keeps its brackets.
+    let name = match host.iter().rposition(|&b| b == b':') {
+        Some(i) if !host[i..].contains(&b']') => &host[..i],
+        _ => host,
+    };
+    location.extend_from_slice(name);
+    if port != 443 && port != 0 {
+        location.extend_from_slice(format!(":{port}").as_bytes());
+    }
+    location.extend_from_slice(target);
+    location
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_location_drops_the_port_and_keeps_the_target() {
+        let l = |h: Option<&str>, port| {
+            String::from_utf8(redirect_location(h.map(str::as_bytes), b"/a?b", port)).unwrap()
+        };
+        assert_eq!(l(Some("example.com:8080"), 443), "https://example.com/a?b");
+        assert_eq!(l(Some("[::1]:80"), 8443), "https://[::1]:8443/a?b");
+        assert_eq!(l(None, 0), "https://localhost/a?b");
+    }
+
+    #[test]
+    fn every_answer_has_its_status_and_field() {
+        assert_eq!(
+            Local::Health { ready: false }.field(),
+            Some(("Retry-After", &b"1"[..]))
+        );
+        assert_eq!(Local::Options.field(), Some(("Allow", ALLOW)));
+        assert_eq!(Local::Trace.status(), 405);
+        assert_eq!(Local::Redirect(b"https://x/".to_vec()).status(), 308);
+    }
+}
