@@ -72,6 +72,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
             .store(a.port(), std::sync::atomic::Ordering::Relaxed);
     }
     crate::cert_watch::announce(resolved);
+    crate::route::log_warnings(resolved);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());

@@ -1,9 +1,9 @@
-//! One worker: its state (config, router, upstream pools, metric handles; all `Rc`, nothing shared with
+//! One worker: its state (config with its compiled routes, upstream pools, metric handles; all `Rc`, nothing shared with
 //! other workers on the request path), its accept loops on its own SO_REUSEPORT listeners (plain, TLS), and its timer
 //! tasks (heartbeat every 250 ms, pool sweep). Each connection runs as its own task under a panic guard:
 //! a panic closes only that connection.
 //!
-//! Config reload: the config-dependent state (config, router, upstreams) is a [`Live`] snapshot. Each
+//! Config reload: the config-dependent state (config, upstreams) is a [`Live`] snapshot. Each
 //! request takes the current snapshot once ([`Worker::live`]) and finishes on it; before that, the worker
 //! compares the supervisor's published generation with its own (a read of one atomic) and rebuilds the
 //! snapshot when it moved. The heartbeat tick does the same check, so an idle worker also switches.
@@ -30,17 +30,15 @@ use edge_core::{
 use edge_upstream::{Upstream, UpstreamCounters};
 use monoio::net::TcpListener;
 
-use crate::{respond::LogLimit, route::Router};
+use crate::respond::LogLimit;
 
 /// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
 /// snapshot it started on until it ends.
 pub struct Live {
-    /// The configuration.
+    /// The configuration, with its compiled route table (`cfg.routes`, DESIGN.md "Routing").
     pub cfg: Arc<Resolved>,
     /// Its generation ([`edge_core::runtime::Published`]).
     pub generation: u64,
-    /// Routes in matching order.
-    pub router: Router,
     /// Upstreams in config order, each with per-endpoint pools.
     pub upstreams: Vec<Upstream>,
 }
@@ -66,7 +64,6 @@ impl Live {
             })
             .collect();
         Live {
-            router: Router::new(&cfg.routes),
             upstreams,
             generation,
             cfg,

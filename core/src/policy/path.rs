@@ -23,16 +23,19 @@ pub struct BadPath;
 
 /// The normal form of `path` (the target's path, query excluded), per the module rules.
 ///
-/// Returns `path` itself when it is already normal (no copy); otherwise the normal form written into
-/// `scratch` (cleared first, grown as needed and kept by the caller, so steady state allocates nothing).
-/// A path that does not start with `/` (the asterisk-form `*`) is returned as it is; an empty path (an
-/// absolute-form target with no path) is `/` (RFC 9112 §3.2.2).
+/// Returns `path` itself when it is already normal (no copy: the result is the same slice, which
+/// `std::ptr::eq` tells); otherwise the normal form written into `scratch` (cleared first, grown as
+/// needed and kept by the caller, so steady state allocates nothing). A path that does not start with `/`
+/// (the asterisk-form `*`) is returned as it is; an empty path (an absolute-form target with no path) is
+/// `/` (RFC 9112 §3.2.2), in `scratch`.
 ///
 /// # Errors
 /// [`BadPath`] for a `..` above the root, an encoded NUL, or an invalid percent-encoding.
 pub fn normalise<'a>(path: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], BadPath> {
     if path.is_empty() {
-        return Ok(b"/");
+        scratch.clear();
+        scratch.push(b'/');
+        return Ok(scratch);
     }
     if path[0] != b'/' || is_normal(path) {
         return Ok(path);

@@ -72,6 +72,9 @@ pub struct Request<'a> {
     pub https: bool,
     /// Method, target and request id, for log lines.
     pub log: RequestLog<'a>,
+    /// The normalised path, when it differs from the received one: sent upstream in its place, with
+    /// the received query (DESIGN.md "Routing", [`crate::route::Routed::rewritten`]).
+    pub path: Option<&'a [u8]>,
 }
 
 /// How the exchange ended.
@@ -133,6 +136,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
             body: req.info.body,
             upgrade: req.info.upgrade,
             max_forwards: req.info.max_forwards,
+            path: req.path,
         };
         request_head(&mut out.0, &view, &rw);
     }

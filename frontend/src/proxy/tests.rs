@@ -268,6 +268,7 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
             line: b"GET /",
             id: b"test-1",
         },
+        path: None,
     };
     run(w, s, req).await
 }

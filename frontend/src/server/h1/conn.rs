@@ -61,6 +61,9 @@ pub(super) struct Conn<T: Transport> {
     pub(super) log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
     pub(super) log_id: Vec<u8>,
+    /// The current request's normalised path when it differs from the received one
+    /// ([`crate::route::find`]).
+    pub(super) path: Vec<u8>,
     /// Cancels the keep-alive fast-path read (see [`super::idle::fast_wait`]); taken from the worker's
     /// spares (or made) by the first fast wait after an idle period and spent when the connection goes
     /// idle again, so an idle connection holds none.
@@ -133,6 +136,7 @@ pub fn serve<T: Transport>(
         served: 0,
         log_line: Vec::new(),
         log_id: Vec::new(),
+        path: Vec::new(),
         cancel: None,
         refuse_proxy_header: false,
         https,
@@ -389,7 +393,18 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         let location = local::Redirect { host, target, port }.location();
         return local::redirect(w, c, head.len, info.body, location, close, started).await;
     }
-    let Some(route) = live.router.find(target, host) else {
+    let routing = crate::route::Target {
+        method,
+        host,
+        target,
+        head: buf,
+        fields: &c.fields,
+    };
+    let routed = match crate::route::find(&live.cfg.routes, &routing, &mut c.path) {
+        Ok(r) => r,
+        Err(_) => return fail(w, c, Failure::Invalid(InvalidReason::BadPath), started).await,
+    };
+    let Some(route) = routed.route else {
         c.rb.consume(head.len);
         return fail_after_head(w, c, Failure::NoRoute, info.body, deadline, started).await;
     };
@@ -424,6 +439,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
             line: &c.log_line,
             id: &c.log_id,
         },
+        path: routed.rewritten.then_some(c.path.as_slice()),
     };
     let limits = (server.limits.max_body_bytes.0, server.timeouts.send.0);
     w.metrics.in_flight.increment(1.0);

@@ -97,12 +97,13 @@ fn log_line(buf: &[u8], out: &mut Vec<u8>) {
 }
 
 /// What a stream task keeps from one stream to the next, so that serving a stream allocates none of
-/// it again: the parsed fields, the log line and the request id.
+/// it again: the parsed fields, the log line, the request id and the normalised path.
 #[derive(Default)]
 pub struct Scratch {
     fields: Fields,
     line: Vec<u8>,
     id: Vec<u8>,
+    path: Vec<u8>,
 }
 
 /// Whether the client reset the stream already (h2 hands over streams reset before they were
@@ -187,9 +188,20 @@ pub async fn serve(
         finish(w, &log, from.peer, status, started);
         return scratch.keep(s.take_fields(), line);
     }
-    let Some(route) = live.router.find(path, host) else {
+    let routing = crate::route::Target {
+        method: &buf[head.method.clone()],
+        host,
+        target: path,
+        head: buf,
+        fields: &fields,
+    };
+    let (route, failure) = match crate::route::find(&live.cfg.routes, &routing, &mut scratch.path) {
+        Ok(r) => (r.route.map(|route| (route, r.rewritten)), Failure::NoRoute),
+        Err(_) => (None, Failure::Invalid(InvalidReason::BadPath)),
+    };
+    let Some((route, rewritten)) = route else {
         let mut s = new_session(request, fields, deadline);
-        fail(w, &mut s, Failure::NoRoute, &line, b"-", from.peer, started).await;
+        fail(w, &mut s, failure, &line, b"-", from.peer, started).await;
         return scratch.keep(s.take_fields(), line);
     };
     let deadline = route
@@ -211,6 +223,7 @@ pub async fn serve(
         method: &parts.method,
         from,
         log,
+        path: rewritten.then_some(scratch.path.as_slice()),
     };
     forward(w, &live, &mut s, exchange, started).await;
     scratch.keep(s.take_fields(), line);
@@ -233,6 +246,8 @@ struct Exchange<'a> {
     method: &'a http::Method,
     from: Origin,
     log: RequestLog<'a>,
+    /// The normalised path when it differs from the received one.
+    path: Option<&'a [u8]>,
 }
 
 /// Runs the exchange through the orchestrator and counts (or answers) how it ended.
@@ -270,6 +285,7 @@ async fn forward(
         peer: x.from.peer.ip(),
         https: x.from.https,
         log: x.log,
+        path: x.path,
     };
     w.metrics.in_flight.increment(1.0);
     let outcome = proxy::run(w, s, req).await;
