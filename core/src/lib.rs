@@ -1,5 +1,6 @@
 //! edge-core: what both sides of the proxy share: the configuration schema, the thread-per-core worker
-//! runtime, HTTP/1.1 framing, metric names and logging setup. See DESIGN.md "Layout".
+//! runtime, HTTP/1.1 framing, metric names, logging setup, and the traffic rules compiled at load
+//! (`policy`). See DESIGN.md "Layout".
 
 pub mod buf;
 pub mod clock;
@@ -10,6 +11,7 @@ pub mod io;
 pub mod latency;
 pub mod log;
 pub mod metrics;
+pub mod policy;
 pub mod proxy_protocol;
 pub mod runtime;
 pub mod slot;

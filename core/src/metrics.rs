@@ -53,6 +53,9 @@ label_enum!(
         BadChunk = "bad_chunk",
         /// 400: missing, repeated or malformed Host.
         BadHost = "bad_host",
+        /// 400: a path with a `..` above the root, an encoded NUL or an invalid percent-encoding
+        /// (DESIGN.md "Routing").
+        BadPath = "bad_path",
         /// 431: head over `max_head_bytes` or `max_headers`.
         HeadTooLarge = "head_too_large",
         /// 414: request line over the head limit.

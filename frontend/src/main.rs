@@ -76,6 +76,14 @@ fn main() {
     };
     if cli.check {
         print!("{}", resolved.config.to_toml());
+        // The compiled routes as TOML comments, so the output still reads back as the config.
+        println!("\n# Routes in match order (DESIGN.md \"Routing\"):");
+        for line in resolved.routes.listing().lines() {
+            println!("# {line}");
+        }
+        for warning in resolved.routes.warnings() {
+            eprintln!("edge: warning: {warning}");
+        }
         eprintln!("edge: configuration OK");
         return;
     }

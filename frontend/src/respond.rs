@@ -105,6 +105,7 @@ impl Failure {
                 | InvalidReason::BadFraming
                 | InvalidReason::BadChunk
                 | InvalidReason::BadHost
+                | InvalidReason::BadPath
                 | InvalidReason::PlainHttpOnTls => 400,
                 InvalidReason::HeadTooLarge => 431,
                 InvalidReason::UriTooLong => 414,
@@ -162,6 +163,9 @@ impl Failure {
                 }
                 InvalidReason::BadChunk => "bad request: malformed chunked body\n",
                 InvalidReason::BadHost => "bad request: missing, repeated or malformed Host\n",
+                InvalidReason::BadPath => {
+                    "bad request: path above the root, with an encoded NUL or a bad percent-encoding\n"
+                }
                 InvalidReason::HeadTooLarge => "request header fields too large\n",
                 InvalidReason::UriTooLong => "request line too long\n",
                 InvalidReason::BodyTooLarge => "request body too large\n",

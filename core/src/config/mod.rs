@@ -2,7 +2,8 @@
 //! and their defaults, the embedded default (`deploy/edge.toml`), parsing, and [`ConfigError`]. Beside it:
 //! the value types (`values`), the TLS keys (`tls`; certificates are loaded by `crate::tls`), CLI
 //! [`Overrides`] (`overrides`), validation into a [`Resolved`] config whose names are resolved to socket
-//! addresses, at load, never on a worker (`resolve`), and [`Cidr`].
+//! addresses, at load, never on a worker (`resolve`), `[[routes]]` and their compilation into the route
+//! table (`routes`), and [`Cidr`].
 //!
 //! Errors name the file, the key path and the reason ([`ConfigError`]).
 
@@ -11,6 +12,7 @@ mod discovery;
 mod http2;
 mod overrides;
 mod resolve;
+mod routes;
 mod tls;
 mod values;
 
@@ -22,7 +24,8 @@ pub use discovery::{
 };
 pub use http2::Http2;
 pub use overrides::{Overrides, TlsOverride};
-pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedRoute, ResolvedUpstream};
+pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedUpstream};
+pub use routes::{FieldCondition, ResolvedRoute, Route, Routes};
 use serde::{Deserialize, Serialize};
 pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
@@ -335,25 +338,6 @@ impl Upstream {
     }
 }
 
-/// `[[routes]]`
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Route {
-    /// Plain byte-wise prefix of the path (query excluded).
-    pub path_prefix: String,
-    /// Optional host (case-insensitive, port removed) that narrows the route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// Name of an `[[upstreams]]` entry.
-    pub upstream: String,
-    /// Overrides the upstream's `request_timeout` for this route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_timeout: Option<Limit>,
-    /// Overrides `server.timeouts.request` once the route is known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_request_timeout: Option<Dur>,
-}
-
 /// One configuration error: which file, which key (dotted path), and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
@@ -411,6 +395,8 @@ impl Config {
     }
 }
 
+#[cfg(test)]
+mod routes_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

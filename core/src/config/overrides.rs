@@ -102,13 +102,7 @@ impl Config {
         }
         if !o.upstreams.is_empty() {
             self.upstreams = vec![Upstream::with_endpoints("default", o.upstreams.clone())];
-            self.routes = vec![Route {
-                path_prefix: "/".into(),
-                host: None,
-                upstream: "default".into(),
-                request_timeout: None,
-                client_request_timeout: None,
-            }];
+            self.routes = vec![Route::prefix("/", "default")];
         }
         if let Some(w) = o.workers {
             self.server.workers = w;

@@ -8,14 +8,13 @@ use std::{
     net::{SocketAddr, ToSocketAddrs},
     path::Path,
     sync::Arc,
-    time::Duration,
 };
 
 use crate::tls::{SystemRoots, TlsServerState, UpstreamTls};
 
 use super::{
-    Cidr, Config, ConfigError, HealthCheck, Limit, Limits, Log, ProxyProtocol, Route, Server,
-    Timeouts, Upstream,
+    routes::resolve_routes, Cidr, Config, ConfigError, HealthCheck, Limits, Log, ProxyProtocol,
+    Routes, Server, Timeouts, Upstream,
 };
 
 impl Config {
@@ -71,7 +70,9 @@ impl Config {
             .collect();
         let routes = resolve_routes(&self.routes, &self.upstreams, &mut p);
         // With the plain listener disabled, `listen` holds the TLS listener's address (see the field).
-        let (Some(listen), true) = (listen.or(tls_listen), p.errors.is_empty()) else {
+        let (Some(listen), Some(routes), true) =
+            (listen.or(tls_listen), routes, p.errors.is_empty())
+        else {
             return Err(p.errors);
         };
         Ok(Resolved {
@@ -270,37 +271,6 @@ fn check_health_check(key: &str, h: &HealthCheck, p: &mut Problems<'_>) {
     }
 }
 
-/// `[[routes]]`: at least one, each with a path prefix and the name of an entry of `upstreams`.
-fn resolve_routes(
-    routes: &[Route],
-    upstreams: &[Upstream],
-    p: &mut Problems<'_>,
-) -> Vec<ResolvedRoute> {
-    if routes.is_empty() {
-        p.add("routes", "at least one [[routes]] entry is needed");
-    }
-    let mut resolved = Vec::new();
-    for (i, r) in routes.iter().enumerate() {
-        if !r.path_prefix.starts_with('/') {
-            p.add(format!("routes[{i}].path_prefix"), "must start with '/'");
-        }
-        match upstreams.iter().position(|u| u.name == r.upstream) {
-            Some(idx) => resolved.push(ResolvedRoute {
-                path_prefix: r.path_prefix.clone(),
-                host: r.host.as_ref().map(|h| h.to_ascii_lowercase()),
-                upstream: idx,
-                request_timeout: r.request_timeout,
-                client_request_timeout: r.client_request_timeout.map(|d| d.0),
-            }),
-            None => p.add(
-                format!("routes[{i}].upstream"),
-                format!("no [[upstreams]] entry is named {:?}", r.upstream),
-            ),
-        }
-    }
-    resolved
-}
-
 /// Resolves `host:port` to one socket address (the first the resolver returns).
 fn resolve_one(text: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = text.parse::<SocketAddr>() {
@@ -393,8 +363,8 @@ pub struct Resolved {
     pub proxy_protocol_from: Vec<Cidr>,
     /// Upstreams in file order.
     pub upstreams: Vec<ResolvedUpstream>,
-    /// Routes in file order (matching order is decided by the router).
-    pub routes: Vec<ResolvedRoute>,
+    /// The routes, compiled and indexed (DESIGN.md "Routing"): `routes.find(request)`.
+    pub routes: Routes,
 }
 
 /// One upstream with its endpoints resolved.
@@ -427,19 +397,4 @@ impl std::fmt::Display for ResolvedEndpoint {
             w => write!(f, "{} (weight {w})", self.addr),
         }
     }
-}
-
-/// One route, pointing at an upstream by index.
-#[derive(Clone, Debug)]
-pub struct ResolvedRoute {
-    /// Path prefix.
-    pub path_prefix: String,
-    /// Lower-cased host, if the route is host-specific.
-    pub host: Option<String>,
-    /// Index into [`Resolved::upstreams`].
-    pub upstream: usize,
-    /// Route override of the upstream request timeout.
-    pub request_timeout: Option<Limit>,
-    /// Route override of the inbound `request` deadline.
-    pub client_request_timeout: Option<Duration>,
 }

@@ -87,7 +87,7 @@ fn broken_everywhere() -> Config {
     unnamed.connect_timeout = Dur(Duration::ZERO);
     c.upstreams = vec![u.clone(), u, unnamed];
     let mut r = c.routes[0].clone();
-    r.path_prefix = "x".into();
+    r.path_prefix = Some("x".into());
     r.upstream = "missing".into();
     c.routes.push(r);
     c

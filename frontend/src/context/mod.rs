@@ -1,6 +1,6 @@
 //! The per-worker context every connection, session and exchange of a worker shares (single-threaded,
 //! `Rc`, nothing shared with other workers on the request path): the config-dependent [`Live`] snapshot
-//! (configuration, routes, upstream pools), metric handles, the warn-log limiter, the idle-connection list
+//! (configuration with its compiled routes, upstream pools), metric handles, the warn-log limiter, the idle-connection list
 //! ([`idle`]) and the request-id counter.
 //!
 //! Config reload: each request takes the current snapshot once ([`Worker::live`]) and finishes on it;
@@ -23,17 +23,15 @@ use edge_core::{
 };
 use edge_upstream::{Upstream, UpstreamCounters};
 
-use crate::{log::LogLimit, request::route::Router};
+use crate::log::LogLimit;
 
 /// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
 /// snapshot it started on until it ends.
 pub struct Live {
-    /// The configuration.
+    /// The configuration, with its compiled route table (`cfg.routes`, DESIGN.md "Routing").
     pub cfg: Arc<Resolved>,
     /// Its generation ([`edge_core::runtime::Published`]).
     pub generation: u64,
-    /// Routes in matching order.
-    pub router: Router,
     /// Upstreams in config order, each with per-endpoint pools.
     pub upstreams: Vec<Upstream>,
 }
@@ -59,7 +57,6 @@ impl Live {
             })
             .collect();
         Live {
-            router: Router::new(&cfg.routes),
             upstreams,
             generation,
             cfg,

@@ -162,6 +162,7 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
         tracing::info!(event = "config.upstream", name = %u.config.name, endpoints = %eps.join(","));
     }
     announce(&new);
+    crate::request::route::log_warnings(&new);
     let (upstreams, routes) = (new.upstreams.len(), new.routes.len());
     let generation = shared.config.publish(new);
     tracing::info!(
@@ -226,7 +227,7 @@ mod tests {
     fn routes_upstreams_and_timeouts_may_change() {
         let old = resolved(|_| {});
         let new = resolved(|c| {
-            c.routes[0].path_prefix = "/api".into();
+            c.routes[0].path_prefix = Some("/api".into());
             c.upstreams[0].endpoints = vec!["127.0.0.1:9".into()];
             c.server.timeouts.idle = edge_core::config::Dur::secs(5);
             c.server.limits.max_headers = 10;

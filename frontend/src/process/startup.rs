@@ -73,6 +73,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
             .store(a.port(), std::sync::atomic::Ordering::Relaxed);
     }
     crate::process::reload::announce(resolved);
+    crate::request::route::log_warnings(resolved);
 
     // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());

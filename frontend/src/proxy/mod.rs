@@ -111,6 +111,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
             body: req.info.body,
             upgrade: req.info.upgrade,
             max_forwards: req.info.max_forwards,
+            path: req.rewrite.path,
         };
         request_head(&mut out.0, &view, &rw);
     }

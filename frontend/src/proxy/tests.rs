@@ -260,7 +260,7 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
         is_head: false,
         idempotent,
         cfg: &live.cfg,
-        route: &live.cfg.routes[0],
+        route: live.cfg.routes.get(0).unwrap().1,
         upstream: &live.upstreams[0],
         request_timeout: Some(Duration::from_secs(5)),
         client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
@@ -271,6 +271,7 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
             line: b"GET /",
             id: b"test-1",
         },
+        rewrite: Default::default(),
     };
     run(w, s, req).await
 }

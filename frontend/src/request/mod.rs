@@ -5,7 +5,8 @@
 //! ([`crate::proxy::run`]) forwards. The phases run in the order of DESIGN.md:
 //!
 //! 1. local answers before any rule ([`local`]);
-//! 2. route ([`route`]); no route: 404;
+//! 2. route ([`route`]) on the normalised path (400 `bad_path` when it cannot be normalised); no
+//!    route: 404;
 //! 3. the route's request-phase rules (rate limits, then `redirect` / `respond`);
 //! 4. the request rewrite plan;
 //! 5. upstream choice;
@@ -27,6 +28,7 @@ use edge_core::{
         head::{Fields, RequestHead},
         request_id::RequestId,
     },
+    metrics::InvalidReason,
 };
 use edge_upstream::Upstream;
 use monoio::time::Instant;
@@ -99,17 +101,31 @@ pub struct Admitted<'a> {
     pub https: bool,
     /// Method, target and request id, for log lines.
     pub log: RequestLog<'a>,
+    /// What is changed in the request on its way upstream.
+    pub rewrite: Rewrite<'a>,
+}
+
+/// The request rewrite plan (DESIGN.md "Request pipeline and traffic rules", phase 4): what the
+/// upstream request head carries in place of what was received.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rewrite<'a> {
+    /// The normalised path, when it differs from the received one (DESIGN.md "Routing"): sent in place
+    /// of the received path, followed by the received query.
+    pub path: Option<&'a [u8]>,
 }
 
 /// Admits the request `r` on the configuration snapshot `live` (phases 1 to 5 of DESIGN.md "Request
 /// pipeline and traffic rules"). `line` is the request's method and target for log lines; the request
-/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id`.
+/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id`, and the
+/// normalised path into `scratch` when it differs from the received one. Both buffers belong to the
+/// connection (or the HTTP/2 stream task) and are reused, so admission allocates nothing per request.
 pub fn admit<'a>(
     w: &Worker,
     live: &'a Live,
     r: &Incoming<'_>,
     line: &'a [u8],
     id: &'a mut Vec<u8>,
+    scratch: &'a mut Vec<u8>,
 ) -> Admission<'a> {
     let server = &live.cfg.config.server;
     let buf = r.buf;
@@ -135,13 +151,28 @@ pub fn admit<'a>(
         return Admission::Local(answer);
     }
     crate::faults::on_request(path);
-    // Phase 2: the route.
-    let Some(route) = live.router.find(target, host) else {
+    // Phase 2: the route, on the normalised path (400 `bad_path` when it cannot be normalised).
+    let routing = route::Target {
+        method,
+        host,
+        target,
+        head: buf,
+        fields: r.fields,
+    };
+    let routed = match route::find(&live.cfg.routes, &routing, scratch) {
+        Ok(routed) => routed,
+        Err(_) => return Admission::Refused(Failure::Invalid(InvalidReason::BadPath)),
+    };
+    let Some(route) = routed.route else {
         return Admission::Refused(Failure::NoRoute);
     };
-    // Phase 3, the route's request-phase rules (limits, then redirect / respond), and phase 4, the
-    // rewrite plan, go here: each returns an `Admission::Local` or `Admission::Refused` to answer, or
-    // adds to what is forwarded.
+    // Phase 3, the route's request-phase rules (limits, then redirect / respond), goes here: a rule
+    // returns an `Admission::Local` or `Admission::Refused` to answer.
+    // Phase 4: the rewrite plan. Today the normalised path, sent in place of the received one; the
+    // route's path, host and header rewrites join it here.
+    let rewrite = Rewrite {
+        path: routed.rewritten.then_some(scratch.as_slice()),
+    };
     // Phase 5: the upstream.
     let upstream = &live.upstreams[route.upstream];
     id.clear();
@@ -165,6 +196,7 @@ pub fn admit<'a>(
         peer: r.peer,
         https: r.https,
         log: RequestLog { line, id },
+        rewrite,
     })
 }
 

@@ -1,88 +1,118 @@
-//! Routing (DESIGN.md "Routing"): the path without its query, byte-wise, is matched against each
-//! route's `path_prefix` (plain prefix: `/api` matches `/apix`). Routes whose `host` equals the request's
-//! host (case-insensitive, port removed) come first, then routes without a host; the longest prefix wins
-//! and on a tie the first in the file.
+//! Routing a request (DESIGN.md "Routing"), the same for HTTP/1.1 and HTTP/2: the target's path is
+//! normalised (RFC 3986 §6.2.2, [`edge_core::policy::path`]) into the caller's reusable buffer, then the
+//! configuration's compiled route table ([`edge_core::config::Routes`], built at load) picks the route
+//! from the method, host, normalised path, query and header fields. The normalised path is also what
+//! goes upstream ([`Routed::rewritten`]).
 
-use edge_core::config::ResolvedRoute;
+use edge_core::{
+    config::{ResolvedRoute, Routes},
+    http::head::Field,
+    policy::{
+        path::{normalise, BadPath},
+        route::RouteRequest,
+    },
+};
 
-/// Routes in matching order.
-pub struct Router {
-    routes: Vec<ResolvedRoute>,
+/// A request as routing sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    /// The method token.
+    pub method: &'a [u8],
+    /// The Host field or `:authority` (an absolute-form target's authority), as received.
+    pub host: Option<&'a [u8]>,
+    /// The origin-form target: path and query (`RequestHead::path`).
+    pub target: &'a [u8],
+    /// The head buffer `fields` point into.
+    pub head: &'a [u8],
+    /// The header fields.
+    pub fields: &'a [Field],
 }
 
-impl Router {
-    /// Orders routes once: host-specific first, then by prefix length (longest first), file order on ties.
-    pub fn new(routes: &[ResolvedRoute]) -> Self {
-        let mut routes = routes.to_vec();
-        routes.sort_by_key(|r| (r.host.is_none(), std::cmp::Reverse(r.path_prefix.len())));
-        Router { routes }
-    }
-
-    /// The route for a request target and Host value, or `None` (404).
-    pub fn find(&self, target: &[u8], host: Option<&[u8]>) -> Option<&ResolvedRoute> {
-        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
-        let host = host.map(strip_port);
-        self.routes.iter().find(|r| {
-            let host_ok = match (&r.host, host) {
-                (None, _) => true,
-                (Some(want), Some(have)) => want.as_bytes().eq_ignore_ascii_case(have),
-                (Some(_), None) => false,
-            };
-            host_ok && path.starts_with(r.path_prefix.as_bytes())
-        })
-    }
+/// What routing found.
+#[derive(Clone, Copy, Debug)]
+pub struct Routed<'r> {
+    /// The route; `None`: no route (404).
+    pub route: Option<&'r ResolvedRoute>,
+    /// The normalised path differs from the received one: it is in the caller's buffer and is sent
+    /// upstream in place of the received path, followed by the received query.
+    pub rewritten: bool,
 }
 
-/// `example.com:8080` → `example.com`; `[::1]:80` → `[::1]`.
-fn strip_port(host: &[u8]) -> &[u8] {
-    match host.iter().rposition(|&b| b == b':') {
-        Some(i) if !host[i..].contains(&b']') => &host[..i],
-        _ => host,
+/// Normalises the path of `t.target` (into `scratch` only when it is not already normal: no copy, and
+/// no allocation once `scratch` has grown) and finds its route in `routes`.
+///
+/// # Errors
+/// [`BadPath`] (400 `bad_path`): a `..` above the root, an encoded NUL, or an invalid percent-encoding.
+pub fn find<'r>(
+    routes: &'r Routes,
+    t: &Target<'_>,
+    scratch: &mut Vec<u8>,
+) -> Result<Routed<'r>, BadPath> {
+    let (path, query) = match t.target.iter().position(|&b| b == b'?') {
+        Some(q) => (&t.target[..q], Some(&t.target[q + 1..])),
+        None => (t.target, None),
+    };
+    let normal = normalise(path, scratch)?;
+    let rewritten = !std::ptr::eq(normal, path);
+    let route = routes.find(&RouteRequest {
+        method: t.method,
+        host: t.host,
+        path: normal,
+        query,
+        head: t.head,
+        fields: t.fields,
+    });
+    Ok(Routed { route, rewritten })
+}
+
+/// Logs `config.route_never_matches` at warn for each route of `cfg` that can never match (at start
+/// and at every reload; `edge --check` prints the same lines).
+pub fn log_warnings(cfg: &edge_core::config::Resolved) {
+    for w in cfg.routes.warnings() {
+        tracing::warn!(event = "config.route_never_matches", "{w}");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edge_core::config::{Config, DEFAULT_CONFIG};
 
-    fn route(prefix: &str, host: Option<&str>, upstream: usize) -> ResolvedRoute {
-        ResolvedRoute {
-            path_prefix: prefix.into(),
-            host: host.map(str::to_string),
-            upstream,
-            request_timeout: None,
-            client_request_timeout: None,
-        }
+    fn routes(extra: &str) -> Routes {
+        let text = format!("{DEFAULT_CONFIG}\n{extra}");
+        Config::parse(&text, "t")
+            .unwrap()
+            .resolve("t")
+            .unwrap()
+            .routes
     }
 
-    #[test]
-    fn host_routes_first_then_longest_prefix_then_file_order() {
-        let r = Router::new(&[
-            route("/", None, 0),
-            route("/api", None, 1),
-            route("/api", None, 2),
-            route("/", Some("x.example"), 3),
-        ]);
-        let up = |t: &str, h: Option<&str>| {
-            r.find(t.as_bytes(), h.map(str::as_bytes))
-                .map(|r| r.upstream)
+    fn route(
+        routes: &Routes,
+        target: &str,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(usize, bool), BadPath> {
+        let t = Target {
+            method: b"GET",
+            host: Some(b"x"),
+            target: target.as_bytes(),
+            head: b"",
+            fields: &[],
         };
-        assert_eq!(up("/apix?q=1", None), Some(1));
-        assert_eq!(up("/ap", None), Some(0));
-        assert_eq!(up("/api/v1", Some("X.Example:8080")), Some(3));
-        assert_eq!(up("/api/v1", Some("other")), Some(1));
-        assert_eq!(up("/?/api", None), Some(0));
+        find(routes, &t, scratch).map(|r| (r.route.map_or(usize::MAX, |r| r.index), r.rewritten))
     }
 
     #[test]
-    fn no_route_is_none() {
-        let r = Router::new(&[route("/only", None, 0)]);
-        assert!(r.find(b"/other", None).is_none());
-    }
-
-    #[test]
-    fn ipv6_host_port() {
-        assert_eq!(strip_port(b"[::1]:80"), b"[::1]");
-        assert_eq!(strip_port(b"[::1]"), b"[::1]");
+    fn the_normalised_path_is_routed_and_flagged_when_rewritten() {
+        let r = routes("[[routes]]\npath_prefix = \"/v2\"\nupstream = \"origin\"\n");
+        let mut scratch = Vec::new();
+        assert_eq!(route(&r, "/v2/a?x=/..", &mut scratch), Ok((1, false)));
+        assert_eq!(route(&r, "/x/../v2/a?q", &mut scratch), Ok((1, true)));
+        assert_eq!(scratch, b"/v2/a");
+        assert_eq!(route(&r, "/v2foo", &mut scratch), Ok((0, false)));
+        assert_eq!(route(&r, "?q", &mut scratch), Ok((0, true)));
+        assert_eq!(scratch, b"/");
+        assert_eq!(route(&r, "/../etc", &mut scratch), Err(BadPath));
+        assert_eq!(route(&r, "/a%00", &mut scratch), Err(BadPath));
     }
 }

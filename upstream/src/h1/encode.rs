@@ -34,6 +34,9 @@ pub struct RequestRewrite<'a> {
     /// The Max-Forwards value received on an OPTIONS or TRACE request; it goes upstream decremented
     /// (RFC 9110 §7.6.2). The caller answers a 0 itself.
     pub max_forwards: Option<u64>,
+    /// The normalised path to send in place of the received one when they differ (DESIGN.md
+    /// "Routing"); the received query, from its `?`, follows it. `None`: the target as received.
+    pub path: Option<&'a [u8]>,
 }
 
 /// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream (`Connection: upgrade`
@@ -45,10 +48,17 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     out.push(b' ');
     // Absolute-form goes upstream in origin-form with its authority as Host (RFC 9112 §3.2.2).
     let path = &buf[head.path.clone()];
-    if !path.starts_with(b"/") && path != b"*" {
-        out.push(b'/');
+    if let Some(normal) = rw.path {
+        out.extend_from_slice(normal);
+        if let Some(q) = path.iter().position(|&b| b == b'?') {
+            out.extend_from_slice(&path[q..]);
+        }
+    } else {
+        if !path.starts_with(b"/") && path != b"*" {
+            out.push(b'/');
+        }
+        out.extend_from_slice(path);
     }
-    out.extend_from_slice(path);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let named = connection_names_fields(buf, fields);
     let mut xff_prev = false;
@@ -168,6 +178,7 @@ mod tests {
             body: Body::Length(3),
             upgrade: info.upgrade,
             max_forwards: info.max_forwards,
+            path: None,
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -298,6 +309,43 @@ mod tests {
         assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
     }
 
+    #[test]
+    fn a_normalised_path_replaces_the_received_one_and_keeps_its_query() {
+        let text = "GET /x/../v2/%7ea?q=/../1 HTTP/1.1\r\nHost: a\r\n\r\n";
+        let mut f = Fields::new();
+        let h = parse_request(text.as_bytes(), 100, &mut f)
+            .unwrap()
+            .unwrap();
+        let rw = RequestRewrite {
+            peer: "10.0.0.9".parse().unwrap(),
+            trusted: false,
+            https: false,
+            id: b"id",
+            body: Body::None,
+            upgrade: false,
+            max_forwards: None,
+            path: Some(b"/v2/~a"),
+        };
+        let mut out = Vec::new();
+        request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.starts_with("GET /v2/~a?q=/../1 HTTP/1.1\r\nHost: a\r\n"),
+            "{out}"
+        );
+        let text = "GET http://a HTTP/1.1\r\nHost: a\r\n\r\n";
+        let h = parse_request(text.as_bytes(), 100, &mut f)
+            .unwrap()
+            .unwrap();
+        let rw = RequestRewrite {
+            path: Some(b"/"),
+            ..rw
+        };
+        let mut out = Vec::new();
+        request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
+        assert!(out.starts_with(b"GET / HTTP/1.1\r\n"));
+    }
+
     use edge_core::http::framing::request_info;
     use proptest::prelude::*;
 
@@ -336,6 +384,7 @@ mod tests {
                 body: info.body,
                 upgrade: false,
                 max_forwards: None,
+                path: None,
             };
             let mut out = Vec::new();
             request_head(&mut out, &view(buf, &h, &f), &rw);

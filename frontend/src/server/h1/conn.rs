@@ -63,6 +63,9 @@ pub(super) struct Conn<T: Transport> {
     pub(super) log_line: Vec<u8>,
     /// Request id of the current request, for log lines.
     pub(super) log_id: Vec<u8>,
+    /// The current request's normalised path when it differs from the received one
+    /// ([`crate::request::route::find`]).
+    pub(super) path: Vec<u8>,
     /// Cancels the keep-alive fast-path read (see [`super::idle::fast_wait`]); taken from the worker's
     /// spares (or made) by the first fast wait after an idle period and spent when the connection goes
     /// idle again, so an idle connection holds none.
@@ -135,6 +138,7 @@ pub fn serve<T: Transport>(
         served: 0,
         log_line: Vec::new(),
         log_id: Vec::new(),
+        path: Vec::new(),
         cancel: None,
         refuse_proxy_header: false,
         https,
@@ -379,7 +383,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         close,
         started,
     };
-    let req = match request::admit(w, &live, &incoming, &c.log_line, &mut c.log_id) {
+    let req = match request::admit(w, &live, &incoming, &c.log_line, &mut c.log_id, &mut c.path) {
         Admission::Forward(req) => req,
         Admission::Local(local) => {
             let body = info.body;

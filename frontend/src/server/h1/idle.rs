@@ -32,8 +32,8 @@ pub(crate) fn trim_spare_vectors() {
     SPARE_CANCELLERS.with(|s| s.borrow_mut().trim(SPARE_VECTORS_FLOOR));
 }
 
-/// A connection's head fields, log line and request id storage.
-type RequestVectors = (Fields, Vec<u8>, Vec<u8>);
+/// A connection's head fields, log line, request id and normalised path storage.
+type RequestVectors = (Fields, Vec<u8>, Vec<u8>, Vec<u8>);
 
 impl<T: Transport> Conn<T> {
     /// Gives the connection request vectors from the worker's spares when it has none (a new
@@ -43,8 +43,8 @@ impl<T: Transport> Conn<T> {
         if self.fields.capacity() > 0 {
             return;
         }
-        if let Some((fields, line, id)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop()) {
-            (self.fields, self.log_line, self.log_id) = (fields, line, id);
+        if let Some((fields, line, id, path)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop()) {
+            (self.fields, self.log_line, self.log_id, self.path) = (fields, line, id, path);
         }
     }
 
@@ -55,6 +55,7 @@ impl<T: Transport> Conn<T> {
             std::mem::take(&mut self.fields),
             std::mem::take(&mut self.log_line),
             std::mem::take(&mut self.log_id),
+            std::mem::take(&mut self.path),
         );
         if v.0.capacity() == 0 {
             return;
@@ -62,6 +63,7 @@ impl<T: Transport> Conn<T> {
         v.0.clear();
         v.1.clear();
         v.2.clear();
+        v.3.clear();
         SPARE_VECTORS.with(|s| s.borrow_mut().push(v, SPARE_VECTORS_MAX));
     }
 }

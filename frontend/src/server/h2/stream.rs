@@ -98,12 +98,13 @@ fn log_line(buf: &[u8], out: &mut Vec<u8>) {
 }
 
 /// What a stream task keeps from one stream to the next, so that serving a stream allocates none of
-/// it again: the parsed fields, the log line and the request id.
+/// it again: the parsed fields, the log line, the request id and the normalised path.
 #[derive(Default)]
 pub struct Scratch {
     fields: Fields,
     line: Vec<u8>,
     id: Vec<u8>,
+    path: Vec<u8>,
 }
 
 /// Whether the client reset the stream already (h2 hands over streams reset before they were
@@ -183,7 +184,8 @@ pub async fn serve(
         started,
     };
     let mut id = std::mem::take(&mut scratch.id);
-    let admission = crate::request::admit(w, &live, &incoming, &line, &mut id);
+    let mut path = std::mem::take(&mut scratch.path);
+    let admission = crate::request::admit(w, &live, &incoming, &line, &mut id, &mut path);
     let is_head = parts.method == http::Method::HEAD;
     let adm = match admission {
         Admission::Forward(adm) => adm,
@@ -196,21 +198,21 @@ pub async fn serve(
             };
             finish(w, &log, from.peer, status, started);
             scratch.keep(s.take_fields(), line);
-            scratch.id = id;
+            (scratch.id, scratch.path) = (id, path);
             return;
         }
         Admission::Refused(f) => {
             let mut s = new_session(request, fields, deadline);
             fail(w, &mut s, f, &line, b"-", from.peer, started).await;
             scratch.keep(s.take_fields(), line);
-            scratch.id = id;
+            (scratch.id, scratch.path) = (id, path);
             return;
         }
     };
     let mut s = new_session(request, fields, adm.client_deadline);
     forward(w, &mut s, adm, started).await;
     scratch.keep(s.take_fields(), line);
-    scratch.id = id;
+    (scratch.id, scratch.path) = (id, path);
 }
 
 impl Scratch {
