@@ -66,6 +66,18 @@ impl UpstreamError {
     }
 }
 
+impl From<edge_core::io::body::SinkError> for UpstreamError {
+    /// A request-body write that failed ([`UpstreamError::from_io`]) or made no progress within
+    /// `write_timeout` (`WriteTimeout`).
+    fn from(e: edge_core::io::body::SinkError) -> Self {
+        use edge_core::io::body::SinkError;
+        match e {
+            SinkError::Io(e) => UpstreamError::from_io(&e),
+            SinkError::Timeout => UpstreamError::new(UpstreamErrorKind::WriteTimeout),
+        }
+    }
+}
+
 /// Where a failure of some [`UpstreamErrorKind`] is counted (DESIGN.md "Status codes", "Metrics").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counted {

@@ -13,6 +13,7 @@
 //! that must be stopped without loss goes through `CancelableAsyncReadRent` (cancel, then await it to its
 //! end). Implementations keep that contract.
 
+pub mod body;
 mod dont_wait;
 mod plain;
 pub mod poll;

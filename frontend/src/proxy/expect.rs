@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use edge_core::http::head::Fields;
 use edge_upstream::{
-    h1::response::{buffered, wait_more, Buffered, Waited},
-    UpstreamConn, UpstreamError,
+    received::{buffered, Buffered},
+    session::{UpstreamSession, Waited},
+    UpstreamError,
 };
 use monoio::time::Instant;
 
@@ -47,9 +48,9 @@ pub enum Failed {
 ///
 /// # Cancel safety
 /// The upstream read is cancelled at the deadline and awaited, so bytes that won the race stay buffered.
-pub async fn await_continue<S: Session>(
+pub async fn await_continue<S: Session, E: UpstreamSession>(
     s: &mut S,
-    conn: &mut UpstreamConn,
+    up: &mut E,
     fields: &mut Fields,
     interim: &mut Interim,
 ) -> Result<End, Failed> {
@@ -57,10 +58,10 @@ pub async fn await_continue<S: Session>(
     let mut received = false;
     loop {
         loop {
-            match buffered(&conn.buf, fields) {
+            match buffered(up.received(), fields) {
                 Buffered::Interim(h) => {
                     interim
-                        .forward(s, &mut conn.buf, &h, fields)
+                        .forward(s, up.received_mut(), &h, fields)
                         .await
                         .map_err(Failed::Client)?;
                     if h.status == 100 {
@@ -71,10 +72,10 @@ pub async fn await_continue<S: Session>(
                 Buffered::Final => return Ok(End::Final),
             }
         }
-        match wait_more(conn, until, received).await {
+        match up.wait_more(until, received).await {
             Ok(Waited::Bytes) => received = true,
             // Part of a head at the deadline: the response has begun.
-            Ok(Waited::Deadline) if !conn.buf.is_empty() => return Ok(End::Final),
+            Ok(Waited::Deadline) if !up.received().is_empty() => return Ok(End::Final),
             Ok(Waited::Deadline) => {
                 // Silence: edge gives the go-ahead itself.
                 s.send_continue().await.map_err(Failed::Client)?;

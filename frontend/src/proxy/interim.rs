@@ -51,7 +51,7 @@ impl Interim {
 
 /// The client went away while edge wrote to it: a `send` timeout is counted (inbound timeout and
 /// truncation) and logged at warn; a close at debug.
-pub fn client_gone(w: &Worker, log: &RequestLog<'_>, e: SendFailure) -> Outcome {
+pub fn client_gone<U>(w: &Worker, log: &RequestLog<'_>, e: SendFailure) -> Outcome<U> {
     crate::respond::record_client_gone(w, log, e);
     Outcome::ClientGone
 }

@@ -1,8 +1,10 @@
 //! The orchestrator (DESIGN.md "Layout", `frontend/src/proxy`): route → upstream exchange → response,
-//! written once against the downstream [`Session`] and the upstream HTTP/1.1 client
-//! ([`edge_upstream::h1`]). The request head is rewritten and sent with whatever body bytes already
-//! arrived, the rest of the body is streamed as it arrives (never buffered whole), the response head is
-//! read under `request_timeout` and the zombie threshold, and the body is relayed back.
+//! written once against two seams: the downstream [`Session`] and the upstream session
+//! ([`edge_upstream::session`]: [`Open`] opens an [`UpstreamSession`] per request, whatever protocol the
+//! upstream speaks). The request head is rewritten and sent with whatever body bytes already arrived,
+//! the rest of the body is streamed as it arrives (never buffered whole), the response head is read
+//! under `request_timeout` and the zombie threshold, and the body is relayed back. Everything here is
+//! generic over the upstream session; [`run`] uses the one the route's [`Upstream`] opens.
 //!
 //! Deadlines (DESIGN.md "Inbound deadlines", "Zombie detection"): the client `request` deadline bounds
 //! reading the body (in the session); `write_timeout` bounds each write upstream; `request_timeout`
@@ -25,16 +27,12 @@ use std::time::Duration;
 
 use edge_core::{buf::SendBuf, clock::coarse_now, http::head::Fields, metrics::LocalGauge};
 use edge_upstream::{
-    h1::{
-        encode::{request_head, RequestRewrite},
-        is_interim,
-        request::{send_body_watching_response, send_head, BodyEnd, SendBodyError},
-        response::read_head,
-    },
-    pool::Reuse,
+    head::{request_head, RequestRewrite},
+    received::is_interim,
     retry::Attempt,
+    session::{BodyEnd, BodyError, Open, Reuse, UpstreamSession},
     zombie::{self, ActivityClock},
-    UpstreamConn, UpstreamError, UpstreamErrorKind,
+    UpstreamError, UpstreamErrorKind,
 };
 
 pub use expect::CONTINUE_WAIT;
@@ -48,8 +46,12 @@ use crate::{
 /// The admitted request the orchestrator runs ([`crate::request::admit`]).
 pub use crate::request::Admitted as Request;
 
-/// How the exchange ended.
-pub enum Outcome {
+/// The upstream side of a tunnel after a `101` ([`Outcome::Upgraded`], [`tunnel::tunnel`]): what the
+/// route's upstream opens.
+pub type Tunnel = edge_upstream::Tunnel;
+
+/// How the exchange ended. `U` is the upstream side of a tunnel ([`Tunnel`] for every real upstream).
+pub enum Outcome<U = Tunnel> {
     /// The response was delivered whole.
     Done {
         /// Status sent.
@@ -77,11 +79,10 @@ pub enum Outcome {
     ClientGone,
     /// The upstream answered `101 Switching Protocols` to an upgrade request and the 101 head reached the
     /// client: the caller tunnels bytes between the two connections ([`tunnel::tunnel`]). Bytes the
-    /// upstream sent after its head are still in `conn.buf`.
+    /// upstream sent after its head are still in the tunnel.
     Upgraded {
-        /// The upstream connection, never pooled again (a pointer: [`UpstreamConn`] keeps its fields in
-        /// a box).
-        conn: UpstreamConn,
+        /// The upstream side, never reused (a pointer for HTTP/1.1).
+        tunnel: U,
     },
 }
 
@@ -93,9 +94,26 @@ pub(crate) struct Answered {
     pub(crate) early: bool,
 }
 
-/// Runs one exchange for the request of `s`.
+/// Runs one exchange for the request of `s` on the route's upstream.
 pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome {
     let _active = ActiveGauge::new(&w.metrics.upstream_active);
+    let (out, wait_continue) = match start(s, &req) {
+        Ok(started) => started,
+        Err(f) => return failed(f, false),
+    };
+    let mut fields = s.take_fields();
+    let up = req.upstream;
+    let outcome = exchange(w, s, &req, up, out, &mut fields, wait_continue).await;
+    s.put_fields(fields);
+    outcome
+}
+
+/// Writes the upstream request head and the body bytes that came with it into a pooled buffer, and
+/// says whether to wait for `100 Continue` before the rest of the body.
+///
+/// # Errors
+/// The body prefix failed its framing or limit checks (400, 413).
+fn start<S: Session>(s: &mut S, req: &Request<'_>) -> Result<(SendBuf, bool), Failure> {
     let mut out = SendBuf::take();
     {
         let view = s.request();
@@ -117,45 +135,42 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
     }
     // Body bytes that arrived with the head go out in the same write.
     let head_len = out.0.len();
-    if let Err(f) = s.body_prefix(&mut out.0) {
-        return failed(f, false);
-    }
+    s.body_prefix(&mut out.0)?;
     // The client waits for a go-ahead before its body (RFC 9110 §10.1.1): so does edge, for the
     // upstream's.
     let wait_continue = s.expects_continue() && out.0.len() == head_len;
-    let mut fields = s.take_fields();
-    let outcome = exchange(w, s, &req, out, &mut fields, wait_continue).await;
-    s.put_fields(fields);
-    outcome
+    Ok((out, wait_continue))
 }
 
-/// What an attempt on one upstream connection led to, when it did not get a response head.
-enum Stop {
+/// What an attempt on one upstream session led to, when it did not get a response head.
+enum Stop<U> {
     /// The failure is retry-safe and the policy allows another attempt.
     Retry,
     /// The exchange ends with this outcome.
-    End(Outcome),
+    End(Outcome<U>),
 }
 
-/// Sends the request (retrying per policy), reads up to the final response head (forwarding interim
-/// responses) and relays the response. `out` holds the upstream head and the body prefix.
+/// Sends the request on sessions `open` opens (retrying per policy), reads up to the final response
+/// head (forwarding interim responses) and relays the response. `out` holds the upstream head and the
+/// body prefix.
 ///
-/// The upstream connection stays in this frame from its checkout to the response phase, and the phases
-/// borrow it instead of handing it on from one to the next: it is over 200 bytes, and each hand-off
-/// was a copy (bench/README.md "Future moves").
-async fn exchange<S: Session>(
+/// The upstream session stays in this frame from its opening to the response phase, and the phases
+/// borrow it instead of handing it on from one to the next: each hand-off was a copy
+/// (bench/README.md "Future moves").
+async fn exchange<S: Session, O: Open>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
+    open: &O,
     mut out: SendBuf,
     fields: &mut Fields,
     wait_continue: bool,
-) -> Outcome {
+) -> Outcome<O::Tunnel> {
     let sent_whole = s.body_done();
     let mut interim = interim::Interim::default();
     let mut previous = 0;
     loop {
-        // The retry rule, asked before the checkout: would a failure on a reused connection be sent
+        // The retry rule, asked before the opening: would a failure on a reused connection be sent
         // again on a fresh one?
         let retried_if_reused = Attempt {
             reused: true,
@@ -169,17 +184,17 @@ async fn exchange<S: Session>(
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
         };
-        let co = match req.upstream.checkout(reuse).await {
-            Ok(co) => co,
+        let opened = match open.open(reuse).await {
+            Ok(opened) => opened,
             Err(e) => return failed(Failure::Upstream(e), sent_whole),
         };
-        if co.retried {
+        if opened.retried {
             w.metrics.upstream_retries.increment(1);
         }
         w.metrics.upstream_requests.increment(1);
         // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.
         let attempt = Attempt {
-            reused: co.conn.reused,
+            reused: opened.session.reused(),
             idempotent: req.idempotent,
             replayable: sent_whole || wait_continue,
             previous,
@@ -188,14 +203,14 @@ async fn exchange<S: Session>(
             may_retry: attempt.may_retry(),
             wait_continue,
         };
-        let mut conn = co.conn;
+        let mut up = opened.session;
         let sent =
-            match send_request(w, s, req, &mut conn, &mut out.0, fields, &mut interim, &on).await {
+            match send_request(w, s, req, &mut up, &mut out.0, fields, &mut interim, &on).await {
                 Ok(Sent::Whole { early }) => Ok((early, false)),
                 Ok(Sent::BodyPending) => {
                     let write_timeout = req.upstream.config.write_timeout.0;
-                    let (c, r) = stream_body(s, conn, fields, write_timeout).await;
-                    conn = c;
+                    let (u, r) = stream_body(s, up, fields, write_timeout).await;
+                    up = u;
                     r.map(|early| (early, true))
                 }
                 Err(stop) => Err(stop),
@@ -204,7 +219,7 @@ async fn exchange<S: Session>(
             Ok((early, streamed)) => {
                 // Once body bytes were streamed from the client they cannot be sent again.
                 let retry = on.may_retry && !streamed;
-                response_head(w, s, req, &mut conn, early, fields, &mut interim, retry).await
+                response_head(w, s, req, &mut up, early, fields, &mut interim, retry).await
             }
             Err(stop) => Err(stop),
         };
@@ -215,12 +230,10 @@ async fn exchange<S: Session>(
                 drop(out);
                 if answered.head.status == 101 {
                     let early = answered.early;
-                    return tunnel::switch(w, s, req, conn, &answered.head, fields, early).await;
+                    return tunnel::switch(w, s, req, up, &answered.head, fields, early).await;
                 }
-                let (outcome, after) = relay::respond(w, s, req, &mut conn, answered, fields).await;
-                if let relay::After::Pool { keep_alive_secs } = after {
-                    req.upstream.checkin(conn, keep_alive_secs);
-                }
+                let (outcome, finish) = relay::respond(w, s, req, &mut up, answered, fields).await;
+                up.finish(finish);
                 return outcome;
             }
             // Asked for only where `on.may_retry` allowed it.
@@ -248,21 +261,21 @@ enum Sent {
     BodyPending,
 }
 
-/// Sends the head (and body prefix) on `conn` and waits for `100 Continue` when the client does.
+/// Sends the head (and body prefix) on `up` and waits for `100 Continue` when the client does.
 #[allow(clippy::too_many_arguments)]
-async fn send_request<S: Session>(
+async fn send_request<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    conn: &mut UpstreamConn,
+    up: &mut E,
     out: &mut Vec<u8>,
     fields: &mut Fields,
     interim: &mut interim::Interim,
     on: &Attempted,
-) -> Result<Sent, Stop> {
+) -> Result<Sent, Stop<E::Tunnel>> {
     let cfg = &req.upstream.config;
     let sent_whole = s.body_done();
-    match send_head(conn, out, cfg.write_timeout.0).await {
+    match up.send_head(out, cfg.write_timeout.0).await {
         Ok(()) => {}
         Err(e) if on.may_retry && e.kind != UpstreamErrorKind::WriteTimeout => {
             return Err(Stop::Retry)
@@ -270,7 +283,7 @@ async fn send_request<S: Session>(
         Err(e) => return Err(Stop::End(failed(Failure::Upstream(e), sent_whole))),
     }
     if on.wait_continue {
-        match expect::await_continue(s, conn, fields, interim).await {
+        match expect::await_continue(s, up, fields, interim).await {
             Ok(expect::End::SendBody) => {}
             Ok(expect::End::Final) => return Ok(Sent::Whole { early: true }),
             Err(expect::Failed::Client(e)) => {
@@ -289,41 +302,42 @@ async fn send_request<S: Session>(
     Ok(Sent::BodyPending)
 }
 
-/// Streams the rest of the request body on `conn` while watching for an early answer; `Ok(early)`
-/// when it ends without a failure. The connection is handed over and back (its halves read and write
-/// at once): the one phase that moves it, and only for a body that did not come with the head.
-async fn stream_body<S: Session>(
+/// Streams the rest of the request body on `up` while watching for an early answer; `Ok(early)` when
+/// it ends without a failure. The session is handed over and back (HTTP/1.1 reads and writes its
+/// connection's halves at once): the one phase that moves it, and only for a body that did not come
+/// with the head.
+async fn stream_body<S: Session, E: UpstreamSession>(
     s: &mut S,
-    conn: UpstreamConn,
+    up: E,
     fields: &mut Fields,
     write_timeout: Duration,
-) -> (UpstreamConn, Result<bool, Stop>) {
-    let (conn, body) = send_body_watching_response(conn, s, fields, write_timeout).await;
+) -> (E, Result<bool, Stop<E::Tunnel>>) {
+    let (up, body) = up.send_body(s, fields, write_timeout).await;
     let end = |o| Err(Stop::End(o));
     let r = match body {
         Ok(BodyEnd::Sent) => Ok(false),
         Ok(BodyEnd::Early) => Ok(true),
-        Err(SendBodyError::Source(BodyFailure::Client(f))) => end(failed(f, false)),
-        Err(SendBodyError::Source(BodyFailure::ClientGone)) => end(Outcome::ClientGone),
-        Err(SendBodyError::Upstream(e)) => end(failed(Failure::Upstream(e), false)),
+        Err(BodyError::Source(BodyFailure::Client(f))) => end(failed(f, false)),
+        Err(BodyError::Source(BodyFailure::ClientGone)) => end(Outcome::ClientGone),
+        Err(BodyError::Upstream(e)) => end(failed(Failure::Upstream(e), false)),
     };
-    (conn, r)
+    (up, r)
 }
 
 /// Reads the response head under `request_timeout` and the zombie clock, handing interim heads to the
 /// session. `early`: the upstream answered before the whole body was sent. A retry-safe failure (no
 /// response byte arrived) is retried when `retry` allows it.
 #[allow(clippy::too_many_arguments)]
-async fn response_head<S: Session>(
+async fn response_head<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    conn: &mut UpstreamConn,
+    up: &mut E,
     early: bool,
     fields: &mut Fields,
     interim: &mut interim::Interim,
     retry: bool,
-) -> Result<Answered, Stop> {
+) -> Result<Answered, Stop<E::Tunnel>> {
     let cfg = &req.upstream.config;
     let threshold = zombie::threshold(
         cfg.max_inactive.0,
@@ -332,14 +346,14 @@ async fn response_head<S: Session>(
     );
     let now = coarse_now();
     // Response bytes already buffered (an early answer) make a failure unsafe to retry.
-    let received = !conn.buf.is_empty();
+    let received = !up.received().is_empty();
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
     let head_deadline = req.request_timeout.map(|t| now + t);
     loop {
-        match read_head(conn, fields, &mut clock, head_deadline).await {
+        match up.read_head(fields, &mut clock, head_deadline).await {
             Ok(h) if is_interim(h.status) => {
                 let started = coarse_now();
-                if let Err(e) = interim.forward(s, &mut conn.buf, &h, fields).await {
+                if let Err(e) = interim.forward(s, up.received_mut(), &h, fields).await {
                     return Err(Stop::End(interim::client_gone(w, &req.log, e)));
                 }
                 clock.pause(coarse_now() - started);
@@ -348,7 +362,7 @@ async fn response_head<S: Session>(
             Err(e) if retry && e.retry_safe => return Err(Stop::Retry),
             Err(e) => {
                 if e.kind == UpstreamErrorKind::Zombie {
-                    relay::log_zombie(w, &req.log, conn, req.upstream, &clock, req.request_timeout);
+                    relay::log_zombie(w, &req.log, up.endpoint(), &clock, req.request_timeout);
                 }
                 // After an early answer the client's body was not read: the connection must close.
                 return Err(Stop::End(failed(Failure::Upstream(e), !early)));
@@ -358,12 +372,12 @@ async fn response_head<S: Session>(
 }
 
 /// [`Outcome::Failed`].
-fn failed(failure: Failure, body_done: bool) -> Outcome {
+fn failed<U>(failure: Failure, body_done: bool) -> Outcome<U> {
     Outcome::Failed { failure, body_done }
 }
 
 /// A malformed upstream response before anything reached the client: 502 `bad_response`.
-pub(crate) fn bad_response(body_done: bool) -> Outcome {
+pub(crate) fn bad_response<U>(body_done: bool) -> Outcome<U> {
     failed(
         Failure::Upstream(UpstreamError::new(UpstreamErrorKind::BadResponse)),
         body_done,

@@ -3,7 +3,7 @@
 //! clock. A failure once the head is out truncates the response (DESIGN.md "Status codes": "failure
 //! after the response head was sent").
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use edge_core::{
     clock::coarse_now,
@@ -13,9 +13,9 @@ use edge_core::{
     },
 };
 use edge_upstream::{
-    h1::response::{read_body, BodyRead},
+    session::{BodyRead, Finish, UpstreamSession},
     zombie::ActivityClock,
-    Upstream, UpstreamConn, UpstreamErrorKind,
+    UpstreamErrorKind,
 };
 use monoio::time::Instant;
 
@@ -27,34 +27,25 @@ use crate::{
     server::{RelayError, Session},
 };
 
-/// What becomes of the upstream connection after [`respond`].
-pub(crate) enum After {
-    /// Back to its pool: the response ended clean and both sides keep the connection alive.
-    /// `keep_alive_secs` is the upstream's `Keep-Alive: timeout`.
-    Pool { keep_alive_secs: Option<u64> },
-    /// Closed (dropped).
-    Close,
-}
-
-/// Sends the response of `a` (not a `101`: [`super::upgrade::switch`]) to the client, reading its body from
-/// `conn`; says whether the connection may be pooled again. The connection is borrowed, not moved
-/// (bench/README.md "Future moves").
-pub(crate) async fn respond<S: Session>(
+/// Sends the response of `a` (not a `101`: [`super::tunnel::switch`]) to the client, reading its body
+/// from `up`; says how the upstream session ends ([`Finish::Reuse`] when it may serve another request).
+/// The session is borrowed, not moved (bench/README.md "Future moves").
+pub(crate) async fn respond<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    conn: &mut UpstreamConn,
+    up: &mut E,
     a: Answered,
     fields: &mut Fields,
-) -> (Outcome, After) {
-    let dropped = |o| (o, After::Close);
+) -> (Outcome<E::Tunnel>, Finish) {
+    let dropped = |o| (o, Finish::Close);
     let Answered {
         head,
         mut clock,
         early,
     } = a;
     let status = head.status;
-    let ubuf = conn.buf.data();
+    let ubuf = up.received().data();
     let Ok(upstream_body) = response_body(ubuf, &head, fields, req.is_head) else {
         return dropped(bad_response(!early));
     };
@@ -66,7 +57,7 @@ pub(crate) async fn respond<S: Session>(
     let keep_alive = keep_alive_timeout(ubuf, fields);
     let write_started = coarse_now();
     let started = match s
-        .send_head(&head, fields, upstream_body, close, &mut conn.buf)
+        .send_head(&head, fields, upstream_body, close, up.received_mut())
         .await
     {
         Ok(started) => started,
@@ -79,11 +70,11 @@ pub(crate) async fn respond<S: Session>(
         clock.pause(coarse_now() - write_started);
     }
     while !complete {
-        let more = read_body(conn, &mut clock, s.passthrough()).await;
+        let more = up.read_body(&mut clock, s.passthrough()).await;
         let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);
         match more {
             Err(e) if e.kind == UpstreamErrorKind::Zombie => {
-                log_zombie(w, &req.log, conn, req.upstream, &clock, req.request_timeout);
+                log_zombie(w, &req.log, up.endpoint(), &clock, req.request_timeout);
                 return dropped(mid_body(e.kind, "upstream connection went silent (zombie)"));
             }
             Err(e) => return dropped(mid_body(e.kind, "upstream reset during the body")),
@@ -101,7 +92,7 @@ pub(crate) async fn respond<S: Session>(
             }
             Ok(BodyRead::Data) => {
                 let started = coarse_now();
-                match s.send_body(&mut conn.buf).await {
+                match s.send_body(up.received_mut()).await {
                     Ok(c) => complete = c,
                     Err(RelayError::BadBody) => {
                         return dropped(mid_body(
@@ -115,35 +106,35 @@ pub(crate) async fn respond<S: Session>(
             }
         }
     }
-    let after = match reusable && conn.buf.is_empty() {
-        true => After::Pool {
+    let finish = match reusable && up.received().is_empty() {
+        true => Finish::Reuse {
             keep_alive_secs: keep_alive,
         },
-        false => After::Close,
+        false => Finish::Close,
     };
     let outcome = Outcome::Done {
         status,
         keep: !started.close,
         unread_body: early,
     };
-    (outcome, after)
+    (outcome, finish)
 }
 
 /// The upstream failed after the response head went out: counted by its kind
 /// ([`respond::record_upstream_mid_body`]), and the truncation with its `response.truncated` line.
-fn upstream_failed_mid_body(
+fn upstream_failed_mid_body<U>(
     w: &Worker,
     log: &RequestLog<'_>,
     status: u16,
     kind: UpstreamErrorKind,
     cause: &'static str,
-) -> Outcome {
+) -> Outcome<U> {
     respond::record_upstream_mid_body(w, log, status, kind, cause);
     truncated(w, log, status, cause)
 }
 
 /// Counts and logs a response cut short after its head.
-fn truncated(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &'static str) -> Outcome {
+fn truncated<U>(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &'static str) -> Outcome<U> {
     respond::record_truncation(w, log, status, cause);
     Outcome::Truncated { status }
 }
@@ -152,8 +143,7 @@ fn truncated(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &'static str)
 pub(crate) fn log_zombie(
     w: &Worker,
     log: &RequestLog<'_>,
-    conn: &UpstreamConn,
-    up: &Upstream,
+    endpoint: SocketAddr,
     clock: &ActivityClock,
     request_timeout: Option<Duration>,
 ) {
@@ -168,7 +158,7 @@ pub(crate) fn log_zombie(
         method,
         path,
         request_id = id,
-        endpoint = %up.endpoints[conn.endpoint].addr,
+        endpoint = %endpoint,
         inactive_duration_threshold_ms = clock.threshold.as_millis() as u64,
         last_request_sent_at = ago(clock.last_sent),
         last_received_at = clock.last_received.map_or("never".to_string(), ago),

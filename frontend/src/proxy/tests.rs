@@ -20,12 +20,10 @@ use edge_core::{
         head::{parse_request, Field, Fields, RequestHead, ResponseHead},
         view::{RequestView, ResponseView, Version},
     },
+    io::body::{BodySource, SendBodyError, SinkError},
     runtime::{block_on, IoDriver, Shared},
 };
-use edge_upstream::{
-    h1::request::{BodySource, SendBodyError},
-    UpstreamErrorKind,
-};
+use edge_upstream::UpstreamErrorKind;
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
 use super::{run, Outcome, Request};
@@ -102,7 +100,7 @@ impl BodySource for MemSession {
 
     async fn forward_rest<W: AsyncWriteRent>(
         &mut self,
-        up: &mut W,
+        sink: &mut W,
         _write_timeout: Duration,
     ) -> Result<(), SendBodyError<BodyFailure>> {
         match self.rest_mode {
@@ -112,9 +110,9 @@ impl BodySource for MemSession {
         }
         let rest = std::mem::take(&mut self.rest);
         self.body.scan(&rest).unwrap();
-        let (r, _) = up.write_all(rest).await;
+        let (r, _) = sink.write_all(rest).await;
         r.map(drop)
-            .map_err(|e| SendBodyError::Upstream(edge_upstream::UpstreamError::from_io(&e)))
+            .map_err(|e| SendBodyError::Sink(SinkError::Io(e)))
     }
 }
 

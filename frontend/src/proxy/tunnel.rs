@@ -19,7 +19,7 @@ use edge_core::{
     io::Transport,
     metrics::InboundPhase,
 };
-use edge_upstream::UpstreamConn;
+use edge_upstream::session::{TunnelHalves, UpstreamSession, UpstreamTunnel};
 use monoio::{
     io::{AsyncReadRent, AsyncWriteRent},
     time::{sleep_until, Instant},
@@ -28,51 +28,57 @@ use monoio::{
 use super::{bad_response, interim::client_gone, Outcome, Request};
 use crate::{context::Worker, server::Session};
 
-/// Judges the upstream's `101` (head `head` at the start of `conn.buf`): a switch needs a request that
-/// asked for it (edge forwards Upgrade only then) and whose body went out whole (`early` is false), since
-/// the bytes after it belong to the new protocol. The 101 head goes to the client and the caller tunnels
-/// ([`Outcome::Upgraded`]).
-pub(crate) async fn switch<S: Session>(
+/// Judges the upstream's `101` (head `head` at the start of the received bytes of `up`): a switch needs
+/// a request that asked for it (edge forwards Upgrade only then) and whose body went out whole (`early`
+/// is false), since the bytes after it belong to the new protocol. The 101 head goes to the client and
+/// the caller tunnels ([`Outcome::Upgraded`]).
+pub(crate) async fn switch<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
     req: &Request<'_>,
-    mut conn: UpstreamConn,
+    mut up: E,
     head: &ResponseHead,
     fields: &Fields,
     early: bool,
-) -> Outcome {
+) -> Outcome<E::Tunnel> {
     if !req.info.upgrade || early {
         return bad_response(!early);
     }
     let view = ResponseView {
-        buf: conn.buf.data(),
+        buf: up.received().data(),
         head,
         fields,
     };
     if let Err(e) = s.send_switching(&view).await {
         return client_gone(w, &req.log, e);
     }
-    conn.buf.consume(head.len);
-    Outcome::Upgraded { conn }
+    up.received_mut().consume(head.len);
+    Outcome::Upgraded {
+        tunnel: up.into_tunnel(),
+    }
 }
 
 /// Runs the tunnel between `client` and `up` until it ends; both connections are closed afterwards.
-/// `client_buf` holds bytes the client sent after its request (they go upstream first); `up.buf` bytes
+/// `client_buf` holds bytes the client sent after its request (they go upstream first); `up` the bytes
 /// the upstream sent after its 101 head (they go to the client first).
-pub async fn tunnel<T: Transport>(
+pub async fn tunnel<T: Transport, U: UpstreamTunnel>(
     w: &Worker,
     client: T,
     mut client_buf: RecvBuf,
-    up: UpstreamConn,
+    up: U,
 ) {
     let _active = super::ActiveGauge::new(&w.metrics.upstream_active);
     let idle = w.current().cfg.config.server.timeouts.idle.0;
-    let (ustream, mut parts) = up.into_parts();
+    let TunnelHalves {
+        read: mut ur,
+        write: mut uw,
+        received: mut up_buf,
+        held: _held,
+    } = up.into_halves();
     let (mut cr, mut cw) = client.split();
-    let (mut ur, mut uw) = ustream.split();
     let last = Cell::new(Instant::now());
     let mut upward = pin!(pump(&mut cr, &mut uw, &mut client_buf, &last));
-    let mut downward = pin!(pump(&mut ur, &mut cw, &mut parts.buf, &last));
+    let mut downward = pin!(pump(&mut ur, &mut cw, &mut up_buf, &last));
     let mut timer = pin!(sleep_until(last.get() + idle));
     let (mut up_done, mut down_done) = (false, false);
     let end = std::future::poll_fn(|cx| {

@@ -22,8 +22,8 @@ use edge_core::{
         head::{Field, Fields, ResponseHead},
         view::{RequestView, ResponseView},
     },
+    io::body::BodySource,
 };
-use edge_upstream::h1::request::BodySource;
 
 use crate::respond::{Failure, SendFailure};
 

@@ -3,14 +3,21 @@
 
 use std::{future::Future, pin::pin, task::Poll, time::Duration};
 
-use edge_core::{clock::timeout, http::head::Fields, io::Transport};
-use monoio::{
-    buf::IoBuf,
-    io::{AsyncWriteRent, AsyncWriteRentExt},
+use edge_core::{
+    clock::timeout,
+    http::head::Fields,
+    io::{
+        body::{BodySource, SendBodyError},
+        Transport,
+    },
 };
+use monoio::{buf::IoBuf, io::AsyncWriteRentExt};
 
-use super::response::only_interim;
-use crate::{UpstreamConn, UpstreamError, UpstreamErrorKind};
+use crate::{
+    received::only_interim,
+    session::{BodyEnd, BodyError},
+    UpstreamConn, UpstreamError, UpstreamErrorKind,
+};
 
 /// Sends `out` (the request head and any body prefix) upstream under `write_timeout`. `out` keeps its
 /// bytes so a retry can send them again.
@@ -18,7 +25,7 @@ use crate::{UpstreamConn, UpstreamError, UpstreamErrorKind};
 /// # Errors
 /// A failed write (retry-safe: on a reused connection nothing reached the application) or
 /// `WriteTimeout` (not retry-safe).
-pub async fn send_head<T: Transport>(
+pub(crate) async fn send_head<T: Transport>(
     conn: &mut UpstreamConn<T>,
     out: &mut Vec<u8>,
     write_timeout: Duration,
@@ -46,64 +53,24 @@ pub async fn send_head<T: Transport>(
     }
 }
 
-/// Where the rest of a request body comes from: the downstream session, which reads it from the client
-/// under its own deadline and writes it upstream.
-pub trait BodySource {
-    /// Why the body could not be read from the client.
-    type Error;
-
-    /// Reads the rest of the body from the client and writes it to `up`, each write under
-    /// `write_timeout`, until the body is complete.
-    ///
-    /// # Errors
-    /// [`SendBodyError::Source`] for the client's side, [`SendBodyError::Upstream`] for a failed or timed
-    /// out write.
-    ///
-    /// # Cancel safety
-    /// Dropped only when the upstream answered early; the client connection then closes.
-    fn forward_rest<W: AsyncWriteRent>(
-        &mut self,
-        up: &mut W,
-        write_timeout: Duration,
-    ) -> impl Future<Output = Result<(), SendBodyError<Self::Error>>>;
-}
-
-/// Why streaming the request body stopped.
-#[derive(Debug)]
-pub enum SendBodyError<E> {
-    /// The client side failed ([`BodySource::Error`]).
-    Source(E),
-    /// The upstream failed (write error or timeout, or it closed or reset while the body was sent).
-    Upstream(UpstreamError),
-}
-
-/// How the request-body phase ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyEnd {
-    /// The whole body was sent.
-    Sent,
-    /// The upstream started its response before the whole body was sent (e.g. a 413 or 401 without
-    /// reading the upload): sending stops, the response bytes are in the connection's buffer.
-    Early,
-}
-
 /// Streams the rest of the request body from `src` while watching the upstream for an early response.
 /// The stream is split for this phase; interim 1xx responses that arrive meanwhile stay buffered (the
 /// response-head read hands them on once the body is sent) and sending goes on.
 ///
 /// # Errors
-/// As [`BodySource::forward_rest`]; `ClosedEarly` or `Reset` when the upstream closes meanwhile.
+/// As [`BodySource::forward_rest`] (a failed write mapped to [`UpstreamError`]); `ClosedEarly` or
+/// `Reset` when the upstream closes meanwhile.
 ///
 /// # Cancel safety
 /// The response watch is a cancelable read: when the body finishes first it is cancelled and awaited, so
 /// response bytes that won the race stay in the buffer. When the response wins, the body future is
 /// dropped: the client's connection then closes and the upstream's is not reused.
-pub async fn send_body_watching_response<T: Transport, S: BodySource>(
+pub(crate) async fn send_body_watching_response<T: Transport, S: BodySource>(
     conn: UpstreamConn<T>,
     src: &mut S,
     fields: &mut Fields,
     write_timeout: Duration,
-) -> (UpstreamConn<T>, Result<BodyEnd, SendBodyError<S::Error>>) {
+) -> (UpstreamConn<T>, Result<BodyEnd, BodyError<S::Error>>) {
     enum First<E> {
         Sent(Result<(), SendBodyError<E>>),
         Received(std::io::Result<usize>),
@@ -131,9 +98,11 @@ pub async fn send_body_watching_response<T: Transport, S: BodySource>(
                 }
                 first
             };
-            let upstream = |e| SendBodyError::Upstream(e);
+            let upstream = |e| BodyError::Upstream(e);
             match first {
-                First::Sent(r) => break r.map(|()| BodyEnd::Sent),
+                First::Sent(Ok(())) => break Ok(BodyEnd::Sent),
+                First::Sent(Err(SendBodyError::Source(e))) => break Err(BodyError::Source(e)),
+                First::Sent(Err(SendBodyError::Sink(e))) => break Err(upstream(e.into())),
                 First::Received(Ok(0)) => {
                     break Err(upstream(UpstreamError::new(UpstreamErrorKind::ClosedEarly)))
                 }

@@ -1,16 +1,20 @@
 //! Reading the response: heads (interim and final) under `request_timeout` and the zombie clock, the
-//! wait for an answer to `Expect: 100-continue`, and body reads under the zombie clock.
+//! wait for an answer to `Expect: 100-continue`, and body reads under the zombie clock. The bytes stay
+//! in the connection's receive buffer as they came: HTTP/1.1 is the neutral form ([`crate::received`]).
 
 use edge_core::{
-    buf::RecvBuf,
     clock::timeout_at,
     http::head::{parse_response, Fields, ResponseHead},
     io::Transport,
 };
 use monoio::{io::Canceller, time::Instant};
 
-use super::{is_interim, MAX_RESPONSE_HEAD};
-use crate::{zombie::ActivityClock, UpstreamConn, UpstreamError, UpstreamErrorKind};
+use crate::{
+    received::MAX_RESPONSE_HEAD,
+    session::{BodyRead, Waited},
+    zombie::ActivityClock,
+    UpstreamConn, UpstreamError, UpstreamErrorKind,
+};
 
 /// Reads until a complete response head (interim or final) is buffered at the start of `conn.buf`, with
 /// its fields in `fields`. The read stops at `head_deadline` (`request_timeout`, 504 `RequestTimeout`)
@@ -19,7 +23,7 @@ use crate::{zombie::ActivityClock, UpstreamConn, UpstreamError, UpstreamErrorKin
 /// # Errors
 /// `BadResponse` for a malformed head or one over [`MAX_RESPONSE_HEAD`]; the deadlines' kinds; a close
 /// or reset, retry-safe only while no response byte arrived in this attempt (`clock.last_received`).
-pub async fn read_head<T: Transport>(
+pub(crate) async fn read_head<T: Transport>(
     conn: &mut UpstreamConn<T>,
     fields: &mut Fields,
     clock: &mut ActivityClock,
@@ -56,52 +60,6 @@ pub async fn read_head<T: Transport>(
     }
 }
 
-/// Whether `buf` holds nothing but complete interim (1xx other than 101) response heads, within
-/// [`MAX_RESPONSE_HEAD`] (a partial head counts as the response having started).
-pub fn only_interim(buf: &RecvBuf, fields: &mut Fields) -> bool {
-    let data = buf.data();
-    if data.len() > MAX_RESPONSE_HEAD {
-        return false;
-    }
-    let mut at = 0;
-    while at < data.len() {
-        match parse_response(&data[at..], fields) {
-            Ok(Some(h)) if is_interim(h.status) => at += h.len,
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// What is buffered at the start of an exchange waiting for `100 Continue`.
-#[derive(Clone, Debug)]
-pub enum Buffered {
-    /// A complete interim head (its fields in `fields`).
-    Interim(ResponseHead),
-    /// Nothing yet, or part of a head within [`MAX_RESPONSE_HEAD`].
-    Incomplete,
-    /// The final response has begun (a final head, or something that is not an interim head).
-    Final,
-}
-
-/// Classifies what `conn.buf` holds (see [`Buffered`]).
-pub fn buffered(buf: &RecvBuf, fields: &mut Fields) -> Buffered {
-    match parse_response(buf.data(), fields) {
-        Ok(Some(h)) if is_interim(h.status) => Buffered::Interim(h),
-        Ok(None) if buf.len() < MAX_RESPONSE_HEAD => Buffered::Incomplete,
-        _ => Buffered::Final,
-    }
-}
-
-/// How a bounded wait for more response bytes ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Waited {
-    /// Bytes arrived (in `conn.buf`).
-    Bytes,
-    /// `until` passed first; the read was cancelled without losing a byte.
-    Deadline,
-}
-
 /// Waits until `until` for more response bytes (the `Expect: 100-continue` wait).
 ///
 /// # Errors
@@ -110,7 +68,7 @@ pub enum Waited {
 ///
 /// # Cancel safety
 /// The read is cancelled at the deadline and awaited, so bytes that won the race stay buffered.
-pub async fn wait_more<T: Transport>(
+pub(crate) async fn wait_more<T: Transport>(
     conn: &mut UpstreamConn<T>,
     until: Instant,
     received_before: bool,
@@ -139,15 +97,6 @@ pub async fn wait_more<T: Transport>(
     }
 }
 
-/// What one response-body read gave.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyRead {
-    /// More bytes are in `conn.buf`.
-    Data,
-    /// The upstream closed its side (the end of a close-delimited body, else a body cut short).
-    Eof,
-}
-
 /// Reads more of the response body into `conn.buf` under the zombie deadline; `large` reads up to
 /// [`edge_core::buf::RELAY_BUF_SIZE`] at once (pass-through relays).
 ///
@@ -156,7 +105,7 @@ pub enum BodyRead {
 ///
 /// # Cancel safety
 /// Not cancel safe; on any error the connection is dropped, never pooled.
-pub async fn read_body<T: Transport>(
+pub(crate) async fn read_body<T: Transport>(
     conn: &mut UpstreamConn<T>,
     clock: &mut ActivityClock,
     large: bool,

@@ -49,7 +49,7 @@ pub(super) enum Next {
     /// Close with a lingering close (there may be unread input).
     Linger,
     /// The upstream switched protocols (101): tunnel bytes, then close.
-    Tunnel(edge_upstream::UpstreamConn),
+    Tunnel(proxy::Tunnel),
 }
 
 /// Per-connection state reused across its requests.
@@ -440,9 +440,9 @@ async fn conclude<T: Transport>(
             Next::Close
         }
         Outcome::ClientGone => Next::Close,
-        Outcome::Upgraded { conn } => {
+        Outcome::Upgraded { tunnel } => {
             finish(w, c, 101, started);
-            Next::Tunnel(conn)
+            Next::Tunnel(tunnel)
         }
         Outcome::Failed { failure, body_done } => {
             record_and_answer(w, c, failure, !body_done || close, started).await

@@ -14,11 +14,10 @@ use edge_core::{
         head::{Field, Fields, RequestHead, ResponseHead},
         view::{RequestView, ResponseView, Version},
     },
-    io::Transport,
-};
-use edge_upstream::{
-    h1::request::{BodySource, SendBodyError},
-    UpstreamError, UpstreamErrorKind,
+    io::{
+        body::{BodySource, SendBodyError, SinkError},
+        Transport,
+    },
 };
 use monoio::{io::AsyncWriteRent, time::Instant};
 
@@ -106,11 +105,11 @@ impl<'c, T: Transport> H1Session<'c, T> {
 impl<T: Transport> BodySource for H1Session<'_, T> {
     type Error = BodyFailure;
 
-    /// Client reads under the `request` deadline, upstream writes under `write_timeout`; chunked framing
+    /// Client reads under the `request` deadline, sink writes under `write_timeout`; chunked framing
     /// and `max_body_bytes` are checked before bytes go on.
     async fn forward_rest<W: AsyncWriteRent>(
         &mut self,
-        up: &mut W,
+        sink: &mut W,
         write_timeout: Duration,
     ) -> Result<(), SendBodyError<BodyFailure>> {
         let source = |f| SendBodyError::Source(f);
@@ -133,15 +132,10 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
                 .body
                 .scan(self.rb.data())
                 .map_err(|f| source(BodyFailure::Client(f)))?;
-            let upstream = |e| SendBodyError::Upstream(e);
-            match timeout(write_timeout, self.rb.write_prefix(up, n)).await {
+            match timeout(write_timeout, self.rb.write_prefix(sink, n)).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(upstream(UpstreamError::from_io(&e))),
-                Err(_) => {
-                    return Err(upstream(UpstreamError::new(
-                        UpstreamErrorKind::WriteTimeout,
-                    )))
-                }
+                Ok(Err(e)) => return Err(SendBodyError::Sink(SinkError::Io(e))),
+                Err(_) => return Err(SendBodyError::Sink(SinkError::Timeout)),
             }
         }
         Ok(())

@@ -19,11 +19,8 @@ use edge_core::{
         hop::{is_hop_by_hop, VIA},
         view::{RequestView, ResponseView, Version},
     },
+    io::body::{BodySource, SendBodyError, SinkError},
     metrics::InvalidReason,
-};
-use edge_upstream::{
-    h1::request::{BodySource, SendBodyError},
-    UpstreamError, UpstreamErrorKind,
 };
 use h2::{server::SendResponse, RecvStream, SendStream};
 use monoio::{
@@ -291,13 +288,13 @@ impl<'a> H2Session<'a> {
         Ok(done)
     }
 
-    /// Forwards one DATA frame's bytes upstream (chunk-framed when `chunked`) under `write_timeout`.
+    /// Forwards one DATA frame's bytes to `sink` (chunk-framed when `chunked`) under `write_timeout`.
     async fn forward<W: AsyncWriteRent>(
-        up: &mut W,
+        sink: &mut W,
         data: &Bytes,
         chunked: bool,
         write_timeout: Duration,
-    ) -> Result<(), UpstreamError> {
+    ) -> Result<(), SinkError> {
         let mut out = match data.len() + 32 > buf::BUF_SIZE {
             true => buf::take_large(),
             false => buf::take(),
@@ -309,12 +306,12 @@ impl<'a> H2Session<'a> {
         if chunked {
             out.extend_from_slice(b"\r\n");
         }
-        let (res, out) = match timeout(write_timeout, up.write_all(out)).await {
+        let (res, out) = match timeout(write_timeout, sink.write_all(out)).await {
             Ok(r) => r,
-            Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::WriteTimeout)),
+            Err(_) => return Err(SinkError::Timeout),
         };
         buf::give(out);
-        res.map(|_| ()).map_err(|e| UpstreamError::from_io(&e))
+        res.map(|_| ()).map_err(SinkError::Io)
     }
 }
 
@@ -336,7 +333,7 @@ impl BodySource for H2Session<'_> {
     /// only as fast as the upstream takes it.
     async fn forward_rest<W: AsyncWriteRent>(
         &mut self,
-        up: &mut W,
+        sink: &mut W,
         write_timeout: Duration,
     ) -> Result<(), SendBodyError<BodyFailure>> {
         let source = |f| SendBodyError::Source(f);
@@ -357,18 +354,18 @@ impl BodySource for H2Session<'_> {
                 return Err(source(BodyFailure::Client(f)));
             }
             if !data.is_empty() {
-                Self::forward(up, &data, chunked, write_timeout)
+                Self::forward(sink, &data, chunked, write_timeout)
                     .await
-                    .map_err(SendBodyError::Upstream)?;
+                    .map_err(SendBodyError::Sink)?;
                 let _ = self.body.flow_control().release_capacity(data.len());
             }
             self.body_done = self.body.is_end_stream();
         }
         if chunked {
             let last = Bytes::new();
-            Self::forward(up, &last, true, write_timeout)
+            Self::forward(sink, &last, true, write_timeout)
                 .await
-                .map_err(SendBodyError::Upstream)?;
+                .map_err(SendBodyError::Sink)?;
         }
         Ok(())
     }

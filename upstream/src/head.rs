@@ -3,6 +3,10 @@
 //! trusted peers and replaced otherwise (with Forwarded and X-Real-IP dropped), the request id sent.
 //! Encoded from a protocol-neutral [`RequestView`], into a reused buffer: no allocation once the buffer
 //! has grown.
+//!
+//! HTTP/1.1 syntax is the protocol-neutral form of the forwarded head: every upstream session
+//! ([`crate::session::UpstreamSession::send_head`]) takes it, the HTTP/1.1 one as it is, an HTTP/2 one
+//! turned into HEADERS (as the downstream HTTP/2 session turns a stream's HEADERS into this syntax).
 
 use std::net::IpAddr;
 

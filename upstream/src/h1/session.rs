@@ -1,0 +1,137 @@
+//! [`H1Exchange`]: one request's exchange on an exclusive HTTP/1.1 connection checked out of its
+//! endpoint's pool, as an [`UpstreamSession`]; [`H1Tunnel`]: that connection after a `101`.
+//!
+//! The connection is a pointer ([`UpstreamConn`] keeps its fields in one box), held in the session and
+//! borrowed by each phase: the orchestrator keeps the session in its own frame from the checkout to the
+//! response phase, and only the streamed-body phase moves it (bench/README.md "Future moves").
+
+use std::{net::SocketAddr, time::Duration};
+
+use edge_core::{
+    buf::RecvBuf,
+    http::head::{Fields, ResponseHead},
+    io::{body::BodySource, Transport},
+};
+use monoio::time::Instant;
+
+use super::{request, response};
+use crate::{
+    pool::ConnParts,
+    session::{
+        BodyEnd, BodyError, BodyRead, Finish, TunnelHalves, UpstreamSession, UpstreamTunnel, Waited,
+    },
+    stream::{UpstreamReadHalf, UpstreamWriteHalf},
+    zombie::ActivityClock,
+    Upstream, UpstreamConn, UpstreamError,
+};
+
+/// One request on a checked-out HTTP/1.1 connection of `up`.
+pub struct H1Exchange<'u> {
+    conn: UpstreamConn,
+    up: &'u Upstream,
+}
+
+impl<'u> H1Exchange<'u> {
+    /// The exchange on `conn`, checked out of `up`'s pools (it goes back with [`Finish::Reuse`]).
+    pub(crate) fn new(up: &'u Upstream, conn: UpstreamConn) -> Self {
+        H1Exchange { conn, up }
+    }
+}
+
+impl UpstreamSession for H1Exchange<'_> {
+    type Tunnel = H1Tunnel;
+
+    fn reused(&self) -> bool {
+        self.conn.reused
+    }
+
+    fn endpoint(&self) -> SocketAddr {
+        self.up.endpoints[self.conn.endpoint].addr
+    }
+
+    fn received(&self) -> &RecvBuf {
+        &self.conn.buf
+    }
+
+    fn received_mut(&mut self) -> &mut RecvBuf {
+        &mut self.conn.buf
+    }
+
+    async fn send_head(
+        &mut self,
+        out: &mut Vec<u8>,
+        write_timeout: Duration,
+    ) -> Result<(), UpstreamError> {
+        request::send_head(&mut self.conn, out, write_timeout).await
+    }
+
+    async fn wait_more(
+        &mut self,
+        until: Instant,
+        received_before: bool,
+    ) -> Result<Waited, UpstreamError> {
+        response::wait_more(&mut self.conn, until, received_before).await
+    }
+
+    async fn send_body<B: BodySource>(
+        self,
+        body: &mut B,
+        fields: &mut Fields,
+        write_timeout: Duration,
+    ) -> (Self, Result<BodyEnd, BodyError<B::Error>>) {
+        let H1Exchange { conn, up } = self;
+        let (conn, r) =
+            request::send_body_watching_response(conn, body, fields, write_timeout).await;
+        (H1Exchange { conn, up }, r)
+    }
+
+    async fn read_head(
+        &mut self,
+        fields: &mut Fields,
+        clock: &mut ActivityClock,
+        head_deadline: Option<Instant>,
+    ) -> Result<ResponseHead, UpstreamError> {
+        response::read_head(&mut self.conn, fields, clock, head_deadline).await
+    }
+
+    async fn read_body(
+        &mut self,
+        clock: &mut ActivityClock,
+        large: bool,
+    ) -> Result<BodyRead, UpstreamError> {
+        response::read_body(&mut self.conn, clock, large).await
+    }
+
+    /// [`Finish::Reuse`] checks the connection back into its pool; [`Finish::Close`] closes it.
+    fn finish(self, end: Finish) {
+        if let Finish::Reuse { keep_alive_secs } = end {
+            self.up.checkin(self.conn, keep_alive_secs);
+        }
+    }
+
+    fn into_tunnel(self) -> H1Tunnel {
+        H1Tunnel(self.conn)
+    }
+}
+
+/// An HTTP/1.1 connection after a `101`: never pooled again. A pointer, so the outcome that carries it
+/// to the downstream connection stays small.
+pub struct H1Tunnel(UpstreamConn);
+
+impl UpstreamTunnel for H1Tunnel {
+    type Read = UpstreamReadHalf;
+    type Write = UpstreamWriteHalf;
+    type Held = ConnParts;
+
+    fn into_halves(self) -> TunnelHalves<UpstreamReadHalf, UpstreamWriteHalf, ConnParts> {
+        let (stream, mut parts) = self.0.into_parts();
+        let received = std::mem::take(&mut parts.buf);
+        let (read, write) = stream.split();
+        TunnelHalves {
+            read,
+            write,
+            received,
+            held: parts,
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The upstream-session seam (DESIGN.md "Layout", STYLE.md "Seams"): the upstream side of one request's
+//! exchange, as the orchestrator (`frontend/src/proxy`) is written against it. An [`Open`] (an
+//! [`Upstream`]) opens an [`UpstreamSession`] for a request, hiding how: an HTTP/1.1 exchange checks a
+//! connection out of its endpoint's pool and back in ([`crate::h1`]); an HTTP/2 one would open a stream on
+//! a shared connection and end it. The session then sends the head, waits for `100 Continue` where asked,
+//! streams the rest of the body while watching for an early answer, reads interim and final response
+//! heads under `request_timeout` and the zombie [`ActivityClock`], reads the body, and finishes, or turns
+//! into a tunnel after a `101`.
+//!
+//! Both directions use HTTP/1.1 syntax as the protocol-neutral form: the forwarded request head
+//! ([`crate::head::request_head`]) and body bytes in the framing it declares go in; response heads and
+//! body bytes in the framing the final head declares come out in [`UpstreamSession::received`], which the
+//! downstream session consumes ([`crate::received`] classifies them). Generic and monomorphised: no trait
+//! object, no allocation per request; the concrete session is chosen in one place, the [`Open`]
+//! implementation for [`Upstream`] at the end of this file.
+//!
+//! # HTTP/2 (plan)
+//!
+//! An `h2/` implementation of the same trait, on the `h2` crate's client driven on the worker's runtime
+//! through [`edge_core::io::PollIo`] as the downstream HTTP/2 server is (DESIGN.md "HTTP/2 and gRPC
+//! upstreams"):
+//! - Connections: per worker and per endpoint, `Rc`-shared by the worker's streams, each connection's
+//!   `h2::client::Connection` driven by a task of its own; up to `max_streams_per_connection` (and the
+//!   server's SETTINGS_MAX_CONCURRENT_STREAMS) streams each; idle ones kept by `pool_idle_timeout` and
+//!   `pool_max_idle` (counting connections), as pooled HTTP/1.1 connections are.
+//! - [`Open::open`]: the endpoint picked as today (policy, ejection, `max_active` permits), then a
+//!   connection with a free stream (`SendRequest::poll_ready`), else a new connection and handshake;
+//!   [`Reuse::Fresh`] asks for a new connection. [`UpstreamSession::reused`]: the connection carried
+//!   streams before.
+//! - [`UpstreamSession::send_head`]: the HTTP/1.1-syntax head parsed back into an `http::Request` (Host →
+//!   `:authority`, `TE: trailers` kept) and sent as HEADERS (END_STREAM when there is no body); body
+//!   bytes that came with it as DATA. `out` stays whole for a retry.
+//! - [`UpstreamSession::send_body`]: [`BodySource::forward_rest`] into a sink that turns the declared
+//!   framing into DATA frames (de-chunking a chunked body), each within the stream's send capacity
+//!   (`reserve_capacity`/`poll_capacity` under `write_timeout`), while the `ResponseFuture` is watched
+//!   for an early answer. No split is needed; the by-value signature costs nothing.
+//! - [`UpstreamSession::wait_more`], [`UpstreamSession::read_head`]: the `ResponseFuture` under the
+//!   deadlines; the head is written into [`UpstreamSession::received_mut`] in HTTP/1.1 syntax
+//!   (`Transfer-Encoding: chunked` when it has no Content-Length) and parsed there. The `h2` client
+//!   surfaces no 1xx, so a `100 Continue` wait ends at its deadline or at the final head.
+//! - [`UpstreamSession::read_body`]: `RecvStream::data` under the zombie clock, appended in the declared
+//!   framing (END_STREAM appends the last chunk), flow-control capacity released as the bytes are
+//!   consumed, so a stream holds at most one window. [`UpstreamSession::read_trailers`]: the trailing
+//!   HEADERS as [`Trailers::Section`] (forwarding them needs a trailer send on the downstream session).
+//! - [`UpstreamSession::finish`]: [`Finish::Reuse`] leaves the shared connection as it is (the stream
+//!   ended); [`Finish::Close`] and a drop reset an unfinished stream (RST_STREAM CANCEL), never the
+//!   connection. [`UpstreamSession::into_tunnel`]: an extended CONNECT stream's halves.
+//! - Failures: a stream above a GOAWAY's last-stream-id, or refused (REFUSED_STREAM), was never
+//!   processed: a retry-safe [`UpstreamError`] that the retry policy ([`crate::retry`]) must retry on
+//!   another connection whatever the method (one more flag on the error and on `Attempt`); other
+//!   resets before the head are `Reset` (502).
+//! - Liveness: the connection's task sends a PING when a stream is in flight and nothing arrived for
+//!   `max_inactive`; any frame received (a PING ACK too) marks the connection alive, and the reads
+//!   above mark the stream's [`ActivityClock`] received from it, so a slow answer on a live connection
+//!   ends only by `request_timeout`; a connection silent past the threshold is closed as a zombie and
+//!   its streams fail with `Zombie` (504).
+//! - The choice: [`Open`] for [`Upstream`] returns an enum over the two sessions that implements this
+//!   trait by delegation (and an enum of tunnels), by the upstream's `protocol`; nothing under
+//!   `frontend/src/proxy` changes.
+
+use std::{future::Future, net::SocketAddr, time::Duration};
+
+use edge_core::{
+    buf::RecvBuf,
+    http::head::{Fields, ResponseHead},
+    io::body::BodySource,
+};
+use monoio::{
+    io::{AsyncReadRent, AsyncWriteRent},
+    time::Instant,
+};
+
+pub use crate::pool::Reuse;
+use crate::{
+    h1::{H1Exchange, H1Tunnel},
+    zombie::ActivityClock,
+    Upstream, UpstreamError,
+};
+
+/// What opens an upstream session for one request: an [`Upstream`] (its endpoints and their pools or
+/// shared connections), or an in-memory script in the orchestrator's tests.
+pub trait Open {
+    /// The upstream side of a tunnel after a `101`.
+    type Tunnel: UpstreamTunnel;
+    /// The session of one request, borrowing the opener.
+    type Session<'a>: UpstreamSession<Tunnel = Self::Tunnel>
+    where
+        Self: 'a;
+
+    /// Opens a session on the endpoint the balancing policy picks, reusing a connection as `reuse`
+    /// allows ([`Reuse::Fresh`] for the retry after a reused connection failed), or connecting
+    /// (retrying once on another endpoint when the connect is refused or times out).
+    ///
+    /// # Errors
+    /// The connect error of the last attempt, or `QueueTimeout` (retry-safe: nothing was sent).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a connection being opened is closed.
+    fn open(
+        &self,
+        reuse: Reuse,
+    ) -> impl Future<Output = Result<Opened<Self::Session<'_>>, UpstreamError>>;
+}
+
+/// An opened session.
+pub struct Opened<E> {
+    /// The session.
+    pub session: E,
+    /// The first connect attempt failed and a second endpoint (or attempt) succeeded: counted as a retry.
+    pub retried: bool,
+}
+
+/// The upstream side of one request's exchange. Order of use: [`UpstreamSession::send_head`], then
+/// [`UpstreamSession::wait_more`] while waiting for `100 Continue`, [`UpstreamSession::send_body`] for a
+/// body that did not come whole with the head, [`UpstreamSession::read_head`] until a final head,
+/// [`UpstreamSession::read_body`] until the downstream session has the whole body, and
+/// [`UpstreamSession::finish`] (or [`UpstreamSession::into_tunnel`] after a `101`). Dropping a session
+/// closes it as [`Finish::Close`] does.
+pub trait UpstreamSession: Sized {
+    /// The upstream side of a tunnel after a `101`.
+    type Tunnel: UpstreamTunnel;
+
+    /// Whether the session runs on a connection that served earlier requests (a pooled HTTP/1.1
+    /// connection): a failure before any response byte may then be the upstream closing it as it was
+    /// reused, which the retry policy ([`crate::retry`]) retries.
+    fn reused(&self) -> bool;
+
+    /// The endpoint's address, for log lines.
+    fn endpoint(&self) -> SocketAddr;
+
+    /// The response bytes received and not yet consumed, in HTTP/1.1 syntax ([`crate::received`]): the
+    /// heads, then the body in the framing the final head declares.
+    fn received(&self) -> &RecvBuf;
+
+    /// [`UpstreamSession::received`], for the downstream session to consume.
+    fn received_mut(&mut self) -> &mut RecvBuf;
+
+    /// Sends the request head in HTTP/1.1 syntax ([`crate::head::request_head`]) with the body bytes
+    /// that came with it, `out`, under `write_timeout`. `out` keeps its bytes so that a retry can send
+    /// them again.
+    ///
+    /// # Errors
+    /// A failed write (retry-safe: on a reused connection nothing reached the application) or
+    /// `WriteTimeout` (not retry-safe).
+    fn send_head(
+        &mut self,
+        out: &mut Vec<u8>,
+        write_timeout: Duration,
+    ) -> impl Future<Output = Result<(), UpstreamError>>;
+
+    /// Waits until `until` for more response bytes (the wait for `100 Continue`), appended to
+    /// [`UpstreamSession::received`].
+    ///
+    /// # Errors
+    /// A close (`ClosedEarly`) or reset; retry-safe when `received_before` is false (no response byte
+    /// arrived in this attempt).
+    ///
+    /// # Cancel safety
+    /// The read is cancelled at the deadline and awaited, so bytes that won the race stay buffered.
+    fn wait_more(
+        &mut self,
+        until: Instant,
+        received_before: bool,
+    ) -> impl Future<Output = Result<Waited, UpstreamError>>;
+
+    /// Streams the rest of the request body from `body` while watching the upstream for an early
+    /// response; interim responses that arrive meanwhile stay buffered (the response-head read hands
+    /// them on) and sending goes on. `fields` is scratch for parsing them. The one phase that takes the
+    /// session by value (HTTP/1.1 splits its connection to read and write at once) and gives it back,
+    /// and only for a body that did not come with the head.
+    ///
+    /// # Errors
+    /// [`BodyError::Source`] for the client's side; [`BodyError::Upstream`] for a failed or timed out
+    /// write, or the upstream closing meanwhile (`ClosedEarly`, `Reset`).
+    ///
+    /// # Cancel safety
+    /// When the response wins the race, the body future is dropped: the client's connection then closes
+    /// and the upstream's is not reused. Response bytes that won the race stay buffered.
+    fn send_body<B: BodySource>(
+        self,
+        body: &mut B,
+        fields: &mut Fields,
+        write_timeout: Duration,
+    ) -> impl Future<Output = (Self, Result<BodyEnd, BodyError<B::Error>>)>;
+
+    /// Reads until a complete response head (interim or final) is at the start of
+    /// [`UpstreamSession::received`], with its fields in `fields`. The read stops at `head_deadline`
+    /// (`request_timeout`, 504 `RequestTimeout`) or at the zombie deadline of `clock` (504 `Zombie`),
+    /// whichever is first; bytes received mark `clock`.
+    ///
+    /// # Errors
+    /// `BadResponse` for a malformed head or one over [`crate::received::MAX_RESPONSE_HEAD`]; the
+    /// deadlines' kinds; a close or reset, retry-safe only while no response byte arrived in this
+    /// attempt (`clock.last_received`).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe; after any error the session is dropped.
+    fn read_head(
+        &mut self,
+        fields: &mut Fields,
+        clock: &mut ActivityClock,
+        head_deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<ResponseHead, UpstreamError>>;
+
+    /// Reads more of the response body into [`UpstreamSession::received`] under the zombie deadline of
+    /// `clock`; `large` reads up to [`edge_core::buf::RELAY_BUF_SIZE`] at once (pass-through relays).
+    ///
+    /// # Errors
+    /// `Zombie` when the clock's deadline passes, `Reset` for a failed read.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe; after any error the session is dropped.
+    fn read_body(
+        &mut self,
+        clock: &mut ActivityClock,
+        large: bool,
+    ) -> impl Future<Output = Result<BodyRead, UpstreamError>>;
+
+    /// The response's trailer fields, once the body is complete, where the protocol carries them apart
+    /// from the body bytes. HTTP/1.1 carries them inside its chunked body, relayed with it: the default
+    /// answers [`Trailers::InBody`] at once.
+    ///
+    /// # Errors
+    /// As [`UpstreamSession::read_body`].
+    fn read_trailers(
+        &mut self,
+        fields: &mut Fields,
+        clock: &mut ActivityClock,
+    ) -> impl Future<Output = Result<Trailers, UpstreamError>> {
+        let _ = (fields, clock);
+        std::future::ready(Ok(Trailers::InBody))
+    }
+
+    /// Ends the session after its response: see [`Finish`].
+    fn finish(self, end: Finish);
+
+    /// The session as a tunnel after a `101` (its head consumed from [`UpstreamSession::received`];
+    /// the bytes after it go to the client first). Never reused afterwards.
+    fn into_tunnel(self) -> Self::Tunnel;
+}
+
+/// How a `100 Continue` wait for more response bytes ended ([`UpstreamSession::wait_more`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// Bytes arrived (in [`UpstreamSession::received`]).
+    Bytes,
+    /// `until` passed first; the read was cancelled without losing a byte.
+    Deadline,
+}
+
+/// How the request-body phase ended ([`UpstreamSession::send_body`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// The whole body was sent.
+    Sent,
+    /// The upstream started its response before the whole body was sent (e.g. a 413 or 401 without
+    /// reading the upload): sending stops, the response bytes are in [`UpstreamSession::received`].
+    Early,
+}
+
+/// Why streaming the request body stopped ([`UpstreamSession::send_body`]).
+#[derive(Debug)]
+pub enum BodyError<E> {
+    /// The client side failed ([`BodySource::Error`]).
+    Source(E),
+    /// The upstream failed (write error or timeout, or it closed or reset while the body was sent).
+    Upstream(UpstreamError),
+}
+
+/// What one response-body read gave ([`UpstreamSession::read_body`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyRead {
+    /// More bytes are in [`UpstreamSession::received`].
+    Data,
+    /// The upstream closed its side (the end of a close-delimited body, else a body cut short).
+    Eof,
+}
+
+/// Where a response's trailer fields are ([`UpstreamSession::read_trailers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trailers {
+    /// Inside the body bytes (HTTP/1.1 chunked trailers), relayed with them; or none.
+    InBody,
+    /// A trailer section received apart from the body (HTTP/2 trailing HEADERS): `len` bytes of
+    /// HTTP/1.1 field lines at the start of [`UpstreamSession::received`], its fields in `fields`.
+    Section {
+        /// Length of the section, bytes.
+        len: usize,
+    },
+}
+
+/// How a session ends after its response ([`UpstreamSession::finish`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The response ended clean, well framed after a complete request, and both sides keep the
+    /// connection alive: an HTTP/1.1 connection goes back to its pool (DESIGN.md "Upstream pools and
+    /// retries"), idle at most the upstream's `Keep-Alive: timeout` minus one second
+    /// (`keep_alive_secs`) and `pool_idle_timeout`.
+    Reuse {
+        /// The upstream's `Keep-Alive: timeout=N`.
+        keep_alive_secs: Option<u64>,
+    },
+    /// Closed: the connection (HTTP/1.1), or the stream when it did not end (HTTP/2).
+    Close,
+}
+
+/// The upstream side of a tunnel after a `101` ([`UpstreamSession::into_tunnel`]).
+pub trait UpstreamTunnel {
+    /// Bytes from the upstream.
+    type Read: AsyncReadRent;
+    /// Bytes to the upstream; its `shutdown` is the half-close.
+    type Write: AsyncWriteRent;
+    /// What stays held, unused, until the tunnel ends (the connection's `max_active` permit).
+    type Held;
+
+    /// The halves, for the two directions at once, and the bytes the upstream sent after its `101`.
+    fn into_halves(self) -> TunnelHalves<Self::Read, Self::Write, Self::Held>;
+}
+
+/// An [`UpstreamTunnel`] taken apart.
+pub struct TunnelHalves<R, W, H> {
+    /// Bytes from the upstream.
+    pub read: R,
+    /// Bytes to the upstream.
+    pub write: W,
+    /// Bytes the upstream sent after its `101` head: they go to the client first.
+    pub received: RecvBuf,
+    /// Kept until the tunnel ends.
+    pub held: H,
+}
+
+/// The one place the concrete upstream session is chosen: HTTP/1.1 (pooled exclusive connections).
+impl Open for Upstream {
+    type Tunnel = H1Tunnel;
+    type Session<'a> = H1Exchange<'a>;
+
+    async fn open(&self, reuse: Reuse) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
+        let co = self.checkout(reuse).await?;
+        Ok(Opened {
+            session: H1Exchange::new(self, co.conn),
+            retried: co.retried,
+        })
+    }
+}
