@@ -1,6 +1,6 @@
 #!/bin/sh
 # User-space instructions per proxied request, counted with callgrind (bench/README.md "User-space
-# instructions per request, counted"). Counts do not move with the machine's load, so two builds can be
+# instructions per request"). Counts do not move with the machine's load, so two builds can be
 # compared one after the other; the io_uring driver serves almost nothing under valgrind, so this counts
 # the epoll driver.
 #

@@ -29,15 +29,15 @@ httpwg=$root/bin/httpwg
 
 if [ ! -x "$httpwg" ]; then
     # --locked: httpwg-cli 0.2.5 builds only with its own Cargo.lock. Its dependency buffet 0.3.3 calls
-    # socket2 0.5's Socket::set_reuse_port without enabling socket2's "all" feature; it used to get it
-    # through tokio 1.39's socket2 dependency, but the newest tokio uses socket2 0.6, so a fresh resolve
-    # fails with E0599 (no method `set_reuse_port`).
+    # socket2 0.5's Socket::set_reuse_port without enabling socket2's "all" feature, which only the
+    # locked tokio 1.39 brings in; a fresh resolve picks a tokio on socket2 0.6 and fails with E0599 (no
+    # method `set_reuse_port`).
     echo "installing httpwg-cli 0.2.5 into $root"
     timeout 1800 nice cargo install -j "$jobs" --locked --version 0.2.5 --root "$root" httpwg-cli
 fi
 
 if [ -z "${EDGE_BIN:-}" ]; then
-    # The same package set as the README's bench build, so the features (and the artifacts) are shared.
+    # The same package set as the build in bench/README.md, so the features (and the artifacts) are shared.
     timeout 3600 nice cargo build -j "$jobs" --release -p edge-frontend -p edge-bench
 fi
 edge=${EDGE_BIN:-target/release/edge}

@@ -1,7 +1,8 @@
 //! The coarse clock for deadlines and lifetimes: `CLOCK_MONOTONIC_COARSE`, the kernel's time at its
 //! last tick. On this machine a read costs 3 ns against 22 ns for `CLOCK_MONOTONIC` (what
-//! `Instant::now` reads), and its resolution is one tick (4 ms here, `clock_getres`); a proxied request
-//! used to read the precise clock ten times (bench/README.md "Per-request user time").
+//! `Instant::now` reads), and its resolution is one tick (4 ms here, `clock_getres`). A proxied request
+//! has about ten deadlines and lifetimes to compute; on the precise clock each would be a read
+//! (bench/README.md "Per-request user time").
 //!
 //! What reads it: every timeout and deadline of the request path (`send`, the keep-alive fast wait, the
 //! upstream's send and response deadlines), pool lifetimes and the zombie activity clock. Their
@@ -73,9 +74,9 @@ fn base() -> &'static Base {
 /// run of `upstream::silent_upstream_is_a_zombie_at_the_cap` in four.
 ///
 /// The coarse reading changes once a tick, so this thread keeps the last reading with its result and
-/// gives it again while the reading is the same: a clock read and a compare. Converting at every call
-/// cost 365 instructions per proxied request, this about 160 (callgrind, bench/README.md "Fewer instructions
-/// per request, and the targets checked again").
+/// gives it again while the reading is the same: a clock read and a compare, and the conversion runs
+/// once a tick instead of at every deadline (callgrind counts: bench/README.md "User-space instructions
+/// per request").
 pub fn coarse_now() -> Instant {
     thread_local! {
         /// The last coarse reading and what it gave.

@@ -168,9 +168,9 @@ pub enum Reuse {
     /// not, and a keep-alive upstream closes a connection it does not announce closing (`Connection:
     /// close`) only at its idle timeout, seconds later. The two ticks bound the window in which stray
     /// bytes (an unasked `408`) could be read as the response. Saves a system call per request on a
-    /// busy pool (bench/README.md "Per-request user time"); with the current tick alone, 0.1 to 0.2
-    /// per request were still made at 40-50k requests/s (a connection returned just before the tick
-    /// turned).
+    /// busy pool (bench/README.md "Per-request user time"). Two readings, not one: with the current
+    /// tick alone a connection returned just before the tick turns is probed, 0.1 to 0.2 probes per
+    /// request at 40-50k requests/s.
     RetrySafe,
 }
 

@@ -332,7 +332,7 @@ fn slots_settle(edge: &Edge, base: &Baseline) -> Option<String> {
 ///
 /// The baseline allows new pooled idle upstream connections, and the fd slots a dead worker
 /// leaves behind: its sockets are shut down and released but their fd numbers stay reserved
-/// (pointing at /dev/null), and its io_uring ring and eventfd leak with its runtime (edge README,
+/// (pointing at /dev/null), and its io_uring ring and eventfd leak with its runtime (docs/operations.md,
 /// "Supervision"). A pooled idle connection holds two fds once its pool watch is armed (its socket
 /// and the watch's `dup`, one sweep period after check-in: edge's `upstream/src/pool/watch.rs`), so
 /// each one pooled now may have gained a second fd since the baseline, and each new one may hold two.

@@ -1,5 +1,5 @@
 //! `edge-bench alloc`: allocations per request on edge's own path in steady state, proved with a
-//! counting global allocator in a bench mode (bench/README.md, "Performance work").
+//! counting global allocator in a bench mode (bench/README.md "Allocations per request").
 //!
 //! Builds edge with the `count-alloc` feature (into `target/count-alloc`, leaving the normal binary
 //! alone), whose workers publish their thread's allocation count as `edge_worker_allocations_total`.

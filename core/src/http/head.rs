@@ -192,7 +192,7 @@ fn collect(
 /// checked that an LF follows a CR). An empty value points at its line's end. The start line (and any
 /// empty lines before it) is scanned with [`crlf_only`], and the final empty line is CRLF when the byte
 /// two before the end is a CR (a bare LF would leave the previous line's LF there). Scanning the whole
-/// head instead was the largest user-space item of a proxied request's profile (bench/README.md
+/// head instead is the largest user-space item of a proxied request's profile (bench/README.md
 /// "Per-request user time"); the fuzz targets compare this with [`crlf_only`] over the whole head.
 fn crlf_lines(buf: &[u8], len: usize, headers: &[httparse::Header<'_>]) -> bool {
     let start_line_end = headers

@@ -1,5 +1,5 @@
 //! Protocol-neutral message views (DESIGN.md "Layout", `core/src/http`): what the downstream sessions
-//! (HTTP/1.1 now, HTTP/2 next) produce for a request and consume for a response, and what the upstream
+//! (HTTP/1.1 and HTTP/2) produce for a request and consume for a response, and what the upstream
 //! HTTP/1.1 client encodes and decodes. A view is a parsed head over the bytes it was parsed from:
 //! HTTP/1.1 sessions parse the wire head in place; an HTTP/2 session writes its pseudo-headers and fields
 //! as an HTTP/1.1-syntax head into a buffer of its own and parses that, so routing, the forwarding rules

@@ -1,6 +1,7 @@
-//! Appending numbers and addresses to heads without `core::fmt`: the formatting machinery cost about
-//! 1 500 instructions per proxied request (request id, X-Forwarded-For, status, Content-Length; measured
-//! with callgrind), these a few dozen.
+//! Appending numbers and addresses to heads without `core::fmt`: for the request id, X-Forwarded-For,
+//! the status and Content-Length the formatting machinery costs about 1 500 instructions per proxied
+//! request, these helpers a few dozen (callgrind: bench/README.md "User-space instructions per
+//! request").
 
 use std::net::IpAddr;
 
@@ -28,9 +29,9 @@ pub fn push_hex(out: &mut Vec<u8>, mut n: u64, width: usize) {
 
 /// Appends an IP address as text (IPv4 dotted decimal; IPv6 through `Display`, RFC 5952 form).
 ///
-/// IPv4 is built on the stack and appended once: written octet by octet through [`push_dec`] it cost
-/// 350 instructions per proxied request, this about 110 (X-Forwarded-For; callgrind, bench/README.md
-/// "Fewer instructions per request, and the targets checked again").
+/// IPv4 is built on the stack and appended once, about 110 instructions per proxied request for
+/// X-Forwarded-For; octet by octet through [`push_dec`] it would be about 350 (callgrind:
+/// bench/README.md "User-space instructions per request").
 pub fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {

@@ -1,8 +1,8 @@
 //! The transport seam (DESIGN.md "Layout", `core/src/io`): the one stream abstraction the request path
 //! reads and writes, downstream and upstream. Everything above it (the HTTP/1.1 sessions, the
 //! orchestrator, the upstream client, tunnels, lingering close) is generic over [`Transport`] and never
-//! names a socket type; the code that accepts or connects picks the concrete one ([`Plain`] today; a
-//! TLS stream driven by edge's own pooled buffers implements the same trait).
+//! names a socket type; the code that accepts or connects picks the concrete one: [`Plain`] TCP, or a
+//! TLS stream driven by edge's own pooled buffers, which implements the same trait.
 //!
 //! The reads and writes are monoio's owned-buffer ("rent") traits: a buffer moves into the operation and
 //! comes back with its result, so [`crate::buf::RecvBuf`] and [`crate::buf::SendBuf`] drive any transport

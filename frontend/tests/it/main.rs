@@ -31,6 +31,7 @@ mod conformance;
 mod deadlines;
 mod deploy;
 mod discovery;
+mod docs;
 mod drops;
 mod faults;
 mod h2;

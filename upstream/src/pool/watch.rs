@@ -5,7 +5,7 @@
 //!
 //! - Armed lazily: a connection is watched once it has sat idle through a whole pool sweep period
 //!   (500 ms, the worker's sweep; so from 0.5 to 1 s after its check-in). Until then a checkout
-//!   checks it with one non-blocking `MSG_PEEK` as before, so a busy pool pays nothing for the watch
+//!   checks it with one non-blocking `MSG_PEEK`, so a busy pool pays nothing for the watch
 //!   (and a request that is not retry-safe gets that check even once it is watched:
 //!   `super::Reuse::Checked`).
 //!   Measured (bench/README.md "Watched upstream pools"): arming at every check-in cost HTTP/2 small
