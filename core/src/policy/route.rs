@@ -176,7 +176,8 @@ impl<T> RouteTable<T> {
     }
 
     /// One line per route that can never match, naming the route and why: shadowed by an earlier route
-    /// with the same host and path rule that matches every request it would; a `path_prefix` or
+    /// with the same host and path rule that matches every request it would, or (a regex) by a
+    /// `path_prefix = "/"` of the same host that matches every request it would; a `path_prefix` or
     /// `path_exact` that no normalised path can equal; a regex that cannot match a path starting with
     /// `/` (when that shows in its first characters); a `methods` list holding only CONNECT (answered
     /// 405 before routing).

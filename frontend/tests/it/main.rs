@@ -43,6 +43,7 @@ mod limits;
 mod proxy;
 mod proxy_protocol;
 mod reload;
+mod routing;
 mod smuggling;
 mod strictness;
 mod tls;

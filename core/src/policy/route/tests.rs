@@ -405,6 +405,25 @@ fn warnings_name_routes_that_can_never_match() {
         w[0].starts_with("routes[1] can never match: routes[0]"),
         "{w:?}"
     );
+    // A catch-all prefix comes before every regex of its host whose conditions imply its own.
+    let w = warnings(&[
+        "- ~^/a M:GET",
+        "- / M:GET,POST",
+        "- ~^/b",
+        "h.example ~^/c",
+        "- ~^/d Q:x=1 M:GET",
+    ]);
+    assert_eq!(w.len(), 2, "{w:#?}");
+    assert!(
+        w[0].starts_with(
+            "routes[0] can never match: routes[1] has the same host and path_prefix \"/\""
+        ),
+        "{w:?}"
+    );
+    assert!(
+        w[1].starts_with("routes[4] can never match: routes[1]"),
+        "{w:?}"
+    );
     for (route, why) in [
         ("- /a/../b", "write \"/b\""),
         ("- =/a/./b", "write \"/a/b\""),

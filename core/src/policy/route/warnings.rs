@@ -3,6 +3,8 @@
 //! - a route shadowed by another with the same host rule and the same path rule that comes before it in
 //!   precedence (at least as many conditions, and earlier in the file when as many) and admits every
 //!   request it admits (its conditions are implied by this route's, see `Conditions::imply`);
+//! - a `path_regex` route shadowed by a `path_prefix = "/"` route of the same host rule whose conditions
+//!   it implies: that prefix matches every path, and a prefix comes before a regex;
 //! - a `path_prefix` or `path_exact` that is not a normalised path (a `.` or `..` segment, an encoding
 //!   of an unreserved character or with lower-case hex, an encoded NUL, a bad `%`): the request path is
 //!   normalised before matching, so it can never equal it;
@@ -30,6 +32,17 @@ pub(super) fn never_matching<T>(routes: &[Compiled<T>]) -> Vec<String> {
             .entry((&c.host, c.path.key()))
             .or_default()
             .push(i);
+    }
+    // Per host rule, a `path_prefix = "/"` route with the fewest conditions: it comes before every
+    // regex route of its host that admits no request it does not.
+    let mut catch_all: HashMap<&HostRule, usize> = HashMap::new();
+    for (i, c) in routes.iter().enumerate() {
+        if c.path.key() == (1, b"/".as_slice()) {
+            let best = catch_all.entry(&c.host).or_insert(i);
+            if c.conditions.count() < routes[*best].conditions.count() {
+                *best = i;
+            }
+        }
     }
     for (i, c) in routes.iter().enumerate() {
         if let Some(why) = not_normal(&c.spec.path).or_else(|| regex_off_root(&c.spec.path)) {
@@ -59,6 +72,16 @@ pub(super) fn never_matching<T>(routes: &[Compiled<T>]) -> Vec<String> {
                 c.title(i),
                 routes[j].title(j)
             ));
+            continue;
+        }
+        if let (2, Some(&j)) = (c.path.rank(), catch_all.get(&c.host)) {
+            if c.conditions.imply(&routes[j].conditions) {
+                out.push(format!(
+                    "{} can never match: {} has the same host and path_prefix \"/\", which matches every path, and a prefix comes before a regex",
+                    c.title(i),
+                    routes[j].title(j)
+                ));
+            }
         }
     }
     out

@@ -17,6 +17,8 @@ pub enum Value {
     Weighted(Vec<(String, u32)>),
     /// `server.tls.certificates`: `[{ cert = "a.pem", key = "a.key" }, ...]`.
     Certs(Vec<(String, String)>),
+    /// TOML written as is, e.g. a route's `headers = [{ name = "x", value = "1" }]`.
+    Raw(String),
 }
 
 impl From<&str> for Value {
@@ -84,6 +86,7 @@ impl fmt::Display for Value {
                     .collect();
                 write!(f, "[{}]", items.join(", "))
             }
+            Value::Raw(text) => write!(f, "{text}"),
             Value::Certs(list) => {
                 let items: Vec<String> = list
                     .iter()
@@ -165,6 +168,12 @@ impl Route {
                 .with("path_prefix", path_prefix)
                 .with("upstream", upstream),
         )
+    }
+
+    /// A route to `upstream` with no path rule yet: set one (`path_prefix`, `path_exact` or
+    /// `path_regex`) and any other key with [`Route::set`].
+    pub fn to(upstream: &str) -> Self {
+        Route(Table::default().with("upstream", upstream))
     }
 
     /// Sets `key` (e.g. `request_timeout`) on this route.
@@ -308,6 +317,12 @@ impl Cfg {
     /// Another `[[upstreams]]` entry, after `origin` and those added before.
     pub fn add_upstream(mut self, u: Upstream) -> Self {
         self.upstreams.push(u);
+        self
+    }
+
+    /// No `[[routes]]` entry (not even the `origin` route); add them with [`Cfg::add_route`].
+    pub fn clear_routes(mut self) -> Self {
+        self.routes.clear();
         self
     }
 
