@@ -11,6 +11,7 @@ mod cidr;
 mod discovery;
 mod http2;
 mod overrides;
+mod problems;
 mod resolve;
 mod routes;
 mod tls;

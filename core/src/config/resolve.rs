@@ -13,8 +13,8 @@ use std::{
 use crate::tls::{SystemRoots, TlsServerState, UpstreamTls};
 
 use super::{
-    routes::resolve_routes, Cidr, Config, ConfigError, HealthCheck, Limits, Log, ProxyProtocol,
-    Routes, Server, Timeouts, Upstream,
+    problems::Problems, routes::resolve_routes, Cidr, Config, ConfigError, HealthCheck, Limits,
+    Log, ProxyProtocol, Routes, Server, Timeouts, Upstream,
 };
 
 impl Config {
@@ -87,32 +87,6 @@ impl Config {
             upstreams,
             routes,
         })
-    }
-}
-
-/// The problems found so far, each becoming a [`ConfigError`] that names `file`.
-pub(super) struct Problems<'a> {
-    pub(super) file: &'a str,
-    pub(super) errors: Vec<ConfigError>,
-}
-
-impl Problems<'_> {
-    /// Records that the value at `key` is wrong, and why.
-    pub(super) fn add(&mut self, key: impl Into<String>, reason: impl Into<String>) {
-        self.errors.push(ConfigError {
-            file: self.file.into(),
-            key: key.into(),
-            reason: reason.into(),
-        });
-    }
-
-    /// The value of `result`, or `None` with its reason recorded under `key`.
-    pub(super) fn take<T>(
-        &mut self,
-        key: impl Into<String>,
-        result: Result<T, String>,
-    ) -> Option<T> {
-        result.map_err(|reason| self.add(key, reason)).ok()
     }
 }
 

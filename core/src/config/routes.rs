@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::route::{self, Condition, PathRule, RouteSpec, RouteTable, Test};
 
-use super::resolve::Problems;
+use super::problems::Problems;
 use super::{Dur, Limit, Upstream};
 
 /// `[[routes]]`

@@ -177,7 +177,7 @@ pub(super) fn resolve_server_tls(
     server: &super::Server,
     plain: Option<std::net::SocketAddr>,
     tls_listen: Option<std::net::SocketAddr>,
-    p: &mut super::resolve::Problems<'_>,
+    p: &mut super::problems::Problems<'_>,
 ) -> Option<std::sync::Arc<crate::tls::TlsServerState>> {
     let tls = server.tls.as_ref();
     for (key, reason) in check_listeners(&server.listen, tls, plain, tls_listen) {
@@ -199,7 +199,7 @@ pub(super) fn resolve_upstream_tls(
     i: usize,
     u: &super::Upstream,
     roots: &mut crate::tls::SystemRoots,
-    p: &mut super::resolve::Problems<'_>,
+    p: &mut super::problems::Problems<'_>,
 ) -> Option<crate::tls::UpstreamTls> {
     if !u.tls {
         let set = [

@@ -161,7 +161,7 @@ impl<T> RouteTable<T> {
 
     /// The file index of the route for `r`, as [`RouteTable::find`].
     pub fn find_index(&self, r: &RouteRequest<'_>) -> Option<usize> {
-        let mut lower = [0u8; index::MAX_HOST];
+        let mut lower = [0u8; compile::MAX_HOST];
         let host = match (self.index.has_hosts(), r.host) {
             (true, Some(raw)) => request_host(raw, &mut lower),
             _ => None,

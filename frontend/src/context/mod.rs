@@ -9,6 +9,7 @@
 //! the same check, so an idle worker also switches.
 
 pub mod idle;
+pub mod log_limit;
 
 use std::{
     cell::{Cell, RefCell},
@@ -23,7 +24,7 @@ use edge_core::{
 };
 use edge_upstream::{Upstream, UpstreamCounters};
 
-use crate::log::LogLimit;
+use log_limit::LogLimit;
 
 /// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
 /// snapshot it started on until it ends.

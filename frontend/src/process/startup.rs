@@ -75,7 +75,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     crate::process::reload::announce(resolved);
     crate::request::route::log_warnings(resolved);
 
-    // Taken from the handover even when admin is disabled now; held (unserved) until the end, as before.
+    // Taken from the handover even when admin is disabled now; held (unserved) until the process ends.
     let mut inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
     let (admin_addr, admin_keep) = match resolved.admin_listen {
         Some(a) => {

@@ -157,6 +157,13 @@ pub fn supervise(
             unsafe { libc::malloc_trim(0) };
         }
     };
+    drain(shared, stop, listeners)
+}
+
+/// DESIGN.md "Drain and upgrade" after `stop`: health answers 503 and responses close their
+/// connections; after a signal, listeners close at `drain_delay`; after a handover, accepting stops at
+/// once; what is in flight gets `drain`. Returns the exit code.
+fn drain(shared: &Shared, stop: Stop, listeners: TrafficListeners<'_>) -> i32 {
     let (current, _) = shared.config.get();
     let t = &current.config.server.timeouts;
     shared.draining.store(true, Ordering::Relaxed);

@@ -155,8 +155,8 @@ enum Stop<U> {
 /// body prefix.
 ///
 /// The upstream session stays in this frame from its opening to the response phase, and the phases
-/// borrow it instead of handing it on from one to the next: each hand-off was a copy
-/// (bench/README.md "Future moves").
+/// borrow it instead of handing it on from one to the next, so no phase moves it (bench/README.md
+/// "Future moves").
 async fn exchange<S: Session, O: Open>(
     w: &Worker,
     s: &mut S,

@@ -270,6 +270,7 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
             id: b"test-1",
         },
         rewrite: Default::default(),
+        response: Default::default(),
     };
     run(w, s, req).await
 }

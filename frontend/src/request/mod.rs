@@ -12,11 +12,12 @@
 //! 5. upstream choice;
 //!
 //! then the request id, the deadlines (the route's `client_request_timeout` and `request_timeout`) and
-//! retry-safety (RFC 9110 §9.2.2). Phase 6, the response-phase rules and Via, is applied where the
-//! response head is written. Nothing here allocates per request: the request id is written into a buffer
+//! retry-safety (RFC 9110 §9.2.2). Phase 6, what is added to the response head (Via, then the route's
+//! response rules), is decided here too ([`ResponseFields`]) and written by each session. Nothing here allocates per request: the request id is written into a buffer
 //! the connection (or the HTTP/2 stream task) keeps.
 
 pub mod local;
+pub mod response;
 pub mod route;
 
 use std::{net::SocketAddr, time::Duration};
@@ -34,6 +35,7 @@ use edge_upstream::Upstream;
 use monoio::time::Instant;
 
 pub use local::Local;
+pub use response::ResponseFields;
 
 use crate::{
     context::{Live, Worker},
@@ -103,6 +105,8 @@ pub struct Admitted<'a> {
     pub log: RequestLog<'a>,
     /// What is changed in the request on its way upstream.
     pub rewrite: Rewrite<'a>,
+    /// What is added to the response on its way to the client (phase 6).
+    pub response: ResponseFields,
 }
 
 /// The request rewrite plan (DESIGN.md "Request pipeline and traffic rules", phase 4): what the
@@ -197,6 +201,7 @@ pub fn admit<'a>(
         https: r.https,
         log: RequestLog { line, id },
         rewrite,
+        response: ResponseFields::forwarded(),
     })
 }
 

@@ -5,6 +5,10 @@
 use super::conditions::{Conditions, FieldTest, ValueTest};
 use super::{PathRule, RouteError, RouteSpec, Test};
 
+/// Request hosts are lower-cased into a stack buffer of this size; a host of this size or more (no DNS
+/// name is) matches no `host`.
+pub(super) const MAX_HOST: usize = 256;
+
 /// A route's host rule, compiled.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) enum HostRule {
@@ -260,7 +264,7 @@ fn check_host_name(name: &str, text: &str) -> Result<(), String> {
             && l.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
-    if name.is_empty() || name.len() >= super::index::MAX_HOST || !name.split('.').all(label_ok) {
+    if name.is_empty() || name.len() >= MAX_HOST || !name.split('.').all(label_ok) {
         return Err(format!(
             "{text:?} is not a host name (letters, digits, '-' and '_' in dot-separated labels, at most 255 bytes)"
         ));

@@ -10,12 +10,8 @@ use std::{
     hash::{BuildHasherDefault, Hasher},
 };
 
-use super::compile::{Compiled, HostRule, PathMatch};
+use super::compile::{Compiled, HostRule, PathMatch, MAX_HOST};
 use super::RouteRequest;
-
-/// Request hosts are lower-cased into a stack buffer of this size; a host of this size or more (no DNS
-/// name is) matches no `host`.
-pub(super) const MAX_HOST: usize = 256;
 
 /// FxHash (rustc's): a fast non-cryptographic hash. The keys come from the configuration; requests only
 /// look up, so a request cannot make a key's bucket longer.

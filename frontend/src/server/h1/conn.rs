@@ -406,7 +406,8 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         limits.1,
         req.client_deadline,
         w.id,
-    );
+    )
+    .adding(req.response);
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
     w.metrics.in_flight.decrement(1.0);

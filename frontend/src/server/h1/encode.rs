@@ -1,30 +1,53 @@
 //! The HTTP/1.1 response heads edge writes to a client (RFC 9112 §6.1, RFC 9110 §15.2, DESIGN.md
 //! "HTTP/1.1 rules"): the final head with the framing fields of the framing edge chose and no others,
 //! interim (1xx) heads, and the `101 Switching Protocols` head of an upgrade; hop-by-hop fields removed,
-//! Via added.
+//! the fields edge adds (Via) written where the request pipeline decides them
+//! ([`ResponseFields`]).
 
 use edge_core::http::{
     framing::bodyless_content_length,
     head::{Field, ResponseHead},
-    hop::{end_to_end_fields, field, upgrade_fields, VIA},
+    hop::{end_to_end_fields, field, upgrade_fields},
     write::push_dec,
 };
 
+use crate::request::ResponseFields;
+
 /// Writes an interim (1xx) response head for the client (RFC 9110 §15.2): end-to-end fields only
-/// (hop-by-hop fields and Content-Length removed), plus Via.
-pub fn interim_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
+/// (hop-by-hop fields and Content-Length removed), plus the fields edge adds (`added`: Via).
+pub fn interim_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    added: &ResponseFields,
+) {
     status_and_fields(out, buf, head, fields);
-    field(out, b"Via", VIA);
+    added_fields(out, added);
     out.extend_from_slice(b"\r\n");
 }
 
-/// Writes a `101 Switching Protocols` head for the client (RFC 9110 §15.2.2): end-to-end fields, Via,
-/// and the upstream's Upgrade with `Connection: upgrade` (hop-by-hop, but they are what a 101 means).
-pub fn switching_head(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
+/// Writes a `101 Switching Protocols` head for the client (RFC 9110 §15.2.2): end-to-end fields, the
+/// fields edge adds (`added`: Via), and the upstream's Upgrade with `Connection: upgrade` (hop-by-hop,
+/// but they are what a 101 means).
+pub fn switching_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    added: &ResponseFields,
+) {
     status_and_fields(out, buf, head, fields);
-    field(out, b"Via", VIA);
+    added_fields(out, added);
     upgrade_fields(out, buf, fields, false);
     out.extend_from_slice(b"\r\n");
+}
+
+/// The fields edge adds to a forwarded response (the request pipeline's phase 6, [`ResponseFields`]).
+fn added_fields(out: &mut Vec<u8>, added: &ResponseFields) {
+    for (name, value) in added.each() {
+        field(out, name.as_bytes(), value.as_bytes());
+    }
 }
 
 /// The status line (always HTTP/1.1) and the end-to-end fields of a response head, without
@@ -53,19 +76,21 @@ pub enum OutFraming {
 }
 
 /// Writes the client response head with the framing fields of `framing` and no others (RFC 9112 §6.1,
-/// DESIGN.md "HTTP/1.1 rules"). `keep_alive_10` adds `Connection: keep-alive` for an HTTP/1.0 client
-/// that asked for it; `close` adds `Connection: close`.
+/// DESIGN.md "HTTP/1.1 rules"), after the fields edge adds (`added`: Via). `keep_alive_10` adds
+/// `Connection: keep-alive` for an HTTP/1.0 client that asked for it; `close` adds `Connection: close`.
+#[allow(clippy::too_many_arguments)]
 pub fn response_head(
     out: &mut Vec<u8>,
     buf: &[u8],
     head: &ResponseHead,
     fields: &[Field],
+    added: &ResponseFields,
     framing: OutFraming,
     close: bool,
     keep_alive_10: bool,
 ) {
     status_and_fields(out, buf, head, fields);
-    field(out, b"Via", VIA);
+    added_fields(out, added);
     let length = match framing {
         OutFraming::Length(n) => Some(n),
         OutFraming::None => bodyless_content_length(buf, head, fields),
@@ -98,7 +123,13 @@ mod tests {
         let mut f = Fields::new();
         let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
         let mut out = Vec::new();
-        interim_head(&mut out, text.as_bytes(), &h, &f);
+        interim_head(
+            &mut out,
+            text.as_bytes(),
+            &h,
+            &f,
+            &ResponseFields::forwarded(),
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nVia: 1.1 edge\r\n\r\n"
@@ -106,7 +137,13 @@ mod tests {
         let text = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: a\r\n\r\n";
         let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
         let mut out = Vec::new();
-        switching_head(&mut out, text.as_bytes(), &h, &f);
+        switching_head(
+            &mut out,
+            text.as_bytes(),
+            &h,
+            &f,
+            &ResponseFields::forwarded(),
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: a\r\nVia: 1.1 edge\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
@@ -153,7 +190,17 @@ mod tests {
             let mut f = Fields::new();
             let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
             let mut out = Vec::new();
-            response_head(&mut out, text.as_bytes(), &h, &f, framing, false, false);
+            let added = ResponseFields::forwarded();
+            response_head(
+                &mut out,
+                text.as_bytes(),
+                &h,
+                &f,
+                &added,
+                framing,
+                false,
+                false,
+            );
             let out = String::from_utf8(out).unwrap();
             assert_eq!(out, format!("HTTP/1.1 {want}\r\n"), "{upstream}");
         }

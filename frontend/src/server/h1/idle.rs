@@ -171,8 +171,8 @@ pub(super) async fn fast_wait<T: Transport>(c: &mut Conn<T>) -> FastWait {
         Err(_) => {
             // A spent canceller cancels every later operation it is given. `cancel` returns a fresh
             // one that keeps the spent one's operation set (its one allocation, monoio's); it waits
-            // in the worker's spares, not in the idle connection, for the next fast wait. Without
-            // the spares a connection going idle allocated three times (bench/README.md
+            // in the worker's spares, not in the idle connection, for the next fast wait. Kept in
+            // the spares, going idle costs this one allocation instead of three (bench/README.md
             // "Allocations per request").
             if let Some(spent) = c.cancel.take() {
                 let fresh = spent.cancel();

@@ -24,6 +24,7 @@ use monoio::{io::AsyncWriteRent, time::Instant};
 use super::encode::{self, OutFraming};
 use crate::server::send::within_send;
 use crate::{
+    request::ResponseFields,
     respond::{Failure, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
     server::{BodyFailure, RelayError, Session, Started},
@@ -42,6 +43,8 @@ pub struct H1Session<'c, T: Transport> {
     send: Duration,
     deadline: Instant,
     worker: usize,
+    /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
+    added: ResponseFields,
 }
 
 impl<'c, T: Transport> H1Session<'c, T> {
@@ -71,7 +74,15 @@ impl<'c, T: Transport> H1Session<'c, T> {
             send,
             deadline,
             worker,
+            added: ResponseFields::default(),
         }
+    }
+
+    /// The session with the fields edge adds to the forwarded response's heads, as admission decided
+    /// them ([`crate::request::Admitted::response`]).
+    pub fn adding(mut self, added: ResponseFields) -> Self {
+        self.added = added;
+        self
     }
 
     fn client_10(&self) -> bool {
@@ -181,7 +192,8 @@ impl<T: Transport> Session for H1Session<'_, T> {
         if self.client_10() {
             return Ok(());
         }
-        encode::interim_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
+        let added = self.added;
+        encode::interim_head(&mut self.out().0, resp.buf, resp.head, resp.fields, &added);
         self.flush().await
     }
 
@@ -193,7 +205,8 @@ impl<T: Transport> Session for H1Session<'_, T> {
     }
 
     async fn send_switching(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        encode::switching_head(&mut self.out().0, resp.buf, resp.head, resp.fields);
+        let added = self.added;
+        encode::switching_head(&mut self.out().0, resp.buf, resp.head, resp.fields, &added);
         self.flush().await
     }
 
@@ -215,6 +228,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
         let close = close || framing == OutFraming::Close;
         self.relay = ResponseBody::new(upstream, framing);
         let passthrough = self.relay.passthrough();
+        let added = self.added;
         let out = self.out();
         out.0.clear();
         encode::response_head(
@@ -222,6 +236,7 @@ impl<T: Transport> Session for H1Session<'_, T> {
             rest.data(),
             head,
             fields,
+            &added,
             framing,
             close,
             client_10 && !close,

@@ -16,7 +16,7 @@ use edge_core::{
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
-        hop::{is_hop_by_hop, VIA},
+        hop::is_hop_by_hop,
         view::{RequestView, ResponseView, Version},
     },
     io::body::{BodySource, SendBodyError, SinkError},
@@ -29,19 +29,11 @@ use monoio::{
 };
 
 use crate::{
+    request::ResponseFields,
     respond::{Failure, SendFailure},
     server::h1::{body::ResponseBody, encode::OutFraming},
     server::{BodyFailure, RelayError, Session, Started},
 };
-
-/// edge's Via value ([`VIA`]) as a header value, made without allocating.
-fn via_value() -> http::HeaderValue {
-    const TEXT: &str = match std::str::from_utf8(VIA) {
-        Ok(v) => v,
-        Err(_) => panic!("VIA is ASCII"),
-    };
-    http::HeaderValue::from_static(TEXT)
-}
 
 /// A DATA frame's payload in a pooled buffer ([`edge_core::buf`]), given back to the worker's pool once
 /// h2 has written it.
@@ -113,6 +105,8 @@ pub struct H2Session<'a> {
     relay: ResponseBody,
     send_timeout: Duration,
     deadline: Instant,
+    /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
+    added: ResponseFields,
 }
 
 impl<'a> H2Session<'a> {
@@ -142,7 +136,15 @@ impl<'a> H2Session<'a> {
             relay: ResponseBody::new(Body::None, OutFraming::None),
             send_timeout,
             deadline,
+            added: ResponseFields::default(),
         }
+    }
+
+    /// The session with the fields edge adds to the forwarded response's heads, as admission decided
+    /// them ([`crate::request::Admitted::response`]).
+    pub fn adding(mut self, added: ResponseFields) -> Self {
+        self.added = added;
+        self
     }
 
     /// Whether the response head went out (a later failure can only reset the stream).
@@ -234,12 +236,16 @@ impl<'a> H2Session<'a> {
         Ok(())
     }
 
-    /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and edge's Via
-    /// (`1.1 edge`: the response was received over HTTP/1.1, RFC 9110 §7.6.3; DESIGN.md "HTTP/1.1
-    /// rules" adds Via in both directions, as the HTTP/1.1 encoder does). The head's bytes are copied
-    /// once and every field value is a slice of that copy (no allocation per value; a field name
-    /// outside the standard ones is still one).
-    fn response(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Option<http::Response<()>> {
+    /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and the fields edge
+    /// adds (`added`, the request pipeline's phase 6: Via). The head's bytes are copied once and every
+    /// field value is a slice of that copy (no allocation per value; a field name outside the standard
+    /// ones is still one).
+    fn response(
+        buf: &[u8],
+        head: &ResponseHead,
+        fields: &[Field],
+        added: &ResponseFields,
+    ) -> Option<http::Response<()>> {
         let mut resp = http::Response::new(());
         *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
         let end = fields
@@ -248,7 +254,7 @@ impl<'a> H2Session<'a> {
             .max();
         let shared = Bytes::copy_from_slice(&buf[..end.unwrap_or(0)]);
         let map = resp.headers_mut();
-        map.reserve(fields.len() + 1); // and Via
+        map.reserve(fields.len() + 1); // and what edge adds
         for f in fields
             .iter()
             .filter(|f| !is_hop_by_hop(buf, fields, f, true))
@@ -258,7 +264,10 @@ impl<'a> H2Session<'a> {
             let value = shared.slice(start..start + f.value_len as usize);
             map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
         }
-        map.append(http::header::VIA, via_value());
+        for (name, value) in added.each() {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+            map.append(name, http::HeaderValue::from_static(value));
+        }
         Some(resp)
     }
 
@@ -403,7 +412,7 @@ impl Session for H2Session<'_> {
     }
 
     async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        let Some(interim) = Self::response(resp.buf, resp.head, resp.fields) else {
+        let Some(interim) = Self::response(resp.buf, resp.head, resp.fields, &self.added) else {
             return Ok(());
         };
         self.respond
@@ -441,7 +450,8 @@ impl Session for H2Session<'_> {
             Body::Chunked | Body::CloseDelimited => OutFraming::Close,
         };
         self.relay = ResponseBody::new(upstream, framing);
-        let resp = Self::response(rest.data(), head, fields).ok_or(RelayError::BadBody)?;
+        let resp =
+            Self::response(rest.data(), head, fields, &self.added).ok_or(RelayError::BadBody)?;
         rest.consume(head.len);
         let mut out = buf::take_large();
         let complete = self
@@ -466,10 +476,9 @@ impl Session for H2Session<'_> {
         })
     }
 
-    /// Relay-sized (256 KiB) upstream reads for a pass-through body, as for HTTP/1.1: measured with 640
-    /// concurrent 1 MiB responses, 64 KiB reads cost 1.3x (io_uring) and 16 KiB reads 1.4x the CPU per
-    /// response, but relay reads hold up to 256 KiB per stream in the receive buffer and as much again
-    /// queued in h2 (peak RSS 548 MiB against 235 MiB with 64 KiB reads; bench/README.md "HTTP/2").
+    /// Relay-sized (256 KiB) upstream reads for a pass-through body, as for HTTP/1.1: 16 and 64 KiB
+    /// reads cost 1.3-1.4x the CPU per large response, at the price of up to 256 KiB per stream in the
+    /// receive buffer and as much again queued in h2 (bench/README.md "HTTP/2").
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
     }

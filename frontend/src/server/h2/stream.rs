@@ -209,7 +209,7 @@ pub async fn serve(
             return;
         }
     };
-    let mut s = new_session(request, fields, adm.client_deadline);
+    let mut s = new_session(request, fields, adm.client_deadline).adding(adm.response);
     forward(w, &mut s, adm, started).await;
     scratch.keep(s.take_fields(), line);
     (scratch.id, scratch.path) = (id, path);
