@@ -1,9 +1,9 @@
-//! One worker: its state (config with its compiled routes, upstream pools, metric handles; all `Rc`, nothing shared with
+//! One worker: its state (config, its copy of the route table, upstream pools, metric handles; all `Rc`, nothing shared with
 //! other workers on the request path), its accept loops on its own SO_REUSEPORT listeners (plain, TLS), and its timer
 //! tasks (heartbeat every 250 ms, pool sweep). Each connection runs as its own task under a panic guard:
 //! a panic closes only that connection.
 //!
-//! Config reload: the config-dependent state (config, upstreams) is a [`Live`] snapshot. Each
+//! Config reload: the config-dependent state (config, route table, upstreams) is a [`Live`] snapshot. Each
 //! request takes the current snapshot once ([`Worker::live`]) and finishes on it; before that, the worker
 //! compares the supervisor's published generation with its own (a read of one atomic) and rebuilds the
 //! snapshot when it moved. The heartbeat tick does the same check, so an idle worker also switches.
@@ -21,7 +21,7 @@ use std::{
 };
 
 use edge_core::{
-    config::Resolved,
+    config::{Resolved, Routes},
     metrics::{ShedReason, WorkerMetrics},
     runtime::{
         health::ActiveHealth, ConnectionSlot, ListenerKind, Shared, WorkerEnv, HEARTBEAT_EVERY,
@@ -35,10 +35,13 @@ use crate::respond::LogLimit;
 /// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
 /// snapshot it started on until it ends.
 pub struct Live {
-    /// The configuration, with its compiled route table (`cfg.routes`, DESIGN.md "Routing").
+    /// The configuration.
     pub cfg: Arc<Resolved>,
     /// Its generation ([`edge_core::runtime::Published`]).
     pub generation: u64,
+    /// This worker's copy of the compiled route table (`cfg.routes`, DESIGN.md "Routing"): it shares
+    /// the index and has regex match caches of its own, so matching takes no lock.
+    pub routes: Routes,
     /// Upstreams in config order, each with per-endpoint pools.
     pub upstreams: Vec<Upstream>,
 }
@@ -64,6 +67,7 @@ impl Live {
             })
             .collect();
         Live {
+            routes: cfg.routes.clone(),
             upstreams,
             generation,
             cfg,

@@ -400,7 +400,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         head: buf,
         fields: &c.fields,
     };
-    let routed = match crate::route::find(&live.cfg.routes, &routing, &mut c.path) {
+    let routed = match crate::route::find(&live.routes, &routing, &mut c.path) {
         Ok(r) => r,
         Err(_) => return fail(w, c, Failure::Invalid(InvalidReason::BadPath), started).await,
     };

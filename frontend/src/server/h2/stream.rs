@@ -1,7 +1,8 @@
 //! One HTTP/2 stream from its HEADERS to its end (DESIGN.md "HTTP/2"): the request view is built
 //! ([`super::request`]) and checked like an HTTP/1.1 head (CONNECT refused, framing, `max_headers`,
-//! `max_body_bytes`), `health_path` is answered locally, the route is found and the exchange runs through
-//! the orchestrator ([`crate::proxy::run`]) as an HTTP/1.1 request from this worker's pools. Failures
+//! `max_body_bytes`), `health_path` is answered locally, the path is normalised and the route found
+//! ([`crate::route`]; 400 `bad_path`), and the exchange runs through the orchestrator
+//! ([`crate::proxy::run`]) as an HTTP/1.1 request from this worker's pools. Failures
 //! before the response head are answered from the status table; after it the stream is reset (the
 //! session does that), never the connection. The stream's `request` deadline runs from its HEADERS.
 
@@ -195,7 +196,7 @@ pub async fn serve(
         head: buf,
         fields: &fields,
     };
-    let (route, failure) = match crate::route::find(&live.cfg.routes, &routing, &mut scratch.path) {
+    let (route, failure) = match crate::route::find(&live.routes, &routing, &mut scratch.path) {
         Ok(r) => (r.route.map(|route| (route, r.rewritten)), Failure::NoRoute),
         Err(_) => (None, Failure::Invalid(InvalidReason::BadPath)),
     };
