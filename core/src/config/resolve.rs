@@ -337,7 +337,8 @@ pub struct Resolved {
     pub proxy_protocol_from: Vec<Cidr>,
     /// Upstreams in file order.
     pub upstreams: Vec<ResolvedUpstream>,
-    /// The routes, compiled and indexed (DESIGN.md "Routing"): `routes.find(request)`.
+    /// The routes, compiled and indexed (DESIGN.md "Routing"): `routes.find(request)`. Each worker
+    /// matches on a clone of its own (see [`crate::policy::route::RouteTable`]).
     pub routes: Routes,
 }
 

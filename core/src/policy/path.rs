@@ -61,11 +61,17 @@ pub fn is_normal(path: &[u8]) -> bool {
             },
             _ => false,
         });
+    // Each dot that starts a segment: the segment must not be `.` or `..`.
     escapes_normal
-        && memchr::memmem::find_iter(path, b"/.").all(|i| match path.get(i + 2) {
-            None | Some(b'/') => false,
-            Some(b'.') => !matches!(path.get(i + 3), None | Some(b'/')),
-            Some(_) => true,
+        && memchr::memchr_iter(b'.', path).all(|i| {
+            if i == 0 || path[i - 1] != b'/' {
+                return true;
+            }
+            match path.get(i + 1) {
+                None | Some(b'/') => false,
+                Some(b'.') => !matches!(path.get(i + 2), None | Some(b'/')),
+                Some(_) => true,
+            }
         })
 }
 

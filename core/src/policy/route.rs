@@ -27,6 +27,8 @@ mod listing;
 mod tests;
 mod warnings;
 
+use std::sync::Arc;
+
 use crate::http::head::Field;
 
 use compile::Compiled;
@@ -114,12 +116,34 @@ pub struct RouteRequest<'a> {
 
 /// The compiled routes, indexed for [`RouteTable::find`]; `T` is what a route leads to (the
 /// configuration's `ResolvedRoute`).
-#[derive(Clone, Debug)]
+///
+/// A clone shares the routes and their index and compiles nothing again, but has regexes of its own:
+/// the `regex` crate keeps a match cache per regex, handed to the first thread that uses it without a
+/// lock and to other threads through a mutex (or a new cache). Each worker matches on its own clone, so
+/// matching takes no lock and, after its first use, allocates nothing.
+#[derive(Debug)]
 pub struct RouteTable<T> {
+    shared: Arc<Shared<T>>,
+    /// The `path_regex` routes' regexes, by `PathMatch::Regex::slot`.
+    regexes: Vec<regex::bytes::Regex>,
+}
+
+/// What the clones of a table share.
+#[derive(Debug)]
+struct Shared<T> {
     /// In file order.
     routes: Vec<Compiled<T>>,
     index: HostIndex,
     warnings: Vec<String>,
+}
+
+impl<T> Clone for RouteTable<T> {
+    fn clone(&self) -> Self {
+        RouteTable {
+            shared: Arc::clone(&self.shared),
+            regexes: self.regexes.clone(),
+        }
+    }
 }
 
 impl<T> RouteTable<T> {
@@ -135,9 +159,10 @@ impl<T> RouteTable<T> {
     pub fn new(routes: Vec<(RouteSpec, T)>) -> Result<Self, Vec<RouteError>> {
         let mut errors = Vec::new();
         let mut compiled = Vec::with_capacity(routes.len());
+        let mut regexes = Vec::new();
         for (i, (spec, value)) in routes.into_iter().enumerate() {
             let earlier = &compiled[..];
-            match compile::route(i, spec, value, earlier) {
+            match compile::route(i, spec, value, earlier, &mut regexes) {
                 Ok(c) => compiled.push(c),
                 Err(e) => errors.extend(e),
             }
@@ -147,32 +172,37 @@ impl<T> RouteTable<T> {
         }
         let index = HostIndex::build(&compiled);
         let warnings = warnings::never_matching(&compiled);
-        Ok(RouteTable {
+        let shared = Shared {
             routes: compiled,
             index,
             warnings,
+        };
+        Ok(RouteTable {
+            shared: Arc::new(shared),
+            regexes,
         })
     }
 
     /// What the route for `r` leads to, or `None` (404): see the module rules. Allocates nothing.
     pub fn find(&self, r: &RouteRequest<'_>) -> Option<&T> {
-        self.find_index(r).map(|i| &self.routes[i].value)
+        self.find_index(r).map(|i| &self.shared.routes[i].value)
     }
 
     /// The file index of the route for `r`, as [`RouteTable::find`].
     pub fn find_index(&self, r: &RouteRequest<'_>) -> Option<usize> {
+        let shared = &*self.shared;
         let mut lower = [0u8; compile::MAX_HOST];
-        let host = match (self.index.has_hosts(), r.host) {
+        let host = match (shared.index.has_hosts(), r.host) {
             (true, Some(raw)) => request_host(raw, &mut lower),
             _ => None,
         };
-        self.index.find(&self.routes, host, r)
+        shared.index.find(&shared.routes, &self.regexes, host, r)
     }
 
     /// The compiled routes in match order, one line each, grouped by host as they are tried (what
     /// `edge --check` prints).
     pub fn listing(&self) -> String {
-        listing::listing(&self.routes, &self.index)
+        listing::listing(&self.shared.routes, &self.shared.index)
     }
 
     /// One line per route that can never match, naming the route and why: shadowed by an earlier route
@@ -182,26 +212,32 @@ impl<T> RouteTable<T> {
     /// `/` (when that shows in its first characters); a `methods` list holding only CONNECT (answered
     /// 405 before routing).
     pub fn warnings(&self) -> &[String] {
-        &self.warnings
+        &self.shared.warnings
     }
 
     /// How many routes there are.
     pub fn len(&self) -> usize {
-        self.routes.len()
+        self.shared.routes.len()
     }
 
     /// Whether there is no route.
     pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
+        self.shared.routes.is_empty()
     }
 
     /// The route at file index `i` with its label, or `None` past the end.
     pub fn get(&self, i: usize) -> Option<(&str, &T)> {
-        self.routes.get(i).map(|c| (c.label.as_str(), &c.value))
+        self.shared
+            .routes
+            .get(i)
+            .map(|c| (c.label.as_str(), &c.value))
     }
 
     /// The routes in file order, each with its label (its `name`, else its index).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &T)> {
-        self.routes.iter().map(|c| (c.label.as_str(), &c.value))
+        self.shared
+            .routes
+            .iter()
+            .map(|c| (c.label.as_str(), &c.value))
     }
 }

@@ -1,6 +1,6 @@
 //! The per-worker context every connection, session and exchange of a worker shares (single-threaded,
 //! `Rc`, nothing shared with other workers on the request path): the config-dependent [`Live`] snapshot
-//! (configuration with its compiled routes, upstream pools), metric handles, the warn-log limiter, the idle-connection list
+//! (configuration, this worker's copy of the route table, upstream pools), metric handles, the warn-log limiter, the idle-connection list
 //! ([`idle`]) and the request-id counter.
 //!
 //! Config reload: each request takes the current snapshot once ([`Worker::live`]) and finishes on it;
@@ -18,7 +18,7 @@ use std::{
 };
 
 use edge_core::{
-    config::Resolved,
+    config::{Resolved, Routes},
     metrics::WorkerMetrics,
     runtime::{health::ActiveHealth, Shared},
 };
@@ -29,10 +29,13 @@ use log_limit::LogLimit;
 /// The config-dependent part of a worker, replaced as a whole at a config reload. A request holds the
 /// snapshot it started on until it ends.
 pub struct Live {
-    /// The configuration, with its compiled route table (`cfg.routes`, DESIGN.md "Routing").
+    /// The configuration.
     pub cfg: Arc<Resolved>,
     /// Its generation ([`edge_core::runtime::Published`]).
     pub generation: u64,
+    /// This worker's copy of the compiled route table (`cfg.routes`, DESIGN.md "Routing"): it shares
+    /// the index and has regex match caches of its own, so matching takes no lock.
+    pub routes: Routes,
     /// Upstreams in config order, each with per-endpoint pools.
     pub upstreams: Vec<Upstream>,
 }
@@ -58,6 +61,7 @@ impl Live {
             })
             .collect();
         Live {
+            routes: cfg.routes.clone(),
             upstreams,
             generation,
             cfg,

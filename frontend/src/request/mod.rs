@@ -163,7 +163,7 @@ pub fn admit<'a>(
         head: buf,
         fields: r.fields,
     };
-    let routed = match route::find(&live.cfg.routes, &routing, scratch) {
+    let routed = match route::find(&live.routes, &routing, scratch) {
         Ok(routed) => routed,
         Err(_) => return Admission::Refused(Failure::Invalid(InvalidReason::BadPath)),
     };

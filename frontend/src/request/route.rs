@@ -1,7 +1,7 @@
 //! Routing a request (DESIGN.md "Routing"), the same for HTTP/1.1 and HTTP/2: the target's path is
 //! normalised (RFC 3986 §6.2.2, [`edge_core::policy::path`]) into the caller's reusable buffer, then the
-//! configuration's compiled route table ([`edge_core::config::Routes`], built at load) picks the route
-//! from the method, host, normalised path, query and header fields. The normalised path is also what
+//! worker's copy of the compiled route table ([`edge_core::config::Routes`], built at load) picks the
+//! route from the method, host, normalised path, query and header fields. The normalised path is also what
 //! goes upstream ([`Routed::rewritten`]).
 
 use edge_core::{

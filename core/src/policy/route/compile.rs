@@ -27,8 +27,9 @@ pub(super) enum PathMatch {
     Prefix(Box<[u8]>),
     /// `path_exact`.
     Exact(Box<[u8]>),
-    /// `path_regex`.
-    Regex(regex::bytes::Regex),
+    /// `path_regex`: its place in the table's regex list (each copy of a table has its own compiled
+    /// regexes, see `RouteTable`'s `Clone`) and its pattern.
+    Regex { slot: usize, pattern: Box<str> },
 }
 
 impl PathMatch {
@@ -37,7 +38,7 @@ impl PathMatch {
         match self {
             PathMatch::Exact(_) => 0,
             PathMatch::Prefix(_) => 1,
-            PathMatch::Regex(_) => 2,
+            PathMatch::Regex { .. } => 2,
         }
     }
 
@@ -45,7 +46,7 @@ impl PathMatch {
     pub(super) fn key(&self) -> (u8, &[u8]) {
         match self {
             PathMatch::Exact(k) | PathMatch::Prefix(k) => (self.rank(), k),
-            PathMatch::Regex(r) => (2, r.as_str().as_bytes()),
+            PathMatch::Regex { pattern, .. } => (2, pattern.as_bytes()),
         }
     }
 }
@@ -137,12 +138,14 @@ impl Errors {
     }
 }
 
-/// Compiles route `i`; `earlier` are the routes before it (names must be unique).
+/// Compiles route `i`; `earlier` are the routes before it (names must be unique); a regex is added to
+/// `regexes`.
 pub(super) fn route<T>(
     i: usize,
     spec: RouteSpec,
     value: T,
     earlier: &[Compiled<T>],
+    regexes: &mut Vec<regex::bytes::Regex>,
 ) -> Result<Compiled<T>, Vec<RouteError>> {
     let mut e = Errors {
         route: i,
@@ -166,7 +169,7 @@ pub(super) fn route<T>(
             HostRule::Any
         }),
     };
-    let path = path_match(&spec.path, &mut e);
+    let path = path_match(&spec.path, regexes, &mut e);
     let conditions = Conditions {
         methods: methods(&spec.methods, &mut e),
         headers: fields(&spec.headers, "headers", &mut e),
@@ -272,8 +275,13 @@ fn check_host_name(name: &str, text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The path rule compiled; `None` (with the error recorded) when it does not compile.
-fn path_match(rule: &PathRule, e: &mut Errors) -> Option<PathMatch> {
+/// The path rule compiled (a regex into `regexes`); `None` (with the error recorded) when it does not
+/// compile.
+fn path_match(
+    rule: &PathRule,
+    regexes: &mut Vec<regex::bytes::Regex>,
+    e: &mut Errors,
+) -> Option<PathMatch> {
     let slash = |key: &str, p: &str, e: &mut Errors| {
         let ok = p.starts_with('/');
         if !ok {
@@ -291,7 +299,13 @@ fn path_match(rule: &PathRule, e: &mut Errors) -> Option<PathMatch> {
             slash("path_exact", p, e).then(|| PathMatch::Exact(p.as_bytes().into()))
         }
         PathRule::Regex(r) => match regex::bytes::Regex::new(r) {
-            Ok(re) => Some(PathMatch::Regex(re)),
+            Ok(re) => {
+                regexes.push(re);
+                Some(PathMatch::Regex {
+                    slot: regexes.len() - 1,
+                    pattern: r.as_str().into(),
+                })
+            }
             Err(why) => {
                 e.add("path_regex", format!("invalid regex {r:?}: {why}"));
                 None

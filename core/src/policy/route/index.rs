@@ -61,7 +61,7 @@ impl Group {
                 self.longest_prefix = self.longest_prefix.max(k.len());
                 self.prefixes.entry(k.clone()).or_default().push(i)
             }
-            PathMatch::Regex(_) => self.regexes.push(i),
+            PathMatch::Regex { .. } => self.regexes.push(i),
         }
     }
 
@@ -75,8 +75,14 @@ impl Group {
         order(&mut self.regexes);
     }
 
-    /// The best route of this group for `r`: exact, then the longest prefix, then regexes.
-    fn find<T>(&self, routes: &[Compiled<T>], r: &RouteRequest<'_>) -> Option<usize> {
+    /// The best route of this group for `r`: exact, then the longest prefix, then regexes (compiled
+    /// in `regexes`).
+    fn find<T>(
+        &self,
+        routes: &[Compiled<T>],
+        regexes: &[regex::bytes::Regex],
+        r: &RouteRequest<'_>,
+    ) -> Option<usize> {
         let first = |list: &[usize]| list.iter().copied().find(|&i| routes[i].conditions.hold(r));
         let path = r.path;
         if let Some(found) = self.exact.get(path).and_then(|l| first(l)) {
@@ -88,10 +94,10 @@ impl Group {
             }
         }
         self.regexes.iter().copied().find(|&i| {
-            let PathMatch::Regex(re) = &routes[i].path else {
+            let PathMatch::Regex { slot, .. } = routes[i].path else {
                 return false;
             };
-            re.is_match(path) && routes[i].conditions.hold(r)
+            regexes[slot].is_match(path) && routes[i].conditions.hold(r)
         })
     }
 
@@ -153,24 +159,26 @@ impl HostIndex {
     pub(super) fn find<T>(
         &self,
         routes: &[Compiled<T>],
+        regexes: &[regex::bytes::Regex],
         host: Option<&[u8]>,
         r: &RouteRequest<'_>,
     ) -> Option<usize> {
         if let Some(host) = host {
-            if let Some(found) = self.exact.get(host).and_then(|g| g.find(routes, r)) {
+            let group = self.exact.get(host);
+            if let Some(found) = group.and_then(|g| g.find(routes, regexes, r)) {
                 return Some(found);
             }
             if !self.wildcard.is_empty() {
                 // Suffixes after each dot, longest first; `*.x` needs at least one byte before `.x`.
                 for dot in memchr::memchr_iter(b'.', host).filter(|&d| d > 0) {
                     let found = self.wildcard.get(&host[dot + 1..]);
-                    if let Some(found) = found.and_then(|g| g.find(routes, r)) {
+                    if let Some(found) = found.and_then(|g| g.find(routes, regexes, r)) {
                         return Some(found);
                     }
                 }
             }
         }
-        self.any.find(routes, r)
+        self.any.find(routes, regexes, r)
     }
 }
 

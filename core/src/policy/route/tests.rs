@@ -546,3 +546,33 @@ fn ten_thousand_routes_agree_with_the_reference() {
     let last = route(&t, "GET /s35/p9999/deep/x", "h193.example.com", "");
     assert_eq!(last, Some(9999));
 }
+
+/// A clone (what each worker matches on) shares the routes and finds what the original finds, on
+/// another thread, with regexes of its own.
+#[test]
+fn a_clone_matches_like_the_original_on_another_thread() {
+    let t = table(&["- ~^/v[0-9]+/", "- /api", "h.example ~users$"]);
+    let clone = t.0.clone();
+    assert_eq!(clone.len(), 3);
+    assert_eq!(clone.warnings(), t.0.warnings());
+    let found = std::thread::spawn(move || {
+        let (head, fields) = (b"".as_slice(), Vec::new());
+        let req = |host: &'static [u8], path: &'static [u8]| RouteRequest {
+            method: b"GET",
+            host: Some(host),
+            path,
+            query: None,
+            head,
+            fields: &fields,
+        };
+        [
+            clone.find_index(&req(b"x", b"/v2/a")),
+            clone.find_index(&req(b"h.example", b"/x/users")),
+            clone.find_index(&req(b"x", b"/x/users")),
+        ]
+    })
+    .join()
+    .unwrap();
+    assert_eq!(found, [Some(0), Some(2), None]);
+    assert_eq!(route(&t, "GET /v2/a", "x", ""), Some(0));
+}
