@@ -18,6 +18,10 @@
 
 pub mod expect;
 pub mod interim;
+#[cfg(test)]
+mod mem_tests;
+#[cfg(test)]
+mod mem_upstream;
 pub mod relay;
 #[cfg(test)]
 mod tests;
