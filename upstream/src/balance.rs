@@ -82,11 +82,11 @@ impl UpstreamCounters {
 }
 
 /// How a checkout went, for the retry counter.
-pub struct Checkout {
+pub(crate) struct Checkout {
     /// The connection.
-    pub conn: UpstreamConn,
+    pub(crate) conn: UpstreamConn,
     /// The first connect attempt failed and a second endpoint (or attempt) succeeded.
-    pub retried: bool,
+    pub(crate) retried: bool,
 }
 
 impl Upstream {
@@ -228,11 +228,12 @@ impl Upstream {
     }
 
     /// A pooled connection to the endpoint the policy picks (as `reuse` allows: [`Reuse::Fresh`] for
-    /// the retry after a reused connection failed), or a new one.
+    /// the retry after a reused connection failed), or a new one: how an HTTP/1.1 session opens
+    /// ([`crate::session::Open`]).
     ///
     /// # Errors
     /// The connect error of the last attempt (retry-safe: nothing was sent).
-    pub async fn checkout(&self, reuse: Reuse) -> Result<Checkout, UpstreamError> {
+    pub(crate) async fn checkout(&self, reuse: Reuse) -> Result<Checkout, UpstreamError> {
         let first = self.pick(None);
         let permit = self.permit(first).await?;
         if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {
@@ -285,9 +286,10 @@ impl Upstream {
         .map_err(|_| UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout))
     }
 
-    /// Returns a connection after a complete, well-framed response. `keep_alive_secs` is the upstream's
-    /// `Keep-Alive: timeout=N`, which caps the idle lifetime at N-1 s.
-    pub fn checkin(&self, conn: UpstreamConn, keep_alive_secs: Option<u64>) {
+    /// Returns a connection after a complete, well-framed response (an HTTP/1.1 session's
+    /// [`crate::session::Finish::Reuse`]). `keep_alive_secs` is the upstream's `Keep-Alive: timeout=N`,
+    /// which caps the idle lifetime at N-1 s.
+    pub(crate) fn checkin(&self, conn: UpstreamConn, keep_alive_secs: Option<u64>) {
         let mut lifetime = self.config.pool_idle_timeout.0;
         if let Some(n) = keep_alive_secs {
             lifetime = lifetime.min(Duration::from_secs(n.saturating_sub(1)));
