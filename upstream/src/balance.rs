@@ -13,8 +13,10 @@ use crate::{
     connect::{connect, TlsTarget},
     eject::Transition,
     error::UpstreamError,
+    h1::H1Exchange,
     policy::{Picker, Rng},
     pool::{Pool, Reuse, UpstreamConn},
+    session::Opened,
 };
 
 /// One endpoint of an upstream.
@@ -79,14 +81,6 @@ impl UpstreamCounters {
             tls_handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
         }
     }
-}
-
-/// How a checkout went, for the retry counter.
-pub(crate) struct Checkout {
-    /// The connection.
-    pub(crate) conn: UpstreamConn,
-    /// The first connect attempt failed and a second endpoint (or attempt) succeeded.
-    pub(crate) retried: bool,
 }
 
 impl Upstream {
@@ -228,31 +222,33 @@ impl Upstream {
     }
 
     /// A pooled connection to the endpoint the policy picks (as `reuse` allows: [`Reuse::Fresh`] for
-    /// the retry after a reused connection failed), or a new one: how an HTTP/1.1 session opens
-    /// ([`crate::session::Open`]).
+    /// the retry after a reused connection failed), or a new one, as an HTTP/1.1 session: how it opens
+    /// ([`crate::session::Open`]). `retried`: the first connect attempt failed and a second endpoint (or
+    /// attempt) succeeded.
     ///
     /// # Errors
     /// The connect error of the last attempt (retry-safe: nothing was sent).
-    pub(crate) async fn checkout(&self, reuse: Reuse) -> Result<Checkout, UpstreamError> {
+    pub(crate) async fn checkout(
+        &self,
+        reuse: Reuse,
+    ) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
+        let opened = |conn, retried| Opened {
+            session: H1Exchange::new(self, conn),
+            retried,
+        };
         let first = self.pick(None);
         let permit = self.permit(first).await?;
         if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {
             conn.permit = permit;
             // A pool kept across a reload may hold connections checked in under the old endpoint list.
             conn.endpoint = first;
-            return Ok(Checkout {
-                conn,
-                retried: false,
-            });
+            return Ok(opened(conn, false));
         }
         match self.connect(first).await {
             Ok(s) => {
                 let mut conn = UpstreamConn::new(s, first);
                 conn.permit = permit;
-                Ok(Checkout {
-                    conn,
-                    retried: false,
-                })
+                Ok(opened(conn, false))
             }
             Err(e) if self.endpoints.len() < 2 => Err(e),
             Err(e) => {
@@ -264,10 +260,7 @@ impl Upstream {
                 let s = self.connect(second).await.map_err(|_| e)?;
                 let mut conn = UpstreamConn::new(s, second);
                 conn.permit = permit;
-                Ok(Checkout {
-                    conn,
-                    retried: true,
-                })
+                Ok(opened(conn, true))
             }
         }
     }

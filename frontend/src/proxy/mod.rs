@@ -117,7 +117,7 @@ pub enum Outcome<U = Tunnel> {
     },
 }
 
-/// The response head has been read: everything the response phase needs besides the connection.
+/// The response head has been read: everything the response phase needs besides the upstream session.
 pub(crate) struct Answered {
     pub(crate) head: edge_core::http::head::ResponseHead,
     pub(crate) clock: ActivityClock,
@@ -133,8 +133,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
         Err(f) => return failed(f, false),
     };
     let mut fields = s.take_fields();
-    let up = req.upstream;
-    let outcome = exchange(w, s, &req, up, out, &mut fields, wait_continue).await;
+    let outcome = exchange(w, s, &req, req.upstream, out, &mut fields, wait_continue).await;
     s.put_fields(fields);
     outcome
 }
