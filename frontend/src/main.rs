@@ -9,7 +9,7 @@ use edge_frontend::{
 #[cfg(feature = "count-alloc")]
 #[global_allocator]
 static ALLOCATOR: edge_frontend::process::alloc_count::Counting =
-    edge_frontend::alloc_count::Counting;
+    edge_frontend::process::alloc_count::Counting;
 
 /// jemalloc: per-thread caches and arenas suit a thread per core that allocates what h2 and rustls
 /// allocate per stream and per record (bench/README.md "Allocator" has the A/B against glibc).

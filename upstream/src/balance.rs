@@ -13,8 +13,10 @@ use crate::{
     connect::{connect, TlsTarget},
     eject::Transition,
     error::UpstreamError,
+    h1::H1Exchange,
     policy::{Picker, Rng},
     pool::{Pool, Reuse, UpstreamConn},
+    session::Opened,
 };
 
 /// One endpoint of an upstream.
@@ -79,14 +81,6 @@ impl UpstreamCounters {
             tls_handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
         }
     }
-}
-
-/// How a checkout went, for the retry counter.
-pub struct Checkout {
-    /// The connection.
-    pub conn: UpstreamConn,
-    /// The first connect attempt failed and a second endpoint (or attempt) succeeded.
-    pub retried: bool,
 }
 
 impl Upstream {
@@ -228,30 +222,33 @@ impl Upstream {
     }
 
     /// A pooled connection to the endpoint the policy picks (as `reuse` allows: [`Reuse::Fresh`] for
-    /// the retry after a reused connection failed), or a new one.
+    /// the retry after a reused connection failed), or a new one, as an HTTP/1.1 session: how it opens
+    /// ([`crate::session::Open`]). `retried`: the first connect attempt failed and a second endpoint (or
+    /// attempt) succeeded.
     ///
     /// # Errors
     /// The connect error of the last attempt (retry-safe: nothing was sent).
-    pub async fn checkout(&self, reuse: Reuse) -> Result<Checkout, UpstreamError> {
+    pub(crate) async fn checkout(
+        &self,
+        reuse: Reuse,
+    ) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
+        let opened = |conn, retried| Opened {
+            session: H1Exchange::new(self, conn),
+            retried,
+        };
         let first = self.pick(None);
         let permit = self.permit(first).await?;
         if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {
             conn.permit = permit;
             // A pool kept across a reload may hold connections checked in under the old endpoint list.
             conn.endpoint = first;
-            return Ok(Checkout {
-                conn,
-                retried: false,
-            });
+            return Ok(opened(conn, false));
         }
         match self.connect(first).await {
             Ok(s) => {
                 let mut conn = UpstreamConn::new(s, first);
                 conn.permit = permit;
-                Ok(Checkout {
-                    conn,
-                    retried: false,
-                })
+                Ok(opened(conn, false))
             }
             Err(e) if self.endpoints.len() < 2 => Err(e),
             Err(e) => {
@@ -263,10 +260,7 @@ impl Upstream {
                 let s = self.connect(second).await.map_err(|_| e)?;
                 let mut conn = UpstreamConn::new(s, second);
                 conn.permit = permit;
-                Ok(Checkout {
-                    conn,
-                    retried: true,
-                })
+                Ok(opened(conn, true))
             }
         }
     }
@@ -285,9 +279,10 @@ impl Upstream {
         .map_err(|_| UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout))
     }
 
-    /// Returns a connection after a complete, well-framed response. `keep_alive_secs` is the upstream's
-    /// `Keep-Alive: timeout=N`, which caps the idle lifetime at N-1 s.
-    pub fn checkin(&self, conn: UpstreamConn, keep_alive_secs: Option<u64>) {
+    /// Returns a connection after a complete, well-framed response (an HTTP/1.1 session's
+    /// [`crate::session::Finish::Reuse`]). `keep_alive_secs` is the upstream's `Keep-Alive: timeout=N`,
+    /// which caps the idle lifetime at N-1 s.
+    pub(crate) fn checkin(&self, conn: UpstreamConn, keep_alive_secs: Option<u64>) {
         let mut lifetime = self.config.pool_idle_timeout.0;
         if let Some(n) = keep_alive_secs {
             lifetime = lifetime.min(Duration::from_secs(n.saturating_sub(1)));

@@ -28,7 +28,7 @@ pub struct RequestRewrite<'a> {
     /// The client connection came over TLS: `X-Forwarded-Proto: https` (DESIGN.md "TLS") unless a
     /// trusted peer sent its own.
     pub https: bool,
-    /// The request id to send (written once per request, see [`RequestId::write`]).
+    /// The request id to send (written once per request, see [`edge_core::http::request_id::RequestId::write`]).
     pub id: &'a [u8],
     /// Body framing to declare upstream (same as the client's: chunked bodies are forwarded as they are).
     pub body: Body,

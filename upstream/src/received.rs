@@ -53,3 +53,62 @@ pub fn buffered(buf: &RecvBuf, fields: &mut Fields) -> Buffered {
         _ => Buffered::Final,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn buf_of(bytes: &[u8]) -> RecvBuf {
+        let mut buf = RecvBuf::new();
+        let mut src = bytes;
+        while !src.is_empty() {
+            buf.fill_large(&mut src).await.unwrap();
+        }
+        buf
+    }
+
+    fn with_buf(bytes: &[u8], check: impl FnOnce(&RecvBuf)) {
+        let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .build()
+            .unwrap();
+        rt.block_on(async { check(&buf_of(bytes).await) });
+    }
+
+    #[test]
+    fn a_101_is_not_interim_and_other_1xx_are() {
+        assert!(is_interim(100) && is_interim(103) && is_interim(199));
+        assert!(!is_interim(101) && !is_interim(200) && !is_interim(99));
+    }
+
+    #[test]
+    fn buffered_tells_an_interim_head_from_a_partial_or_final_one() {
+        let mut f = Fields::new();
+        with_buf(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", |b| {
+            assert!(
+                matches!(buffered(b, &mut f), Buffered::Interim(h) if h.status == 100 && h.len == 25)
+            );
+        });
+        with_buf(b"HTTP/1.1 100 Cont", |b| {
+            assert!(matches!(buffered(b, &mut f), Buffered::Incomplete));
+        });
+        with_buf(b"HTTP/1.1 417 Expectation Failed\r\n\r\n", |b| {
+            assert!(matches!(buffered(b, &mut f), Buffered::Final));
+        });
+        with_buf(b"not a response\r\n\r\n", |b| {
+            assert!(matches!(buffered(b, &mut f), Buffered::Final));
+        });
+    }
+
+    #[test]
+    fn only_interim_needs_every_buffered_byte_in_a_complete_interim_head() {
+        let mut f = Fields::new();
+        let two = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n";
+        with_buf(two, |b| assert!(only_interim(b, &mut f)));
+        with_buf(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 2", |b| {
+            assert!(!only_interim(b, &mut f));
+        });
+        with_buf(b"HTTP/1.1 200 OK\r\n\r\n", |b| {
+            assert!(!only_interim(b, &mut f))
+        });
+    }
+}

@@ -330,15 +330,16 @@ pub struct TunnelHalves<R, W, H> {
 }
 
 /// The one place the concrete upstream session is chosen: HTTP/1.1 (pooled exclusive connections).
+/// The checkout's future is handed back as it is (one more `async fn` around it would copy it once
+/// more per request).
 impl Open for Upstream {
     type Tunnel = H1Tunnel;
     type Session<'a> = H1Exchange<'a>;
 
-    async fn open(&self, reuse: Reuse) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
-        let co = self.checkout(reuse).await?;
-        Ok(Opened {
-            session: H1Exchange::new(self, co.conn),
-            retried: co.retried,
-        })
+    fn open(
+        &self,
+        reuse: Reuse,
+    ) -> impl Future<Output = Result<Opened<H1Exchange<'_>>, UpstreamError>> {
+        self.checkout(reuse)
     }
 }

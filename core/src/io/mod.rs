@@ -8,6 +8,9 @@
 //! comes back with its result, so [`crate::buf::RecvBuf`] and [`crate::buf::SendBuf`] drive any transport
 //! without a second buffering layer. Generic, monomorphised code: no trait objects on the hot path.
 //!
+//! [`body`] is the request body's seam between the two sides of an exchange: the downstream session
+//! reads it from its client and writes it into the upstream session's sink.
+//!
 //! # Cancel safety
 //! A plain read dropped mid-flight can lose bytes on io_uring (the kernel may have taken them); a read
 //! that must be stopped without loss goes through `CancelableAsyncReadRent` (cancel, then await it to its

@@ -18,6 +18,10 @@
 
 pub mod expect;
 pub mod interim;
+#[cfg(test)]
+mod mem_tests;
+#[cfg(test)]
+mod mem_upstream;
 pub mod relay;
 #[cfg(test)]
 mod tests;
@@ -86,7 +90,7 @@ pub enum Outcome<U = Tunnel> {
     },
 }
 
-/// The response head has been read: everything the response phase needs besides the connection.
+/// The response head has been read: everything the response phase needs besides the upstream session.
 pub(crate) struct Answered {
     pub(crate) head: edge_core::http::head::ResponseHead,
     pub(crate) clock: ActivityClock,
@@ -102,8 +106,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
         Err(f) => return failed(f, false),
     };
     let mut fields = s.take_fields();
-    let up = req.upstream;
-    let outcome = exchange(w, s, &req, up, out, &mut fields, wait_continue).await;
+    let outcome = exchange(w, s, &req, req.upstream, out, &mut fields, wait_continue).await;
     s.put_fields(fields);
     outcome
 }

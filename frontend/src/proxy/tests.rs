@@ -38,7 +38,7 @@ use crate::{
 
 /// How the in-memory client's request body behaves after the bytes that came with the head.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Rest {
+pub(super) enum Rest {
     /// The rest of the body is sent at once.
     Sent,
     /// The client never sends the rest (a slow upload).
@@ -48,24 +48,26 @@ enum Rest {
 }
 
 /// A downstream session in memory.
-struct MemSession {
-    buf: Vec<u8>,
-    head: RequestHead,
-    fields: Fields,
+pub(super) struct MemSession {
+    pub(super) buf: Vec<u8>,
+    pub(super) head: RequestHead,
+    pub(super) fields: Fields,
     prefix: usize,
     body: RequestBody,
     rest: Vec<u8>,
     rest_mode: Rest,
     relay: ResponseBody,
     /// What the client was sent, one line per send.
-    events: Vec<String>,
+    pub(super) events: Vec<String>,
     /// Every send fails as if the client had closed.
-    client_gone: bool,
+    pub(super) client_gone: bool,
+    /// The client sent `Expect: 100-continue` and waits for the go-ahead.
+    pub(super) expects_continue: bool,
 }
 
 impl MemSession {
     /// `request` is a whole head plus the body bytes that come with it; `rest` the body sent later.
-    fn new(request: &str, rest: &str, rest_mode: Rest) -> Self {
+    pub(super) fn new(request: &str, rest: &str, rest_mode: Rest) -> Self {
         let buf = request.as_bytes().to_vec();
         let mut fields = Fields::new();
         let head = parse_request(&buf, 100, &mut fields).unwrap().unwrap();
@@ -78,6 +80,7 @@ impl MemSession {
             relay: ResponseBody::new(Body::None, OutFraming::None),
             events: Vec::new(),
             client_gone: false,
+            expects_continue: false,
             buf,
             head,
             fields,
@@ -137,7 +140,7 @@ impl Session for MemSession {
     }
 
     fn expects_continue(&self) -> bool {
-        false
+        self.expects_continue && !self.body.done()
     }
 
     fn take_fields(&mut self) -> Fields {
@@ -233,7 +236,7 @@ fn read_head(s: &mut TcpStream, i: usize, tx: &mpsc::Sender<(usize, String)>) ->
 }
 
 /// One worker on a configuration whose only upstream is `origin`.
-fn worker(origin: SocketAddr) -> Rc<Worker> {
+pub(super) fn worker(origin: SocketAddr) -> Rc<Worker> {
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"\"\n\
          [[upstreams]]\nname = \"o\"\nendpoints = [\"{origin}\"]\nmax_inactive = \"2s\"\nmax_inactive_cap = \"2s\"\n\
@@ -275,11 +278,11 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
     run(w, s, req).await
 }
 
-fn on_epoll<F: std::future::Future>(f: F) -> F::Output {
+pub(super) fn on_epoll<F: std::future::Future>(f: F) -> F::Output {
     block_on(IoDriver::Epoll, f).unwrap()
 }
 
-const GET: &str = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+pub(super) const GET: &str = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
 
 #[test]
 fn upstream_closing_before_the_head_is_502_closed_early_and_nothing_reaches_the_client() {

@@ -13,9 +13,11 @@ use edge_core::{
 };
 use monoio::{buf::IoBuf, io::AsyncWriteRentExt};
 
+use super::H1Exchange;
 use crate::{
     received::only_interim,
     session::{BodyEnd, BodyError},
+    stream::UpstreamStream,
     UpstreamConn, UpstreamError, UpstreamErrorKind,
 };
 
@@ -53,9 +55,10 @@ pub(crate) async fn send_head<T: Transport>(
     }
 }
 
-/// Streams the rest of the request body from `src` while watching the upstream for an early response.
-/// The stream is split for this phase; interim 1xx responses that arrive meanwhile stay buffered (the
-/// response-head read hands them on once the body is sent) and sending goes on.
+/// Streams the rest of the request body from `src` on the connection of `ex` while watching the
+/// upstream for an early response. The stream is split for this phase; interim 1xx responses that
+/// arrive meanwhile stay buffered (the response-head read hands them on once the body is sent) and
+/// sending goes on.
 ///
 /// # Errors
 /// As [`BodySource::forward_rest`] (a failed write mapped to [`UpstreamError`]); `ClosedEarly` or
@@ -65,16 +68,17 @@ pub(crate) async fn send_head<T: Transport>(
 /// The response watch is a cancelable read: when the body finishes first it is cancelled and awaited, so
 /// response bytes that won the race stay in the buffer. When the response wins, the body future is
 /// dropped: the client's connection then closes and the upstream's is not reused.
-pub(crate) async fn send_body_watching_response<T: Transport, S: BodySource>(
-    conn: UpstreamConn<T>,
+pub(super) async fn send_body_watching_response<'u, S: BodySource>(
+    ex: H1Exchange<'u>,
     src: &mut S,
     fields: &mut Fields,
     write_timeout: Duration,
-) -> (UpstreamConn<T>, Result<BodyEnd, BodyError<S::Error>>) {
+) -> (H1Exchange<'u>, Result<BodyEnd, BodyError<S::Error>>) {
     enum First<E> {
         Sent(Result<(), SendBodyError<E>>),
         Received(std::io::Result<usize>),
     }
+    let H1Exchange { conn, up } = ex;
     let (stream, mut parts) = conn.into_parts();
     let (mut rd, mut wr) = stream.split();
     let end = {
@@ -112,5 +116,6 @@ pub(crate) async fn send_body_watching_response<T: Transport, S: BodySource>(
             }
         }
     };
-    (parts.join(T::unsplit(rd, wr)), end)
+    let conn = parts.join(UpstreamStream::unsplit(rd, wr));
+    (H1Exchange { conn, up }, end)
 }

@@ -3,9 +3,11 @@
 //!
 //! The connection is a pointer ([`UpstreamConn`] keeps its fields in one box), held in the session and
 //! borrowed by each phase: the orchestrator keeps the session in its own frame from the checkout to the
-//! response phase, and only the streamed-body phase moves it (bench/README.md "Future moves").
+//! response phase, and only the streamed-body phase moves it (bench/README.md "Future moves"). The
+//! methods hand back the phase's future itself rather than wrapping it in one more `async fn`, which
+//! would copy it once more when awaited.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{future::Future, net::SocketAddr, time::Duration};
 
 use edge_core::{
     buf::RecvBuf,
@@ -27,8 +29,8 @@ use crate::{
 
 /// One request on a checked-out HTTP/1.1 connection of `up`.
 pub struct H1Exchange<'u> {
-    conn: UpstreamConn,
-    up: &'u Upstream,
+    pub(super) conn: UpstreamConn,
+    pub(super) up: &'u Upstream,
 }
 
 impl<'u> H1Exchange<'u> {
@@ -57,49 +59,46 @@ impl UpstreamSession for H1Exchange<'_> {
         &mut self.conn.buf
     }
 
-    async fn send_head(
+    fn send_head(
         &mut self,
         out: &mut Vec<u8>,
         write_timeout: Duration,
-    ) -> Result<(), UpstreamError> {
-        request::send_head(&mut self.conn, out, write_timeout).await
+    ) -> impl Future<Output = Result<(), UpstreamError>> {
+        request::send_head(&mut self.conn, out, write_timeout)
     }
 
-    async fn wait_more(
+    fn wait_more(
         &mut self,
         until: Instant,
         received_before: bool,
-    ) -> Result<Waited, UpstreamError> {
-        response::wait_more(&mut self.conn, until, received_before).await
+    ) -> impl Future<Output = Result<Waited, UpstreamError>> {
+        response::wait_more(&mut self.conn, until, received_before)
     }
 
-    async fn send_body<B: BodySource>(
+    fn send_body<B: BodySource>(
         self,
         body: &mut B,
         fields: &mut Fields,
         write_timeout: Duration,
-    ) -> (Self, Result<BodyEnd, BodyError<B::Error>>) {
-        let H1Exchange { conn, up } = self;
-        let (conn, r) =
-            request::send_body_watching_response(conn, body, fields, write_timeout).await;
-        (H1Exchange { conn, up }, r)
+    ) -> impl Future<Output = (Self, Result<BodyEnd, BodyError<B::Error>>)> {
+        request::send_body_watching_response(self, body, fields, write_timeout)
     }
 
-    async fn read_head(
+    fn read_head(
         &mut self,
         fields: &mut Fields,
         clock: &mut ActivityClock,
         head_deadline: Option<Instant>,
-    ) -> Result<ResponseHead, UpstreamError> {
-        response::read_head(&mut self.conn, fields, clock, head_deadline).await
+    ) -> impl Future<Output = Result<ResponseHead, UpstreamError>> {
+        response::read_head(&mut self.conn, fields, clock, head_deadline)
     }
 
-    async fn read_body(
+    fn read_body(
         &mut self,
         clock: &mut ActivityClock,
         large: bool,
-    ) -> Result<BodyRead, UpstreamError> {
-        response::read_body(&mut self.conn, clock, large).await
+    ) -> impl Future<Output = Result<BodyRead, UpstreamError>> {
+        response::read_body(&mut self.conn, clock, large)
     }
 
     /// [`Finish::Reuse`] checks the connection back into its pool; [`Finish::Close`] closes it.

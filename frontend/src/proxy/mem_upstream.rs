@@ -1,0 +1,327 @@
+//! An upstream in memory for the orchestrator's unit tests: [`MemUpstream`] opens one scripted session
+//! per attempt ([`Script`]), and every call the orchestrator makes on the upstream seam is recorded as
+//! an event, so a test checks both what the client was sent and what the upstream saw (opens, heads,
+//! bodies, how each session finished), without sockets or timing races.
+
+use std::{cell::RefCell, collections::VecDeque, net::SocketAddr, time::Duration};
+
+use edge_core::{
+    buf::RecvBuf,
+    http::head::{parse_response, Fields, ResponseHead},
+    io::body::{BodySource, SendBodyError},
+};
+use edge_upstream::{
+    received::MAX_RESPONSE_HEAD,
+    session::{
+        BodyEnd, BodyError, BodyRead, Finish, Open, Opened, Reuse, TunnelHalves, UpstreamSession,
+        UpstreamTunnel, Waited,
+    },
+    zombie::ActivityClock,
+    UpstreamError, UpstreamErrorKind,
+};
+use monoio::{
+    buf::{IoBuf, IoVecBuf},
+    io::AsyncWriteRent,
+    time::{sleep_until, Instant},
+    BufResult,
+};
+
+/// What the upstream does at its next read, in order.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Reply {
+    /// These response bytes arrive.
+    Bytes(&'static str),
+    /// The upstream closes its side.
+    Close,
+    /// The upstream resets the connection.
+    Reset,
+    /// Nothing arrives: the read waits for its deadline.
+    Silent,
+}
+
+/// One attempt's session.
+#[derive(Clone, Debug)]
+pub(super) struct Script {
+    /// It runs on a connection that served earlier requests.
+    pub(super) reused: bool,
+    /// Sending the head fails with this kind (retry-safe, as a write on a closed connection is).
+    pub(super) head_fails: Option<UpstreamErrorKind>,
+    /// The response starts while the body is streamed: the first reply arrives before the client sends
+    /// the rest of its body.
+    pub(super) answers_early: bool,
+    /// The reads, in order; none left reads as a close.
+    pub(super) replies: Vec<Reply>,
+}
+
+impl Script {
+    /// A session on a fresh connection that reads `replies`.
+    pub(super) fn fresh(replies: &[Reply]) -> Self {
+        Script {
+            reused: false,
+            head_fails: None,
+            answers_early: false,
+            replies: replies.to_vec(),
+        }
+    }
+
+    /// As [`Script::fresh`], on a reused connection.
+    pub(super) fn reused(replies: &[Reply]) -> Self {
+        Script {
+            reused: true,
+            ..Script::fresh(replies)
+        }
+    }
+}
+
+/// The upstream: one [`Script`] per session opened (an open beyond them is refused), and the events.
+#[derive(Default)]
+pub(super) struct MemUpstream {
+    scripts: RefCell<VecDeque<Script>>,
+    events: RefCell<Vec<String>>,
+}
+
+impl MemUpstream {
+    pub(super) fn new(scripts: Vec<Script>) -> Self {
+        MemUpstream {
+            scripts: RefCell::new(scripts.into()),
+            events: RefCell::default(),
+        }
+    }
+
+    /// What the upstream saw so far.
+    pub(super) fn events(&self) -> Vec<String> {
+        self.events.borrow().clone()
+    }
+
+    fn record(&self, event: String) {
+        self.events.borrow_mut().push(event);
+    }
+}
+
+impl Open for MemUpstream {
+    type Tunnel = MemTunnel;
+    type Session<'a> = MemExchange<'a>;
+
+    async fn open(&self, reuse: Reuse) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
+        self.record(format!("open {reuse:?}"));
+        let script = self.scripts.borrow_mut().pop_front();
+        let script = script.ok_or(UpstreamError::new(UpstreamErrorKind::Refused))?;
+        Ok(Opened {
+            session: MemExchange {
+                up: self,
+                replies: script.replies.iter().copied().collect(),
+                script,
+                buf: RecvBuf::new(),
+            },
+            retried: false,
+        })
+    }
+}
+
+/// One scripted session.
+pub(super) struct MemExchange<'a> {
+    up: &'a MemUpstream,
+    script: Script,
+    replies: VecDeque<Reply>,
+    buf: RecvBuf,
+}
+
+impl MemExchange<'_> {
+    /// Appends the next reply's bytes: `Ok(true)` when bytes arrived, `Ok(false)` for silence, the
+    /// close or reset as an error (retry-safe while no response byte arrived, `received_before`).
+    async fn next(&mut self, received_before: bool) -> Result<bool, UpstreamError> {
+        let failed = |kind| UpstreamError {
+            kind,
+            retry_safe: !received_before,
+        };
+        match self.replies.pop_front().unwrap_or(Reply::Close) {
+            Reply::Bytes(b) => {
+                // One read of a slice takes it whole (replies are shorter than a buffer).
+                let n = self.buf.fill_large(&mut b.as_bytes()).await;
+                assert_eq!(n.ok(), Some(b.len()));
+                Ok(true)
+            }
+            Reply::Close => Err(failed(UpstreamErrorKind::ClosedEarly)),
+            Reply::Reset => Err(failed(UpstreamErrorKind::Reset)),
+            Reply::Silent => Ok(false),
+        }
+    }
+}
+
+impl UpstreamSession for MemExchange<'_> {
+    type Tunnel = MemTunnel;
+
+    fn reused(&self) -> bool {
+        self.script.reused
+    }
+
+    fn endpoint(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 1))
+    }
+
+    fn received(&self) -> &RecvBuf {
+        &self.buf
+    }
+
+    fn received_mut(&mut self) -> &mut RecvBuf {
+        &mut self.buf
+    }
+
+    async fn send_head(&mut self, out: &mut Vec<u8>, _: Duration) -> Result<(), UpstreamError> {
+        let text = String::from_utf8_lossy(out).into_owned();
+        self.up.record(format!("head {text}"));
+        match self.script.head_fails {
+            Some(kind) => Err(UpstreamError {
+                kind,
+                retry_safe: kind != UpstreamErrorKind::WriteTimeout,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn wait_more(&mut self, until: Instant, before: bool) -> Result<Waited, UpstreamError> {
+        match self.next(before).await? {
+            true => Ok(Waited::Bytes),
+            false => {
+                sleep_until(until).await;
+                Ok(Waited::Deadline)
+            }
+        }
+    }
+
+    async fn send_body<B: BodySource>(
+        mut self,
+        body: &mut B,
+        _: &mut Fields,
+        write_timeout: Duration,
+    ) -> (Self, Result<BodyEnd, BodyError<B::Error>>) {
+        if self.script.answers_early {
+            let r = match self.next(false).await {
+                Ok(_) => Ok(BodyEnd::Early),
+                Err(e) => Err(BodyError::Upstream(e)),
+            };
+            return (self, r);
+        }
+        let mut sink = Sink(Vec::new());
+        let r = body.forward_rest(&mut sink, write_timeout).await;
+        let text = String::from_utf8_lossy(&sink.0).into_owned();
+        self.up.record(format!("body {text}"));
+        let r = match r {
+            Ok(()) => Ok(BodyEnd::Sent),
+            Err(SendBodyError::Source(e)) => Err(BodyError::Source(e)),
+            Err(SendBodyError::Sink(e)) => Err(BodyError::Upstream(e.into())),
+        };
+        (self, r)
+    }
+
+    async fn read_head(
+        &mut self,
+        fields: &mut Fields,
+        clock: &mut ActivityClock,
+        head_deadline: Option<Instant>,
+    ) -> Result<ResponseHead, UpstreamError> {
+        loop {
+            match parse_response(self.buf.data(), fields) {
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) if self.buf.len() < MAX_RESPONSE_HEAD => {}
+                _ => return Err(UpstreamError::new(UpstreamErrorKind::BadResponse)),
+            }
+            if self.next(clock.last_received.is_some()).await? {
+                clock.received();
+                continue;
+            }
+            let zombie_at = clock.deadline();
+            return Err(match head_deadline {
+                Some(d) if d <= zombie_at => {
+                    sleep_until(d).await;
+                    UpstreamError::new(UpstreamErrorKind::RequestTimeout)
+                }
+                _ => {
+                    sleep_until(zombie_at).await;
+                    UpstreamError::new(UpstreamErrorKind::Zombie)
+                }
+            });
+        }
+    }
+
+    async fn read_body(
+        &mut self,
+        clock: &mut ActivityClock,
+        _: bool,
+    ) -> Result<BodyRead, UpstreamError> {
+        match self.next(true).await {
+            Ok(true) => {
+                clock.received();
+                Ok(BodyRead::Data)
+            }
+            Ok(false) => {
+                sleep_until(clock.deadline()).await;
+                Err(UpstreamError::new(UpstreamErrorKind::Zombie))
+            }
+            Err(e) if e.kind == UpstreamErrorKind::ClosedEarly => Ok(BodyRead::Eof),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn finish(self, end: Finish) {
+        self.up.record(format!("finish {end:?}"));
+    }
+
+    fn into_tunnel(self) -> MemTunnel {
+        self.up.record("tunnel".into());
+        MemTunnel(self.buf)
+    }
+}
+
+/// A tunnel's upstream side: the bytes after the `101` head; it reads nothing more.
+pub(super) struct MemTunnel(pub(super) RecvBuf);
+
+impl UpstreamTunnel for MemTunnel {
+    type Read = &'static [u8];
+    type Write = Sink;
+    type Held = ();
+
+    fn into_halves(self) -> TunnelHalves<&'static [u8], Sink, ()> {
+        TunnelHalves {
+            read: &[],
+            write: Sink(Vec::new()),
+            received: self.0,
+            held: (),
+        }
+    }
+}
+
+/// Bytes written, kept.
+pub(super) struct Sink(pub(super) Vec<u8>);
+
+impl AsyncWriteRent for Sink {
+    async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        // SAFETY: an `IoBuf` has `bytes_init` initialized bytes at `read_ptr`.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.read_ptr(), buf.bytes_init()) };
+        self.0.extend_from_slice(bytes);
+        (Ok(bytes.len()), buf)
+    }
+
+    async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        let mut n = 0;
+        for i in 0..buf.read_iovec_len() {
+            // SAFETY: an `IoVecBuf` has `read_iovec_len` initialized iovecs at `read_iovec_ptr`, each
+            // describing initialized bytes.
+            let bytes = unsafe {
+                let v = &*buf.read_iovec_ptr().add(i);
+                std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
+            };
+            self.0.extend_from_slice(bytes);
+            n += bytes.len();
+        }
+        (Ok(n), buf)
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
