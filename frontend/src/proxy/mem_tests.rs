@@ -13,7 +13,7 @@ use super::{
     mem_upstream::{MemTunnel, MemUpstream, Reply, Script},
     start,
     tests::{on_epoll, worker, MemSession, Rest, GET},
-    Outcome, Request,
+    Admitted, Outcome,
 };
 use crate::{context::Worker, log::RequestLog, respond::Failure, server::Session};
 
@@ -30,20 +30,24 @@ async fn run_on(
 ) -> Outcome<MemTunnel> {
     let live = w.live();
     let info = request_info(&s.buf, &s.head, &s.fields).unwrap();
-    let req = Request {
+    let req = Admitted {
         info,
         is_head: false,
         idempotent,
         cfg: &live.cfg,
+        route: live.cfg.routes.get(0).unwrap().1,
         upstream: &live.upstreams[0],
         request_timeout,
+        client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
         close: false,
-        peer: "127.0.0.1".parse().unwrap(),
+        peer: "127.0.0.1:1".parse().unwrap(),
         https: false,
         log: RequestLog {
             line: b"GET /",
             id: b"test-1",
         },
+        rewrite: Default::default(),
+        response: Default::default(),
     };
     let (out, wait_continue) = match start(s, &req) {
         Ok(started) => started,

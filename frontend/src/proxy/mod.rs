@@ -47,8 +47,8 @@ use crate::{
     server::{BodyFailure, Session},
 };
 
-/// The admitted request the orchestrator runs ([`crate::request::admit`]).
-pub use crate::request::Admitted as Request;
+/// The admitted request the orchestrator runs ([`crate::request::admit`]), re-exported for its phases.
+pub use crate::request::Admitted;
 
 /// The upstream side of a tunnel after a `101` ([`Outcome::Upgraded`], [`tunnel::tunnel`]): what the
 /// route's upstream opens.
@@ -99,7 +99,7 @@ pub(crate) struct Answered {
 }
 
 /// Runs one exchange for the request of `s` on the route's upstream.
-pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome {
+pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Admitted<'_>) -> Outcome {
     let _active = ActiveGauge::new(&w.metrics.upstream_active);
     let (out, wait_continue) = match start(s, &req) {
         Ok(started) => started,
@@ -116,7 +116,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Request<'_>) -> Outcome
 ///
 /// # Errors
 /// The body prefix failed its framing or limit checks (400, 413).
-fn start<S: Session>(s: &mut S, req: &Request<'_>) -> Result<(SendBuf, bool), Failure> {
+fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool), Failure> {
     let mut out = SendBuf::take();
     {
         let view = s.request();
@@ -163,7 +163,7 @@ enum Stop<U> {
 async fn exchange<S: Session, O: Open>(
     w: &Worker,
     s: &mut S,
-    req: &Request<'_>,
+    req: &Admitted<'_>,
     open: &O,
     mut out: SendBuf,
     fields: &mut Fields,
@@ -269,7 +269,7 @@ enum Sent {
 async fn send_request<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
-    req: &Request<'_>,
+    req: &Admitted<'_>,
     up: &mut E,
     out: &mut Vec<u8>,
     fields: &mut Fields,
@@ -334,7 +334,7 @@ async fn stream_body<S: Session, E: UpstreamSession>(
 async fn response_head<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
-    req: &Request<'_>,
+    req: &Admitted<'_>,
     up: &mut E,
     early: bool,
     fields: &mut Fields,

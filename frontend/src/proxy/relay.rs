@@ -19,7 +19,7 @@ use edge_upstream::{
 };
 use monoio::time::Instant;
 
-use super::{bad_response, interim::client_gone, Answered, Outcome, Request};
+use super::{bad_response, interim::client_gone, Admitted, Answered, Outcome};
 use crate::log::RequestLog;
 use crate::{
     context::Worker,
@@ -33,7 +33,7 @@ use crate::{
 pub(crate) async fn respond<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
-    req: &Request<'_>,
+    req: &Admitted<'_>,
     up: &mut E,
     a: Answered,
     fields: &mut Fields,

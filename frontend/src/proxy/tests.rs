@@ -26,7 +26,7 @@ use edge_core::{
 use edge_upstream::UpstreamErrorKind;
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
-use super::{run, Outcome, Request};
+use super::{run, Admitted, Outcome};
 use crate::log::RequestLog;
 use crate::{
     context::Worker,
@@ -256,7 +256,7 @@ pub(super) fn worker(origin: SocketAddr) -> Rc<Worker> {
 async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
     let live = w.live();
     let info = request_info(&s.buf, &s.head, &s.fields).unwrap();
-    let req = Request {
+    let req = Admitted {
         info,
         is_head: false,
         idempotent,

@@ -25,7 +25,7 @@ use monoio::{
     time::{sleep_until, Instant},
 };
 
-use super::{bad_response, interim::client_gone, Outcome, Request};
+use super::{bad_response, interim::client_gone, Admitted, Outcome};
 use crate::{context::Worker, server::Session};
 
 /// Judges the upstream's `101` (head `head` at the start of the received bytes of `up`): a switch needs
@@ -35,7 +35,7 @@ use crate::{context::Worker, server::Session};
 pub(crate) async fn switch<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
-    req: &Request<'_>,
+    req: &Admitted<'_>,
     mut up: E,
     head: &ResponseHead,
     fields: &Fields,
