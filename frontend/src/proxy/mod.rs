@@ -1,5 +1,5 @@
-//! The orchestrator (DESIGN.md "Layout", `frontend/src/proxy`): route → upstream exchange → response,
-//! written once against two seams: the downstream [`Session`] and the upstream session
+//! The orchestrator (DESIGN.md "Layout", `frontend/src/proxy`): admitted request → upstream session →
+//! response, written once against two seams: the downstream [`Session`] and the upstream session
 //! ([`edge_upstream::session`]: [`Open`] opens an [`UpstreamSession`] per request, whatever protocol the
 //! upstream speaks). The request head is rewritten and sent with whatever body bytes already arrived,
 //! the rest of the body is streamed as it arrives (never buffered whole), the response head is read
