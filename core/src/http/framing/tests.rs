@@ -280,6 +280,12 @@ fn request_rejection_table() {
     ] {
         assert_eq!(req(&format!("{p}{fields}\r\n")), Err(want), "{rule}");
     }
+}
+
+/// The rows of [`request_rejection_table`] whose request line or version matters, as whole heads.
+#[test]
+fn request_rejection_table_whole_heads() {
+    use FramingError::*;
     for (rule, text, want) in [
         (
             "TE in HTTP/1.0",
