@@ -6,9 +6,13 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use edge_core::config::{IoDriverSetting, LogFormat, Overrides, TlsOverride, Workers};
 
-/// edge: a thread-per-core HTTP/1.1 reverse proxy.
+/// edge: a thread-per-core HTTP reverse proxy.
 #[derive(Debug, Parser)]
-#[command(name = "edge", version, about)]
+#[command(
+    name = "edge",
+    version,
+    about = "edge: a thread-per-core HTTP reverse proxy (HTTP/1.1 and HTTP/2 from clients, TLS both ways)"
+)]
 pub struct Cli {
     /// Configuration file (TOML); without it the embedded default (deploy/edge.toml) runs.
     #[arg(long, value_name = "FILE", global = true)]
