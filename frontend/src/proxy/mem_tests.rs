@@ -5,17 +5,16 @@
 
 use std::time::Duration;
 
-use edge_core::http::framing::request_info;
 use edge_upstream::UpstreamErrorKind;
 
 use super::{
     exchange, failed,
     mem_upstream::{MemTunnel, MemUpstream, Reply, Script},
     start,
-    tests::{on_epoll, worker, MemSession, Rest, GET},
-    Admitted, Outcome,
+    tests::{admitted, on_epoll, worker, MemSession, Rest, GET},
+    Outcome,
 };
-use crate::{context::Worker, log::RequestLog, respond::Failure, server::Session};
+use crate::{context::Worker, respond::Failure, server::Session};
 
 const OK: Reply = Reply::Bytes("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
 
@@ -29,26 +28,7 @@ async fn run_on(
     request_timeout: Option<Duration>,
 ) -> Outcome<MemTunnel> {
     let live = w.live();
-    let info = request_info(&s.buf, &s.head, &s.fields).unwrap();
-    let req = Admitted {
-        info,
-        is_head: false,
-        idempotent,
-        cfg: &live.cfg,
-        route: live.cfg.routes.get(0).unwrap().1,
-        upstream: &live.upstreams[0],
-        request_timeout,
-        client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
-        close: false,
-        peer: "127.0.0.1:1".parse().unwrap(),
-        https: false,
-        log: RequestLog {
-            line: b"GET /",
-            id: b"test-1",
-        },
-        rewrite: Default::default(),
-        response: Default::default(),
-    };
+    let req = admitted(&live, s, idempotent, request_timeout);
     let (out, wait_continue) = match start(s, &req) {
         Ok(started) => started,
         Err(f) => return failed(f, false),

@@ -27,7 +27,7 @@ use edge_upstream::UpstreamErrorKind;
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
 use super::{run, Admitted, Outcome};
-use crate::log::RequestLog;
+use crate::{context::Live, log::RequestLog};
 use crate::{
     context::Worker,
     respond::{Failure, SendFailure},
@@ -252,18 +252,21 @@ pub(super) fn worker(origin: SocketAddr) -> Rc<Worker> {
     ))
 }
 
-/// Runs one exchange of `s` on `w`.
-async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
-    let live = w.live();
-    let info = request_info(&s.buf, &s.head, &s.fields).unwrap();
-    let req = Admitted {
-        info,
+/// The admitted request of `s` on `live`'s first route and upstream.
+pub(super) fn admitted<'a>(
+    live: &'a Live,
+    s: &MemSession,
+    idempotent: bool,
+    request_timeout: Option<Duration>,
+) -> Admitted<'a> {
+    Admitted {
+        info: request_info(&s.buf, &s.head, &s.fields).unwrap(),
         is_head: false,
         idempotent,
         cfg: &live.cfg,
         route: live.cfg.routes.get(0).unwrap().1,
         upstream: &live.upstreams[0],
-        request_timeout: Some(Duration::from_secs(5)),
+        request_timeout,
         client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
         close: false,
         peer: "127.0.0.1:1".parse().unwrap(),
@@ -274,7 +277,13 @@ async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
         },
         rewrite: Default::default(),
         response: Default::default(),
-    };
+    }
+}
+
+/// Runs one exchange of `s` on `w`.
+async fn exchange(w: &Worker, s: &mut MemSession, idempotent: bool) -> Outcome {
+    let live = w.live();
+    let req = admitted(&live, s, idempotent, Some(Duration::from_secs(5)));
     run(w, s, req).await
 }
 

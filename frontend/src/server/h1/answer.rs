@@ -40,18 +40,50 @@ pub fn local(
     retry_after: bool,
     head_only: bool,
 ) {
+    let retry: &[(&str, &[u8])] = match retry_after {
+        true => &[("Retry-After", b"1")],
+        false => &[],
+    };
+    let allow: &[(&str, &[u8])] = match status {
+        405 => &[("Allow", ALLOW)],
+        _ => &[],
+    };
+    let text = Text { content_type, body };
+    write_answer(out, status, Some(text), &[retry, allow], close, head_only);
+}
+
+/// A text body and its type.
+#[derive(Clone, Copy)]
+struct Text<'a> {
+    content_type: &'a str,
+    body: &'a [u8],
+}
+
+/// The one writer of edge's own HTTP/1.1 answers: status line, `Content-Type` when there is a body,
+/// `Content-Length`, `Cache-Control: no-store`, `fields`, `Connection: close` when the connection closes
+/// after it, then the body unless `head_only` (HEAD keeps the length).
+fn write_answer(
+    out: &mut Vec<u8>,
+    status: u16,
+    text: Option<Text<'_>>,
+    fields: &[&[(&str, &[u8])]],
+    close: bool,
+    head_only: bool,
+) {
+    let body = text.map_or(&b""[..], |t| t.body);
+    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
+    if let Some(t) = text {
+        let _ = write!(out, "Content-Type: {}\r\n", t.content_type);
+    }
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
-        reason_phrase(status),
+        "Content-Length: {}\r\nCache-Control: no-store\r\n",
         body.len()
     );
-    if retry_after {
-        out.extend_from_slice(b"Retry-After: 1\r\n");
-    }
-    if status == 405 {
-        out.extend_from_slice(b"Allow: ");
-        out.extend_from_slice(ALLOW);
+    for (name, value) in fields.iter().copied().flatten() {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
     if close {
@@ -91,28 +123,11 @@ fn reason_phrase(status: u16) -> &'static str {
 /// (`text/plain`) or none, `Cache-Control: no-store`, its one extra field, and `Connection: close` when
 /// the connection closes after it. `head_only` (HEAD) leaves the body out but keeps its length.
 pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool) {
-    let status = answer.status();
-    let text = answer.text();
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
-    if !text.is_empty() {
-        out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
-    }
-    let _ = write!(
-        out,
-        "Content-Length: {}\r\nCache-Control: no-store\r\n",
-        text.len()
-    );
-    if let Some((name, value)) = answer.field() {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(text.as_bytes());
-    }
+    let text = Some(answer.text()).filter(|t| !t.is_empty()).map(|t| Text {
+        content_type: "text/plain; charset=utf-8",
+        body: t.as_bytes(),
+    });
+    let field = answer.field();
+    let fields = field.as_slice();
+    write_answer(out, answer.status(), text, &[fields], close, head_only);
 }
