@@ -55,9 +55,28 @@ pub fn load_config(
         None => (DEFAULT_CONFIG.to_string(), "<embedded default>".to_string()),
     };
     let mut cfg = Config::parse(&text, &file).map_err(|e| vec![e])?;
+    if path.is_some() && !overrides.upstreams.is_empty() {
+        say_what_upstream_replaces(&cfg, &file);
+    }
     cfg.apply(overrides);
     cfg.resolve(&file)
         .map_err(|errors| overrides.attribute(errors))
+}
+
+/// DESIGN.md "CLI": `--upstream` replaces the file's `[[upstreams]]` and `[[routes]]` with one upstream
+/// "default" and route "/", and says so on stderr when the file had others (logging is not set up yet
+/// at the first load, so this is a plain line).
+fn say_what_upstream_replaces(cfg: &Config, file: &str) {
+    if cfg.upstreams.is_empty() && cfg.routes.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
+    eprintln!(
+        "edge: --upstream replaces the {} upstream(s) [{}] and {} route(s) of {file} with upstream \"default\" and route \"/\"",
+        names.len(),
+        names.join(", "),
+        cfg.routes.len()
+    );
 }
 
 /// Starts edge with a resolved configuration (read from `source`, which SIGHUP reads again) and runs

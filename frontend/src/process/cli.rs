@@ -69,7 +69,8 @@ pub enum Command {
     /// else the embedded default: http://127.0.0.1:8080/_health); an unspecified address (0.0.0.0, ::)
     /// is probed on loopback.
     Healthcheck {
-        /// URL to probe (http only).
+        /// URL to probe, http:// or https:// (the certificate is not verified: the check asks this edge
+        /// whether it is ready); default: health_path on the traffic listener of the configuration.
         #[arg(long)]
         url: Option<String>,
     },

@@ -156,12 +156,25 @@ fn bind_offer(path: &str, file: &str) -> Step<upgrade::Offer> {
     })
 }
 
+/// Below this many effective connections, a lowered `max_connections` is logged at warn (at info above).
+const FD_LIMIT_WARN_BELOW: usize = 1000;
+
 /// Raises RLIMIT_NOFILE and lowers `max_connections` to what it can hold (DESIGN.md "Process model"),
-/// with a warning when it had to; returns (the fd limit, the effective `max_connections`).
+/// with a line when it had to (warn when fewer than [`FD_LIMIT_WARN_BELOW`] connections fit); returns (the fd limit, the effective `max_connections`).
 fn fit_fd_limit(configured: usize) -> (u64, usize) {
     let fd_limit = listen::raise_fd_limit();
     let max_connections = listen::fit_max_connections(configured, fd_limit);
-    if max_connections < configured {
+    // A limit that still holds a thousand connections is an ordinary machine's, not a misconfiguration:
+    // said at info, so a default start does not open with a warning.
+    if max_connections < configured && max_connections >= FD_LIMIT_WARN_BELOW {
+        tracing::info!(
+            event = "startup.fd_limit",
+            fd_limit,
+            configured,
+            effective = max_connections,
+            "RLIMIT_NOFILE cannot hold 2 x max_connections + 256; max_connections lowered"
+        );
+    } else if max_connections < configured {
         tracing::warn!(
             event = "startup.fd_limit",
             fd_limit,

@@ -132,3 +132,38 @@ fn healthcheck_subcommand_reports_status() {
     assert_eq!(down.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&down.stderr).contains("refused"));
 }
+
+/// DESIGN.md "CLI": `--upstream` with a file that has upstreams and routes says on stderr which ones it
+/// replaces.
+#[test]
+fn upstream_flag_says_which_upstreams_and_routes_of_the_file_it_replaces() {
+    let dir = crate::harness::TempDir::new();
+    let path = dir.0.join("two.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\n\
+         [[upstreams]]\nname = \"api\"\nendpoints = [\"127.0.0.1:9\"]\n\
+         [[upstreams]]\nname = \"web\"\nendpoints = [\"127.0.0.1:9\"]\n\
+         [[routes]]\npath_prefix = \"/api\"\nupstream = \"api\"\n\
+         [[routes]]\npath_prefix = \"/\"\nupstream = \"web\"\n",
+    )
+    .unwrap();
+    let out = edge_cmd()
+        .args(["--check", "--config"])
+        .arg(&path)
+        .args(["--upstream", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--upstream replaces the 2 upstream(s) [api, web] and 2 route(s)"),
+        "{err}"
+    );
+    // Without a file there is nothing to replace, and nothing is said.
+    let out = edge_cmd()
+        .args(["--check", "--upstream", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("replaces"));
+}

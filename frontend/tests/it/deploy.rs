@@ -231,6 +231,18 @@ fn every_metric_in_the_alerts_and_the_dashboard_is_exported() {
             "deploy/{file} names metrics edge does not export: {missing:?}"
         );
     }
+    // DESIGN.md "Observability": each metric has a `# HELP` line.
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() >= 20, "metric families: {families:?}");
+    let without_help: Vec<_> = families
+        .iter()
+        .filter(|f| !text.contains(&format!("# HELP {f} ")))
+        .collect();
+    assert!(without_help.is_empty(), "no # HELP line: {without_help:?}");
 }
 
 fn check(config: Option<&Path>) {

@@ -13,15 +13,19 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::latency::DurationHistogram;
 
+pub mod help;
+
 /// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it, followed by
 /// [`crate::latency::render`] for `edge_request_duration_seconds`).
 ///
 /// # Errors
 /// When a recorder is already installed.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
-    PrometheusBuilder::new()
+    let handle = PrometheusBuilder::new()
         .install_recorder()
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    help::describe_all();
+    Ok(handle)
 }
 
 macro_rules! label_enum {

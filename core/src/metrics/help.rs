@@ -1,0 +1,145 @@
+//! The `# HELP` text of every metric edge exports (DESIGN.md "Metrics", "Observability": each metric has
+//! a `# HELP` line), given to the recorder once at install. The two latency histograms write their own
+//! (`crate::latency`).
+
+use metrics::{describe_counter, describe_gauge};
+
+/// Counters: (name, help).
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        "edge_requests_total",
+        "Requests answered, by worker, protocol and status code.",
+    ),
+    (
+        "edge_requests_invalid_total",
+        "Requests refused as invalid (400/405/413/414/431/501), by reason.",
+    ),
+    (
+        "edge_requests_shed_total",
+        "Requests refused for load (503), by reason.",
+    ),
+    (
+        "edge_responses_truncated_total",
+        "Responses cut short after their head went out.",
+    ),
+    (
+        "edge_connections_total",
+        "Client connections accepted, by worker and protocol.",
+    ),
+    (
+        "edge_connections_evicted_total",
+        "Idle client connections closed to make room near max_connections.",
+    ),
+    (
+        "edge_connections_shed_total",
+        "Client connections refused or closed for load or policy, by reason.",
+    ),
+    (
+        "edge_connection_panics_total",
+        "Connection tasks that panicked (only that connection closed).",
+    ),
+    (
+        "edge_inbound_timeouts_total",
+        "Client-side deadlines that expired, by phase.",
+    ),
+    (
+        "edge_upstream_requests_total",
+        "Requests sent to upstreams (attempts, retries included).",
+    ),
+    ("edge_upstream_errors_total", "Upstream failures, by kind."),
+    (
+        "edge_upstream_timeouts_total",
+        "Upstream deadlines that expired (connect, write, request, zombie), by phase.",
+    ),
+    (
+        "edge_upstream_retries_total",
+        "Requests sent again after a retry-safe upstream failure.",
+    ),
+    (
+        "edge_upstream_tls_handshakes_total",
+        "TLS handshakes with upstreams, by result.",
+    ),
+    (
+        "edge_upstream_fail_open_total",
+        "Requests served by endpoints all marked unhealthy (fail open).",
+    ),
+    (
+        "edge_upstream_health_checks_total",
+        "Active health check probes, by upstream and result.",
+    ),
+    (
+        "edge_tls_handshakes_total",
+        "TLS handshakes with clients, by result.",
+    ),
+    (
+        "edge_http2_resets_total",
+        "HTTP/2 streams reset, by the side that reset them.",
+    ),
+    (
+        "edge_http2_goaways_total",
+        "HTTP/2 connections ended with GOAWAY, by reason.",
+    ),
+    (
+        "edge_worker_restarts_total",
+        "Worker threads restarted by the supervisor.",
+    ),
+    (
+        "edge_worker_allocations_total",
+        "Allocations on a worker thread (count-alloc builds only).",
+    ),
+    (
+        "edge_worker_reallocations_total",
+        "Reallocations on a worker thread (count-alloc builds only).",
+    ),
+];
+
+/// Gauges: (name, help).
+const GAUGES: &[(&str, &str)] = &[
+    (
+        "edge_build_info",
+        "Always 1; the labels carry the version and the io driver in use.",
+    ),
+    (
+        "edge_connections_max",
+        "The effective max_connections (lowered to fit the open-file limit).",
+    ),
+    (
+        "edge_connections_active",
+        "Open client connections, by worker.",
+    ),
+    (
+        "edge_requests_in_flight",
+        "Requests being forwarded, by worker.",
+    ),
+    (
+        "edge_upstream_connections",
+        "Upstream connections, by worker and state (idle in the pool, active).",
+    ),
+    (
+        "edge_upstream_endpoint_healthy",
+        "1 when active health checks pass for the endpoint, else 0.",
+    ),
+    (
+        "edge_http2_streams_active",
+        "Open HTTP/2 streams from clients, by worker.",
+    ),
+    (
+        "edge_tls_certificate_expiry_timestamp_seconds",
+        "Expiry of each served certificate, Unix seconds (NaN once no longer served).",
+    ),
+];
+
+/// Every metric name edge exports through the recorder, for tests.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    COUNTERS.iter().chain(GAUGES).map(|(name, _)| *name)
+}
+
+/// Gives the recorder the help text of every metric.
+pub fn describe_all() {
+    for (name, help) in COUNTERS {
+        describe_counter!(*name, *help);
+    }
+    for (name, help) in GAUGES {
+        describe_gauge!(*name, *help);
+    }
+}
