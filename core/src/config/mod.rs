@@ -88,6 +88,10 @@ pub struct Server {
     /// Accept HTTP/2 with prior knowledge on the plain listener (DESIGN.md "HTTP/2"): a connection that
     /// starts with the connection preface (RFC 9113 §3.4) is served as h2c.
     pub h2c: bool,
+    /// How often the configuration file (the target of its symlinks, as a Kubernetes ConfigMap swaps
+    /// it) is checked for a change and reloaded as at SIGHUP (DESIGN.md "Configuration"); `None`
+    /// ("none"): SIGHUP only.
+    pub config_check: Limit,
     /// `[server.timeouts]`
     pub timeouts: Timeouts,
     /// `[server.limits]`
@@ -115,6 +119,7 @@ impl Default for Server {
             proxy_protocol: ProxyProtocol::Off,
             proxy_protocol_from: Vec::new(),
             h2c: false,
+            config_check: Limit(Some(Duration::from_secs(10))),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             http2: Http2::default(),

@@ -53,6 +53,12 @@ impl Config {
         }
         check_limits(&server.limits, &mut p);
         check_timeouts(&server.timeouts, &mut p);
+        if server.config_check.0.is_some_and(|d| d.is_zero()) {
+            p.add(
+                "server.config_check",
+                "must be greater than zero, or \"none\"",
+            );
+        }
         for (key, reason) in super::http2::check(&server.http2) {
             p.add(key, reason);
         }

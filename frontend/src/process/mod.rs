@@ -1,7 +1,7 @@
 //! The binary's life (DESIGN.md "Layout", `frontend/src/process`): the command line ([`cli`]), startup
 //! (`startup`: configuration, fd limit, io driver, listeners, admin thread, workers), the worker threads
-//! ([`worker`]), supervision and signals ([`supervise`]), configuration reload and the certificate file
-//! watch ([`reload`], [`cert_watch`]), endpoint re-resolution ([`discovery`]), the admin API ([`admin`])
+//! ([`worker`]), supervision and signals ([`supervise`]), configuration reload and the file watches
+//! ([`reload`], [`config_watch`], [`cert_watch`]), endpoint re-resolution ([`discovery`]), the admin API ([`admin`])
 //! and the zero-downtime binary handover ([`handover`]).
 
 pub mod admin;
@@ -9,6 +9,7 @@ pub mod admin;
 pub mod alloc_count;
 pub mod cert_watch;
 pub mod cli;
+pub mod config_watch;
 pub mod discovery;
 pub mod handover;
 pub mod reload;

@@ -93,9 +93,12 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         Some(i) => offer = finish_take_over(i, upgrade_path),
         None => supervise::sd_notify("READY=1"),
     }
-    // The certificate files' stamps are taken before `startup.ready`: a file changed after that line is
-    // seen by the first `reload_check` poll.
-    let certs = crate::process::cert_watch::CertWatch::start(&shared);
+    // The certificate and configuration files' stamps are taken before `startup.ready`: a file changed
+    // after that line is seen by the first `reload_check` / `config_check` poll.
+    let watches = supervise::Watches {
+        certs: crate::process::cert_watch::CertWatch::start(&shared),
+        config: crate::process::config_watch::ConfigWatch::start(&shared, source),
+    };
     log_ready(&traffic, admin_addr, driver);
 
     let handover = supervise::Handover {
@@ -106,7 +109,7 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
         plain: &traffic.plain,
         tls: &traffic.tls,
     };
-    let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover, certs);
+    let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover, watches);
     sup.join(Duration::from_millis(200));
     Ok(code)
 }

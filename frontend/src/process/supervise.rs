@@ -116,22 +116,34 @@ pub struct TrafficListeners<'a> {
     pub tls: &'a [socket2::Socket],
 }
 
-/// Supervises workers until a signal or a handover, then drains; returns the exit code. `certs`: the
-/// certificate watch, started before `startup.ready`.
+/// The file watches the supervisor polls, started before `startup.ready`.
+pub struct Watches {
+    /// The certificate, key and CA files (`server.tls.reload_check`).
+    pub certs: super::cert_watch::CertWatch,
+    /// The configuration file (`server.config_check`).
+    pub config: super::config_watch::ConfigWatch,
+}
+
+/// Supervises workers until a signal or a handover, then drains; returns the exit code.
 pub fn supervise(
     sup: &mut Supervisor,
     shared: &Shared,
     source: &reload::ConfigSource,
     listeners: TrafficListeners<'_>,
     handover: &Handover,
-    mut certs: crate::process::cert_watch::CertWatch,
+    watches: Watches,
 ) -> i32 {
+    let Watches {
+        mut certs,
+        config: mut config_file,
+    } = watches;
     let mut next_trim = Instant::now() + TRIM_EVERY;
     let mut discovery = start_discovery();
     let stop = loop {
         match wait_signal(Duration::from_millis(100), true) {
             Some(libc::SIGHUP) => {
                 reload::reload(shared, source, "SIGHUP");
+                config_file.seen();
                 continue;
             }
             Some(s) => break Stop::Signal(s),
@@ -146,6 +158,7 @@ pub fn supervise(
         }
         sup.check();
         certs.tick(shared, source);
+        config_file.tick(shared, source);
         if let Some(d) = &mut discovery {
             d.tick(shared);
         }

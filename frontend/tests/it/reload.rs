@@ -1,10 +1,12 @@
 //! Config reload on SIGHUP (DESIGN.md "Configuration"): a changed route applies to the next
 //! request, on new and kept-alive connections; a broken file or a listener change is rejected with a
 //! `config.rejected` line naming file, key and reason, and traffic goes on with the old configuration.
+//! With `server.config_check`, a changed file is reloaded without a signal, a ConfigMap-style symlink
+//! swap included.
 
 use std::{net::SocketAddr, time::Duration};
 
-use crate::harness::{Cfg, Client, Driver, Edge, Origin, Route, Upstream};
+use crate::harness::{wait_until, Cfg, Client, Driver, Edge, Origin, Route, Upstream};
 
 const SIGHUP: i32 = 1;
 
@@ -108,4 +110,79 @@ both_drivers!(a_listener_or_worker_change_is_refused, |d| {
     // The old configuration stays whole: the route added in the same file does not apply.
     assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-a");
     assert_eq!(edge.count_log("config.reloaded"), 0);
+});
+
+/// `with_b` with the file checked every 100 ms (`server.config_check`).
+fn watched(d: Driver, a: SocketAddr, b: Option<SocketAddr>) -> Cfg {
+    with_b(d, a, b).server("config_check", "100ms")
+}
+
+/// Waits (at most 5 s) until edge logged `n` lines containing `needle`.
+fn wait_count(edge: &Edge, needle: &str, n: usize) -> bool {
+    wait_until(Duration::from_secs(5), || edge.count_log(needle) >= n)
+}
+
+both_drivers!(a_changed_config_file_is_reloaded_without_a_signal, |d| {
+    let a = Origin::fixed(b"from-a");
+    let b = Origin::fixed(b"from-b");
+    let edge = Edge::start(&watched(d, a.addr, None));
+    let mut kept = Client::connect(edge.addr);
+    assert_eq!(kept.get("/b/x").body, b"from-a");
+
+    edge.rewrite_config(&watched(d, a.addr, Some(b.addr)));
+    let line = edge
+        .wait_log("config.reloaded", Duration::from_secs(5))
+        .expect("the change is reloaded within config_check");
+    assert!(line.contains("generation=2"), "{line}");
+    assert_eq!(kept.get("/b/x").body, b"from-b");
+
+    // A broken file is refused once (as at SIGHUP) and the running configuration stays.
+    edge.rewrite_config_text("[server\nlisten = ");
+    assert!(wait_count(&edge, "config.rejected", 1));
+    assert_eq!(kept.get("/b/x").body, b"from-b");
+    // Fixed again: reloaded.
+    edge.rewrite_config(&watched(d, a.addr, None));
+    assert!(wait_count(&edge, "config.reloaded", 2));
+    assert_eq!(kept.get("/b/x").body, b"from-a");
+    assert_eq!(
+        edge.count_log("config.rejected"),
+        1,
+        "the broken file was read once"
+    );
+});
+
+/// How a Kubernetes ConfigMap volume updates a file: `edge.toml` is a symlink to `..data/edge.toml`,
+/// `..data` a symlink to a timestamped directory; an update writes a new directory and renames a new
+/// `..data` symlink over the old one.
+fn configmap_swap(dir: &std::path::Path, generation: &str, text: &str) {
+    let version = dir.join(generation);
+    std::fs::create_dir(&version).unwrap();
+    std::fs::write(version.join("edge.toml"), text).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(generation, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+both_drivers!(a_configmap_symlink_swap_is_reloaded, |d| {
+    let a = Origin::fixed(b"from-a");
+    let b = Origin::fixed(b"from-b");
+    let edge = Edge::start(&watched(d, a.addr, None));
+    let dir = edge.config_path().parent().unwrap().to_path_buf();
+    // Turn the config file into a ConfigMap's symlinks (same content: one reload of it).
+    configmap_swap(&dir, "..2026_01", &watched(d, a.addr, None).render());
+    let link = dir.join("edge.toml.link");
+    std::os::unix::fs::symlink("..data/edge.toml", &link).unwrap();
+    std::fs::rename(&link, edge.config_path()).unwrap();
+    assert!(wait_count(&edge, "config.reloaded", 1));
+    assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-a");
+
+    // The update: the route to b appears within config_check.
+    configmap_swap(
+        &dir,
+        "..2026_02",
+        &watched(d, a.addr, Some(b.addr)).render(),
+    );
+    assert!(wait_count(&edge, "config.reloaded", 2));
+    assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-b");
+    assert_eq!(edge.count_log("config.rejected"), 0);
 });

@@ -203,7 +203,9 @@ impl Cfg {
             server: Table::default()
                 .with("listen", "127.0.0.1:0")
                 .with("io_driver", driver.name())
-                .with("workers", 1),
+                .with("workers", 1)
+                // Tests reload by SIGHUP unless they turn the file check on themselves.
+                .with("config_check", "none"),
             timeouts: Table::default(),
             limits: Table::default(),
             tls: Table::default(),
