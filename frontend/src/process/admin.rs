@@ -1,7 +1,10 @@
 //! The admin listener (DESIGN.md "Process model", "Metrics"): its own unpinned thread with its own small
 //! monoio runtime (epoll), at most 64 connections, not counted in `edge_connections_*`. Serves
-//! `GET /metrics` (Prometheus text rendered from the recorder), `GET /_health` (readiness) and `GET /_live`
-//! (liveness). Also runs the recorder's upkeep so histograms do not grow without scrapes.
+//! `GET /metrics` (Prometheus text rendered from the recorder), `GET /_health` (readiness), `GET /_live`
+//! (liveness) and `GET /config` (the effective configuration as TOML, DESIGN.md "Observability": the
+//! configuration holds certificate and key files as paths only, so no key material is printed); `HEAD`
+//! answers each like `GET` without the body (load balancers probe with HEAD). Also runs the recorder's
+//! upkeep so histograms do not grow without scrapes.
 
 use std::{
     cell::Cell,
@@ -116,7 +119,7 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
         };
         let Some(head) = head else {
             let _ = stream
-                .write_all(response(400, "text/plain", b"bad request\n", true))
+                .write_all(response(400, "text/plain", b"bad request\n", true, false))
                 .await;
             return;
         };
@@ -125,18 +128,25 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
             head.minor == 0 || edge_core::http::framing::connection_has(data, &fields, b"close");
         let target = &data[head.target.clone()];
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
-        let get = &data[head.method.clone()] == b"GET";
+        let method = &data[head.method.clone()];
+        let (get, head_only) = (method == b"GET" || method == b"HEAD", method == b"HEAD");
+        let answer =
+            |status, ctype, body: &[u8], close| response(status, ctype, body, close, head_only);
         let res = match (get, path) {
             (true, b"/metrics") => {
                 let mut text = prom.render();
                 edge_core::latency::render(&mut text);
-                response(200, "text/plain; version=0.0.4", text.as_bytes(), close)
+                answer(200, "text/plain; version=0.0.4", text.as_bytes(), close)
             }
-            (true, b"/_health") if shared.ready() => response(200, "text/plain", b"ok", close),
-            (true, b"/_health") => response(503, "text/plain", b"not ready\n", close),
-            (true, b"/_live") => response(200, "text/plain", b"ok", close),
-            (false, _) => response(405, "text/plain", b"method not allowed\n", true),
-            _ => response(404, "text/plain", b"not found\n", close),
+            (true, b"/_health") if shared.ready() => answer(200, "text/plain", b"ok", close),
+            (true, b"/_health") => answer(503, "text/plain", b"not ready\n", close),
+            (true, b"/_live") => answer(200, "text/plain", b"ok", close),
+            (true, b"/config") => {
+                let text = shared.config.get().0.config.to_toml();
+                answer(200, "application/toml", text.as_bytes(), close)
+            }
+            (false, _) => answer(405, "text/plain", b"method not allowed\n", true),
+            _ => answer(404, "text/plain", b"not found\n", close),
         };
         rb.consume(head.len);
         let (r, _) = stream.write_all(res).await;
@@ -146,8 +156,8 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
     }
 }
 
-fn response(status: u16, ctype: &str, body: &[u8], close: bool) -> Vec<u8> {
+fn response(status: u16, ctype: &str, body: &[u8], close: bool, head_only: bool) -> Vec<u8> {
     let mut v = Vec::with_capacity(body.len() + 160);
-    crate::server::h1::answer::local(&mut v, status, ctype, body, close, false, false);
+    crate::server::h1::answer::local(&mut v, status, ctype, body, close, false, head_only);
     v
 }

@@ -247,3 +247,29 @@ both_drivers!(a_dead_worker_does_not_stop_the_other_one, |d| {
     }
     assert_eq!(Client::connect(edge.addr).get("/_health").status, 200);
 });
+
+/// DESIGN.md "Observability": the admin API's `GET /config` is the effective configuration as TOML
+/// (flags applied; certificate and key files as paths), and the admin endpoints answer HEAD like GET.
+#[test]
+fn admin_config_is_the_effective_toml_and_head_probes_are_answered() {
+    let origin = Origin::fixed(b"x");
+    let edge = Edge::start(&Cfg::new(crate::harness::Driver::Epoll, origin.addr));
+    let mut c = Client::connect(edge.admin);
+    let r = c.get("/config");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/toml"));
+    let text = r.text();
+    let parsed = edge_core::config::Config::parse(&text, "GET /config").expect("valid TOML config");
+    assert_eq!(parsed.upstreams.len(), 1);
+    assert!(text.contains(&origin.addr.to_string()), "{text}");
+    assert!(text.contains("[[routes]]"), "{text}");
+    c.send(b"HEAD /_health HTTP/1.1\r\nHost: admin\r\n\r\n");
+    let r = c.read_response(true).expect("HEAD answered");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("2"));
+    assert_eq!(
+        c.get("/_live").status,
+        200,
+        "the connection goes on after HEAD"
+    );
+}
