@@ -84,6 +84,11 @@ fn main() {
         for warning in resolved.routes.warnings() {
             eprintln!("edge: warning: {warning}");
         }
+        for name in &resolved.unresolved {
+            eprintln!(
+                "edge: warning: {name} (edge starts without it, answers 503 for an upstream with no address, and keeps resolving)"
+            );
+        }
         eprintln!("edge: configuration OK");
         return;
     }

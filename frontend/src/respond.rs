@@ -53,7 +53,7 @@ pub fn record_upstream_mid_body(
             );
         }
         Counted::Timeout(p) => w.metrics.upstream_timeout(p).increment(1),
-        Counted::Shed => w.metrics.request_shed().increment(1),
+        Counted::Shed(reason) => w.metrics.request_shed(reason).increment(1),
     }
 }
 
@@ -120,7 +120,7 @@ impl Failure {
                 | UpstreamErrorKind::WriteTimeout
                 | UpstreamErrorKind::RequestTimeout
                 | UpstreamErrorKind::Zombie => 504,
-                UpstreamErrorKind::QueueTimeout => 503,
+                UpstreamErrorKind::QueueTimeout | UpstreamErrorKind::NoEndpoint => 503,
                 _ => 502,
             },
         }
@@ -149,6 +149,7 @@ impl Failure {
                 UpstreamErrorKind::Zombie => "upstream_zombie",
                 UpstreamErrorKind::QueueTimeout => "upstream_queue",
                 UpstreamErrorKind::Tls => "upstream_tls",
+                UpstreamErrorKind::NoEndpoint => "no_endpoint",
             },
         }
     }
@@ -196,6 +197,9 @@ impl Failure {
                     "service unavailable: upstream connection limit reached\n"
                 }
                 UpstreamErrorKind::Tls => "bad gateway: upstream TLS handshake failed\n",
+                UpstreamErrorKind::NoEndpoint => {
+                    "service unavailable: the upstream's endpoint names have not resolved yet\n"
+                }
             },
         }
     }
@@ -235,14 +239,14 @@ impl Failure {
             }
             Failure::NoRoute => {}
             Failure::Upstream(e) => match e.kind.counted() {
-                Counted::Shed => {
-                    w.metrics.request_shed().increment(1);
+                Counted::Shed(reason) => {
+                    w.metrics.request_shed(reason).increment(1);
                     crate::warn_limited!(
                         w,
                         req,
                         event = "request.shed",
                         status,
-                        reason = "upstream_queue"
+                        reason = reason.as_str()
                     );
                 }
                 Counted::Timeout(p) => {

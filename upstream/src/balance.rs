@@ -227,7 +227,8 @@ impl Upstream {
     /// attempt) succeeded.
     ///
     /// # Errors
-    /// The connect error of the last attempt (retry-safe: nothing was sent).
+    /// The connect error of the last attempt (retry-safe: nothing was sent); `NoEndpoint` while the
+    /// upstream has no address.
     pub(crate) async fn checkout(
         &self,
         reuse: Reuse,
@@ -236,6 +237,12 @@ impl Upstream {
             session: H1Exchange::new(self, conn),
             retried,
         };
+        if self.endpoints.is_empty() {
+            // Every endpoint name is still unresolved; the supervisor keeps resolving them.
+            return Err(UpstreamError::new(
+                crate::error::UpstreamErrorKind::NoEndpoint,
+            ));
+        }
         let first = self.pick(None);
         let permit = self.permit(first).await?;
         if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {

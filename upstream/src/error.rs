@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use edge_core::metrics::{UpstreamErrorLabel, UpstreamPhase};
+use edge_core::metrics::{ShedReason, UpstreamErrorLabel, UpstreamPhase};
 
 /// What went wrong talking to an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub enum UpstreamErrorKind {
     QueueTimeout,
     /// TLS handshake or certificate verification failed (`tls = true`): 502 `tls`.
     Tls,
+    /// The upstream has no address yet: every endpoint name is still unresolved (edge keeps resolving
+    /// them): 503 `no_endpoint`.
+    NoEndpoint,
 }
 
 /// An upstream failure.
@@ -86,8 +89,8 @@ pub enum Counted {
     /// `edge_upstream_timeouts_total{phase}` with `upstream.timeout` (the zombie verdict logs
     /// `upstream.zombie` instead).
     Timeout(UpstreamPhase),
-    /// `edge_requests_shed_total{reason="upstream_queue"}` with `request.shed`.
-    Shed,
+    /// `edge_requests_shed_total{reason}` (`upstream_queue`, `no_endpoint`) with `request.shed`.
+    Shed(ShedReason),
 }
 
 impl UpstreamErrorKind {
@@ -103,7 +106,8 @@ impl UpstreamErrorKind {
             K::WriteTimeout => Counted::Timeout(UpstreamPhase::Write),
             K::RequestTimeout => Counted::Timeout(UpstreamPhase::Request),
             K::Zombie => Counted::Timeout(UpstreamPhase::Zombie),
-            K::QueueTimeout => Counted::Shed,
+            K::QueueTimeout => Counted::Shed(ShedReason::UpstreamQueue),
+            K::NoEndpoint => Counted::Shed(ShedReason::NoEndpoint),
             K::Tls => Counted::Error(UpstreamErrorLabel::Tls),
         }
     }
@@ -122,6 +126,7 @@ impl fmt::Display for UpstreamErrorKind {
             UpstreamErrorKind::Zombie => "upstream connection inactive past the zombie threshold",
             UpstreamErrorKind::QueueTimeout => "no upstream connection free within queue_timeout",
             UpstreamErrorKind::Tls => "TLS handshake or certificate verification failed",
+            UpstreamErrorKind::NoEndpoint => "no endpoint address resolved yet",
         })
     }
 }

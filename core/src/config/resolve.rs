@@ -26,6 +26,7 @@ impl Config {
         let mut p = Problems {
             file,
             errors: Vec::new(),
+            warnings: Vec::new(),
         };
         let server = &self.server;
         let plain_listener = !server.listen.is_empty();
@@ -92,6 +93,7 @@ impl Config {
             proxy_protocol_from,
             upstreams,
             routes,
+            unresolved: p.warnings,
         })
     }
 }
@@ -200,12 +202,16 @@ fn resolve_upstream(
         if e.weight() == 0 {
             p.add(format!("{key}.weight"), "must be at least 1");
         }
-        if let Some(addrs) = p.take(key, resolve_all(e.address())) {
-            endpoints.extend(addrs.into_iter().map(|addr| ResolvedEndpoint {
+        match resolve_all(e.address()) {
+            Ok(addrs) => endpoints.extend(addrs.into_iter().map(|addr| ResolvedEndpoint {
                 addr,
                 weight: e.weight().max(1),
                 spec: j,
-            }));
+            })),
+            // A well-formed name that does not resolve yet (a Service not created yet, DNS not ready):
+            // edge starts without it and keeps resolving it (DESIGN.md "Observability").
+            Err(reason) if is_name_port(e.address()) => p.warn(key, reason),
+            Err(reason) => p.add(key, reason),
         }
     }
     if u.resolve.0.is_some_and(|d| d.is_zero()) {
@@ -249,6 +255,20 @@ fn check_health_check(key: &str, h: &HealthCheck, p: &mut Problems<'_>) {
             p.add(format!("{key}.{name}"), "must be at least 1");
         }
     }
+}
+
+/// Whether `text` is a well-formed `name:port` (a DNS name, not an address literal, and a port): one
+/// that fails to resolve may resolve later.
+fn is_name_port(text: &str) -> bool {
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return false;
+    };
+    !host.is_empty()
+        && port.parse::<u16>().is_ok()
+        && host.parse::<std::net::IpAddr>().is_err()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }
 
 /// Resolves `host:port` to one socket address (the first the resolver returns).
@@ -346,6 +366,10 @@ pub struct Resolved {
     /// The routes, compiled and indexed (DESIGN.md "Routing"): `routes.find(request)`. Each worker
     /// matches on a clone of its own (see [`crate::policy::route::RouteTable`]).
     pub routes: Routes,
+    /// Endpoint names that did not resolve at load (file, key, reason): their upstreams start without
+    /// them, answer 503 `no_endpoint` while they have no address at all, and the supervisor keeps
+    /// resolving them (DESIGN.md "Observability"). `edge --check` prints them as warnings.
+    pub unresolved: Vec<ConfigError>,
 }
 
 /// One upstream with its endpoints resolved.

@@ -123,8 +123,14 @@ label_enum!(
         UpstreamQueue = "upstream_queue",
         /// PROXY header missing, malformed, or from a peer outside `proxy_protocol_from`.
         ProxyProtocol = "proxy_protocol",
+        /// Every endpoint name of the upstream still unresolved (DESIGN.md "Observability": names that
+        /// do not resolve at start or reload).
+        NoEndpoint = "no_endpoint",
     }
 );
+
+/// The `reason` values of `edge_requests_shed_total`, in registration order.
+const REQUEST_SHED: [ShedReason; 2] = [ShedReason::UpstreamQueue, ShedReason::NoEndpoint];
 
 label_enum!(
     /// `kind` label values of `edge_upstream_errors_total`; which upstream failure counts under which is
@@ -316,7 +322,7 @@ impl WorkerMetrics {
             requests_shed: by(
                 "edge_requests_shed_total",
                 "reason",
-                &[ShedReason::UpstreamQueue.as_str()],
+                &REQUEST_SHED.map(ShedReason::as_str),
             ),
             connections_shed: by(
                 "edge_connections_shed_total",
@@ -444,9 +450,11 @@ impl WorkerMetrics {
         &self.invalid[r as usize]
     }
 
-    /// `edge_requests_shed_total{worker,reason="upstream_queue"}`
-    pub fn request_shed(&self) -> &Counter {
-        &self.requests_shed[0]
+    /// `edge_requests_shed_total{worker,reason}` for `upstream_queue` or `no_endpoint` (any other reason
+    /// counts as `upstream_queue`: connections, not requests, are shed for it).
+    pub fn request_shed(&self, r: ShedReason) -> &Counter {
+        let i = REQUEST_SHED.iter().position(|&c| c == r).unwrap_or(0);
+        &self.requests_shed[i]
     }
 
     /// `edge_connections_shed_total{worker,reason}` for `limit`, `fd_limit` or `proxy_protocol`

@@ -2,7 +2,9 @@
 //! every `resolve` interval the names of an upstream's endpoints are resolved again, off the workers, and
 //! a changed address set is published like a reload (new endpoints get pools; vanished endpoints' pools
 //! drain after their last request, see `Upstream::rebuild`). A failed resolution keeps the last good
-//! set and logs `upstream.resolve_failed`.
+//! set and logs `upstream.resolve_failed`. A name that has no address yet (it did not resolve at start
+//! or reload) is looked up at least every 5 s until it resolves; meanwhile an upstream with no address
+//! at all answers 503 `no_endpoint`.
 //!
 //! Lookups block (getaddrinfo), so they run on a resolver thread of their own: a slow DNS server never
 //! holds up the supervisor's signal handling or worker restarts. The supervisor alone publishes: it sends
@@ -21,6 +23,9 @@ use edge_core::{
     config::{resolve_all, Resolved, ResolvedEndpoint},
     runtime::Shared,
 };
+
+/// How often an endpoint name that has no address yet is looked up again.
+const UNRESOLVED_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The names of one upstream to look up again.
 struct Lookup {
@@ -90,8 +95,15 @@ impl Discovery {
         let (current, _) = shared.config.get();
         let now = Instant::now();
         for u in &current.upstreams {
-            let Some(every) = u.config.resolve.0 else {
-                continue;
+            // An entry with no address yet is looked up at least every UNRESOLVED_EVERY, whatever
+            // `resolve` says (DESIGN.md "Observability": names that do not resolve at start).
+            let unresolved =
+                (0..u.config.endpoints.len()).any(|j| !u.endpoints.iter().any(|e| e.spec == j));
+            let every = match (u.config.resolve.0, unresolved) {
+                (Some(every), true) => every.min(UNRESOLVED_EVERY),
+                (None, true) => UNRESOLVED_EVERY,
+                (Some(every), false) => every,
+                (None, false) => continue,
             };
             let names = names(&u.config.endpoints);
             let name = &u.config.name;
@@ -99,6 +111,8 @@ impl Discovery {
                 continue;
             }
             let due = self.due.entry(name.clone()).or_insert(now + every);
+            // A shorter period (a name that stopped resolving) applies from now, not after the longer one.
+            *due = (*due).min(now + every);
             if now < *due {
                 continue;
             }

@@ -71,6 +71,10 @@ pub fn log_warnings(cfg: &edge_core::config::Resolved) {
     for w in cfg.routes.warnings() {
         tracing::warn!(event = "config.route_never_matches", "{w}");
     }
+    // Not about routes, but logged at the same moments: the endpoint names that did not resolve.
+    for e in &cfg.unresolved {
+        tracing::warn!(event = "upstream.resolve_failed", file = %e.file, key = %e.key, reason = %e.reason, "starting without this endpoint; resolving it again every 5 s until it resolves");
+    }
 }
 
 #[cfg(test)]

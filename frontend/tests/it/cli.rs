@@ -167,3 +167,40 @@ fn upstream_flag_says_which_upstreams_and_routes_of_the_file_it_replaces() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("replaces"));
 }
+
+/// DESIGN.md "Observability": a name that does not resolve is a warning of `--check` (exit 0), not an
+/// error; a malformed endpoint stays an error.
+#[test]
+fn check_warns_about_a_name_that_does_not_resolve_and_exits_0() {
+    let dir = crate::harness::TempDir::new();
+    let hosts = dir.0.join("hosts");
+    std::fs::write(&hosts, "later.test\n").unwrap();
+    let path = dir.0.join("late.toml");
+    std::fs::write(
+        &path,
+        "[[upstreams]]\nname = \"late\"\nendpoints = [\"later.test:8080\"]\n\
+         [[routes]]\npath_prefix = \"/\"\nupstream = \"late\"\n",
+    )
+    .unwrap();
+    let out = edge_cmd()
+        .args(["--check", "--config"])
+        .arg(&path)
+        .env("EDGE_TEST_HOSTS", &hosts)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning")
+            && err.contains("upstreams[0].endpoints[0]")
+            && err.contains("later.test"),
+        "{err}"
+    );
+    std::fs::write(
+        &path,
+        "[[upstreams]]\nname = \"late\"\nendpoints = [\"no port here\"]\n\
+         [[routes]]\npath_prefix = \"/\"\nupstream = \"late\"\n",
+    )
+    .unwrap();
+    assert_exit(&check_config(&path), 2);
+}

@@ -14,7 +14,9 @@ use std::{
     time::Duration,
 };
 
-use crate::harness::{read_request, wait_until, Cfg, Client, Driver, Edge, TempDir, Value};
+use crate::harness::{
+    read_request, wait_until, Cfg, Client, Driver, Edge, Origin, Route, TempDir, Upstream, Value,
+};
 
 /// An origin on one address that answers every request with its own name and counts them.
 struct Named {
@@ -164,3 +166,53 @@ both_drivers!(a_name_with_two_addresses_gives_two_endpoints, |d| {
         "round robin over both addresses"
     );
 });
+
+both_drivers!(
+    a_name_that_does_not_resolve_at_start_is_503_until_it_resolves_and_other_upstreams_serve,
+    |d| {
+        let (a, _b) = two_origins();
+        let other = Origin::fixed(b"other");
+        // `app.test` has no address yet; the default `resolve` (30 s) must not delay the retry.
+        let hosts = Hosts::new("app.test\n");
+        let cfg = Cfg::new(d, "127.0.0.1:9".parse().unwrap())
+            .upstream_field(
+                "endpoints",
+                Value::Strs(vec![format!("app.test:{}", a.addr.port())]),
+            )
+            .add_upstream(Upstream::new("other", &[other.addr]))
+            .add_route(Route::new("/other", "other"));
+        let edge = Edge::start_env(
+            &cfg,
+            &[],
+            &[("EDGE_TEST_HOSTS", hosts.path.to_str().unwrap())],
+        );
+        assert!(edge
+            .wait_log_all(
+                &["upstream.resolve_failed", "app.test"],
+                Duration::from_secs(2)
+            )
+            .is_some());
+        let mut client = Client::connect(edge.addr);
+        let r = client.get("/x");
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(
+            edge.wait_metric("edge_requests_shed_total", &["reason=\"no_endpoint\""], 1.0),
+            1.0
+        );
+        assert!(edge
+            .wait_log_all(&["request.shed", "no_endpoint"], Duration::from_secs(2))
+            .is_some());
+        // The other upstream serves meanwhile, on the same connection.
+        assert_eq!(client.get("/other/y").text(), "other");
+
+        hosts.set("app.test 127.0.0.2\n");
+        // Looked up again within 5 s of start (then every 5 s) until it resolves.
+        let resolved = wait_until(Duration::from_secs(15), || {
+            Client::connect(edge.addr).get("/x").status == 200
+        });
+        assert!(resolved, "the name was not resolved again");
+        assert_eq!(client.get("/x").text(), "a");
+        assert!(a.served() >= 1);
+    }
+);
