@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use edge_core::metrics::Protocol;
+use edge_core::metrics::{Protocol, UpstreamMetrics};
 use monoio::time::Instant;
 
 use crate::context::Worker;
@@ -18,9 +18,45 @@ pub struct RequestLog<'a> {
     pub line: &'a [u8],
     /// The request id (`-` before one is known).
     pub id: &'a [u8],
+    /// The upstream the request was admitted to (`None` before admission, or answered locally).
+    pub upstream: Option<UpstreamTag<'a>>,
 }
 
-impl RequestLog<'_> {
+/// Which upstream a request went to, for its log lines (`upstream=NAME`) and its counters (the
+/// `upstream` label, DESIGN.md "Observability").
+#[derive(Clone, Copy)]
+pub struct UpstreamTag<'a> {
+    /// The upstream's name from the configuration.
+    pub name: &'a str,
+    /// Its counters on this worker.
+    pub metrics: &'a UpstreamMetrics,
+}
+
+impl<'a> UpstreamTag<'a> {
+    /// The tag of `upstream`.
+    pub fn of(upstream: &'a edge_upstream::Upstream) -> Self {
+        UpstreamTag {
+            name: &upstream.config.name,
+            metrics: &upstream.metrics,
+        }
+    }
+}
+
+impl<'a> RequestLog<'a> {
+    /// A request not admitted to an upstream (yet).
+    pub fn new(line: &'a [u8], id: &'a [u8]) -> Self {
+        RequestLog {
+            line,
+            id,
+            upstream: None,
+        }
+    }
+
+    /// The upstream's name for a log line, `-` when there is none.
+    pub fn upstream_name(&self) -> &'a str {
+        self.upstream.map_or("-", |u| u.name)
+    }
+
     /// (method, path, request id) for a log line.
     pub fn parts(&self) -> (String, String, String) {
         let line = String::from_utf8_lossy(self.line);

@@ -40,19 +40,27 @@ pub fn record_upstream_mid_body(
     kind: UpstreamErrorKind,
     cause: &'static str,
 ) {
+    let counters = log.upstream.map(|u| u.metrics);
     match kind.counted() {
         Counted::Error(label) => {
-            w.metrics.upstream_error(label).increment(1);
+            if let Some(c) = counters {
+                c.error(label).increment(1);
+            }
             crate::warn_limited!(
                 w,
                 log,
                 event = "upstream.error",
+                upstream = log.upstream_name(),
                 status,
                 kind = label.as_str(),
                 cause
             );
         }
-        Counted::Timeout(p) => w.metrics.upstream_timeout(p).increment(1),
+        Counted::Timeout(p) => {
+            if let Some(c) = counters {
+                c.timeout(p).increment(1);
+            }
+        }
         Counted::Shed(reason) => w.metrics.request_shed(reason).increment(1),
     }
 }
@@ -245,26 +253,32 @@ impl Failure {
                         w,
                         req,
                         event = "request.shed",
+                        upstream = req.upstream_name(),
                         status,
                         reason = reason.as_str()
                     );
                 }
                 Counted::Timeout(p) => {
-                    w.metrics.upstream_timeout(p).increment(1);
+                    if let Some(u) = req.upstream {
+                        u.metrics.timeout(p).increment(1);
+                    }
                     // The zombie verdict has its own line, `upstream.zombie`, written where it is found.
                     if p != UpstreamPhase::Zombie {
                         crate::warn_limited!(
                             w,
                             req,
                             event = "upstream.timeout",
+                            upstream = req.upstream_name(),
                             status,
                             phase = p.as_str()
                         );
                     }
                 }
                 Counted::Error(label) => {
-                    w.metrics.upstream_error(label).increment(1);
-                    crate::warn_limited!(w, req, event = "upstream.error", status, kind = label.as_str(), error = %e.kind);
+                    if let Some(u) = req.upstream {
+                        u.metrics.error(label).increment(1);
+                    }
+                    crate::warn_limited!(w, req, event = "upstream.error", upstream = req.upstream_name(), status, kind = label.as_str(), error = %e.kind);
                 }
             },
         }

@@ -44,7 +44,8 @@ pub struct Upstream {
     /// Endpoints in file order.
     pub endpoints: Vec<Endpoint>,
     picker: Picker,
-    ejected: metrics::Counter,
+    /// This upstream's counters on this worker (`upstream` label).
+    pub metrics: edge_core::metrics::UpstreamMetrics,
     pub(crate) worker: usize,
     /// Active health checks as this worker reads them ([`Upstream::with_checks`]).
     pub(crate) checks: crate::health::Checks,
@@ -62,23 +63,23 @@ fn tls_settings(u: &edge_core::config::Upstream) -> impl PartialEq + '_ {
     )
 }
 
-/// The worker's metric handles its upstreams count into (registered once per worker, never per
-/// request).
+/// The worker's metric handles its upstreams share (registered once per worker, never per request);
+/// each upstream registers its own labelled counters besides ([`Upstream::metrics`]).
 #[derive(Clone)]
 pub struct UpstreamCounters {
-    /// Passive ejections: `edge_upstream_errors_total{kind="ejected"}`.
-    pub ejected: metrics::Counter,
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`edge_core::metrics::TlsResult::ALL`]
     /// order.
     pub tls_handshakes: Arc<[metrics::Counter; 4]>,
+    /// Whether the upstreams register their counters (false: tests and the health thread count nowhere).
+    pub register: bool,
 }
 
 impl UpstreamCounters {
     /// Handles that count nowhere (tests, the health thread).
     pub fn noop() -> Self {
         UpstreamCounters {
-            ejected: metrics::Counter::noop(),
             tls_handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
+            register: false,
         }
     }
 }
@@ -143,7 +144,10 @@ impl Upstream {
                 })
                 .collect(),
             picker: Picker::new(r.config.balance, n, Rng::for_worker(worker)),
-            ejected: counters.ejected.clone(),
+            metrics: match counters.register {
+                true => edge_core::metrics::UpstreamMetrics::register(worker, &r.config.name),
+                false => edge_core::metrics::UpstreamMetrics::noop(),
+            },
             worker,
             checks: Default::default(),
         };
@@ -210,7 +214,9 @@ impl Upstream {
         };
         match transition {
             Transition::Ejected(d) => {
-                self.ejected.increment(1);
+                self.metrics
+                    .error(edge_core::metrics::UpstreamErrorLabel::Ejected)
+                    .increment(1);
                 tracing::warn!(event = "upstream.ejected", worker = self.worker, upstream = %self.config.name, endpoint = %ep.addr, backoff_ms = d.as_millis() as u64, "endpoint ejected after consecutive connect failures");
             }
             Transition::Returned => {

@@ -14,6 +14,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use crate::latency::DurationHistogram;
 
 pub mod help;
+mod upstream;
+
+pub use upstream::UpstreamMetrics;
 
 /// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it, followed by
 /// [`crate::latency::render`] for `edge_request_duration_seconds`).
@@ -276,12 +279,6 @@ pub struct WorkerMetrics {
     /// `edge_connection_panics_total{worker}`
     pub panics: Counter,
     inbound_timeouts: Vec<Counter>,
-    /// `edge_upstream_requests_total{worker}`
-    pub upstream_requests: Counter,
-    upstream_errors: Vec<Counter>,
-    upstream_timeouts: Vec<Counter>,
-    /// `edge_upstream_retries_total{worker}`
-    pub upstream_retries: Counter,
     /// `edge_upstream_connections{worker,state="idle"}`
     pub upstream_idle: Gauge,
     /// `edge_upstream_connections{worker,state="active"}`: one per upstream exchange, changed per request,
@@ -335,18 +332,6 @@ impl WorkerMetrics {
             evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
             panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
             inbound_timeouts: by("edge_inbound_timeouts_total", "phase", InboundPhase::NAMES),
-            upstream_requests: counter!("edge_upstream_requests_total", "worker" => w.clone()),
-            upstream_errors: by(
-                "edge_upstream_errors_total",
-                "kind",
-                UpstreamErrorLabel::NAMES,
-            ),
-            upstream_timeouts: by(
-                "edge_upstream_timeouts_total",
-                "phase",
-                UpstreamPhase::NAMES,
-            ),
-            upstream_retries: counter!("edge_upstream_retries_total", "worker" => w.clone()),
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
             upstream_active: LocalGauge::new(
                 gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
@@ -378,20 +363,12 @@ impl WorkerMetrics {
             .chain(&m.connections_shed)
             .chain(&m.inbound_timeouts);
         let counters = counters
-            .chain(&m.upstream_errors)
-            .chain(&m.upstream_timeouts)
             .chain(&m.tls_handshakes)
             .chain(&m.connections_total)
             .chain(&m.http2_resets)
             .chain(&m.http2_goaways)
             .chain(m.upstream_tls_handshakes.iter());
-        let singles = [
-            &m.truncated,
-            &m.evicted,
-            &m.panics,
-            &m.upstream_requests,
-            &m.upstream_retries,
-        ];
+        let singles = [&m.truncated, &m.evicted, &m.panics];
         for c in counters.chain(singles) {
             c.increment(0);
         }
@@ -467,16 +444,6 @@ impl WorkerMetrics {
     /// `edge_inbound_timeouts_total{worker,phase}`
     pub fn inbound_timeout(&self, p: InboundPhase) -> &Counter {
         &self.inbound_timeouts[p as usize]
-    }
-
-    /// `edge_upstream_errors_total{worker,kind}`
-    pub fn upstream_error(&self, k: UpstreamErrorLabel) -> &Counter {
-        &self.upstream_errors[k as usize]
-    }
-
-    /// `edge_upstream_timeouts_total{worker,phase}`
-    pub fn upstream_timeout(&self, p: UpstreamPhase) -> &Counter {
-        &self.upstream_timeouts[p as usize]
     }
 }
 

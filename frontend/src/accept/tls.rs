@@ -216,7 +216,7 @@ async fn handshake_failed(w: &Worker, peer: SocketAddr, e: Ended) {
 /// close.
 async fn plain_http(w: &Worker, mut io: Plain) {
     let failure = Failure::Invalid(InvalidReason::PlainHttpOnTls);
-    failure.record(w, &RequestLog { line: b"", id: b"" });
+    failure.record(w, &RequestLog::new(b"", b""));
     let mut out = Vec::with_capacity(160);
     crate::server::h1::answer::error_response(&mut out, failure, true);
     let send = w.current().cfg.config.server.timeouts.send.0;

@@ -98,10 +98,8 @@ impl Worker {
     pub fn new(id: usize, shared: Arc<Shared>) -> Self {
         let metrics = WorkerMetrics::register(id);
         let upstream_counters = UpstreamCounters {
-            ejected: metrics
-                .upstream_error(edge_core::metrics::UpstreamErrorLabel::Ejected)
-                .clone(),
             tls_handshakes: metrics.upstream_tls_handshakes.clone(),
+            register: true,
         };
         let (cfg, generation) = shared.config.get();
         Worker {

@@ -192,9 +192,9 @@ async fn exchange<S: Session, O: Open>(
             Err(e) => return failed(Failure::Upstream(e), sent_whole),
         };
         if opened.retried {
-            w.metrics.upstream_retries.increment(1);
+            req.upstream.metrics.retries.increment(1);
         }
-        w.metrics.upstream_requests.increment(1);
+        req.upstream.metrics.requests.increment(1);
         // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.
         let attempt = Attempt {
             reused: opened.session.reused(),
@@ -242,7 +242,7 @@ async fn exchange<S: Session, O: Open>(
             // Asked for only where `on.may_retry` allowed it.
             Err(Stop::Retry) => {
                 previous += 1;
-                w.metrics.upstream_retries.increment(1);
+                req.upstream.metrics.retries.increment(1);
             }
             Err(Stop::End(o)) => return o,
         }

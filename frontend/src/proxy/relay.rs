@@ -158,6 +158,7 @@ pub(crate) fn log_zombie(
         method,
         path,
         request_id = id,
+        upstream = log.upstream_name(),
         endpoint = %endpoint,
         inactive_duration_threshold_ms = clock.threshold.as_millis() as u64,
         last_request_sent_at = ago(clock.last_sent),

@@ -271,10 +271,7 @@ pub(super) fn admitted<'a>(
         close: false,
         peer: "127.0.0.1:1".parse().unwrap(),
         https: false,
-        log: RequestLog {
-            line: b"GET /",
-            id: b"test-1",
-        },
+        log: RequestLog::new(b"GET /", b"test-1"),
         rewrite: Default::default(),
         response: Default::default(),
     }

@@ -39,7 +39,7 @@ pub use response::ResponseFields;
 
 use crate::{
     context::{Live, Worker},
-    log::RequestLog,
+    log::{RequestLog, UpstreamTag},
     respond::Failure,
 };
 
@@ -199,7 +199,11 @@ pub fn admit<'a>(
         close: r.close,
         peer: r.peer,
         https: r.https,
-        log: RequestLog { line, id },
+        log: RequestLog {
+            line,
+            id,
+            upstream: Some(UpstreamTag::of(upstream)),
+        },
         rewrite,
         response: ResponseFields::forwarded(),
     })

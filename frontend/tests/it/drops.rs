@@ -267,3 +267,37 @@ both_drivers!(
         assert_settled(&edge);
     }
 );
+
+// DESIGN.md "Observability": the upstream counters carry `upstream`, and upstream log lines name it, so an
+// operator can tell which upstream fails.
+both_drivers!(upstream_counters_and_lines_name_the_upstream, |d| {
+    let good = Origin::fixed(b"good");
+    let dead = crate::harness::refused_addr();
+    let cfg = Cfg::new(d, good.addr)
+        .add_upstream(crate::harness::Upstream::new("dead", &[dead]))
+        .add_route(crate::harness::Route::new("/dead", "dead"));
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    assert_eq!(c.get("/dead/x").status, 502);
+    assert_eq!(c.get("/ok").body, b"good");
+    let refused = ["upstream=\"dead\"", "kind=\"refused\""];
+    assert_eq!(
+        edge.wait_metric("edge_upstream_errors_total", &refused, 1.0),
+        1.0
+    );
+    assert_eq!(
+        edge.metric("edge_upstream_errors_total", &["upstream=\"origin\""]),
+        0.0
+    );
+    assert_eq!(
+        edge.wait_metric(
+            "edge_upstream_requests_total",
+            &["upstream=\"origin\""],
+            1.0
+        ),
+        1.0
+    );
+    assert!(edge
+        .wait_log_all(&["upstream.error", "upstream=\"dead\""], 2 * SEC)
+        .is_some());
+});

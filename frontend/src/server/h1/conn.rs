@@ -31,7 +31,7 @@ use super::{
 };
 use crate::{
     context::Worker,
-    log::RequestLog,
+    log::{RequestLog, UpstreamTag},
     proxy::{self, Outcome},
     request::{self, Admission},
     respond::{self, Failure, SendFailure},
@@ -408,10 +408,14 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         w.id,
     )
     .adding(req.response);
+    // The upstream's index, not a reference: the admitted request also borrows this connection's log
+    // buffers, which the answer after the exchange needs mutably.
+    let upstream = req.route.upstream;
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
     w.metrics.in_flight.decrement(1.0);
-    conclude(w, c, outcome, close, started).await
+    let tag = live.upstreams.get(upstream).map(UpstreamTag::of);
+    conclude(w, c, outcome, close, started, tag).await
 }
 
 /// Counts the exchange's end and decides the connection's fate; a failure before the response head is
@@ -422,6 +426,7 @@ async fn conclude<T: Transport>(
     outcome: Outcome,
     close: bool,
     started: Instant,
+    upstream: Option<UpstreamTag<'_>>,
 ) -> Next {
     match outcome {
         Outcome::Done {
@@ -446,38 +451,37 @@ async fn conclude<T: Transport>(
             Next::Tunnel(tunnel)
         }
         Outcome::Failed { failure, body_done } => {
-            record_and_answer(w, c, failure, !body_done || close, started).await
+            record_and_answer(w, c, failure, !body_done || close, started, upstream).await
         }
     }
 }
 
 /// Counts a finished request and logs it ([`crate::log::finish_request`]).
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
-    let log = RequestLog {
-        line: &c.log_line,
-        id: &c.log_id,
-    };
+    let log = RequestLog::new(&c.log_line, &c.log_id);
     crate::log::finish_request(w, Protocol::Http1, &log, c.peer, status, started);
 }
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.
 async fn fail<T: Transport>(w: &Worker, c: &mut Conn<T>, f: Failure, started: Instant) -> Next {
-    record_and_answer(w, c, f, true, started).await
+    record_and_answer(w, c, f, true, started, None).await
 }
 
-/// Counts and logs `f`, answers it, and decides the connection's fate (`close`, or always for
-/// [`Failure::closes`]).
+/// Counts and logs `f` (an upstream failure on `upstream`'s counters), answers it, and decides the
+/// connection's fate (`close`, or always for [`Failure::closes`]).
 async fn record_and_answer<T: Transport>(
     w: &Worker,
     c: &mut Conn<T>,
     f: Failure,
     close: bool,
     started: Instant,
+    upstream: Option<UpstreamTag<'_>>,
 ) -> Next {
     let close = close || f.closes();
     let log = RequestLog {
         line: &c.log_line,
         id: &c.log_id,
+        upstream,
     };
     f.record(w, &log);
     let mut out = SendBuf::take();
@@ -514,5 +518,5 @@ async fn fail_after_head<T: Transport>(
 ) -> Next {
     let body_done = local::discard_body(c, body, deadline).await;
     let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
-    record_and_answer(w, c, f, close, started).await
+    record_and_answer(w, c, f, close, started, None).await
 }

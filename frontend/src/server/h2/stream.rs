@@ -163,7 +163,15 @@ pub async fn serve(
                 info: NO_INFO,
             };
             let mut s = new_session(req, fields, deadline);
-            fail(w, &mut s, f, &line, b"-", from.peer, started).await;
+            fail(
+                w,
+                &mut s,
+                f,
+                &RequestLog::new(&line, b"-"),
+                from.peer,
+                started,
+            )
+            .await;
             return scratch.keep(s.take_fields(), line);
         }
     };
@@ -192,10 +200,7 @@ pub async fn serve(
         Admission::Local(local) => {
             let mut s = new_session(request, fields, deadline);
             let status = answer_locally(w, &mut s, &local, is_head, &line, from.peer).await;
-            let log = RequestLog {
-                line: &line,
-                id: b"-",
-            };
+            let log = RequestLog::new(&line, b"-");
             finish(w, &log, from.peer, status, started);
             scratch.keep(s.take_fields(), line);
             (scratch.id, scratch.path) = (id, path);
@@ -203,7 +208,15 @@ pub async fn serve(
         }
         Admission::Refused(f) => {
             let mut s = new_session(request, fields, deadline);
-            fail(w, &mut s, f, &line, b"-", from.peer, started).await;
+            fail(
+                w,
+                &mut s,
+                f,
+                &RequestLog::new(&line, b"-"),
+                from.peer,
+                started,
+            )
+            .await;
             scratch.keep(s.take_fields(), line);
             (scratch.id, scratch.path) = (id, path);
             return;
@@ -239,9 +252,7 @@ async fn forward(w: &Worker, s: &mut H2Session<'_>, req: Admitted<'_>, started: 
         }
         Outcome::Upgraded { .. } => finish(w, &log, peer, 101, started),
         Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
-        Outcome::Failed { failure, .. } => {
-            fail(w, s, failure, log.line, log.id, peer, started).await
-        }
+        Outcome::Failed { failure, .. } => fail(w, s, failure, &log, peer, started).await,
     }
 }
 
@@ -250,12 +261,11 @@ async fn fail(
     w: &Worker,
     s: &mut H2Session<'_>,
     f: Failure,
-    line: &[u8],
-    id: &[u8],
+    log: &RequestLog<'_>,
     peer: SocketAddr,
     started: Instant,
 ) {
-    let log = RequestLog { line, id };
+    let log = *log;
     f.record(w, &log);
     if s.started() {
         return;
@@ -296,7 +306,7 @@ async fn answer_locally(
     let fields = field.as_slice();
     if let Err(e) = s.answer_with(status, fields, local.text(), is_head).await {
         if *local == Local::Shed {
-            let log = RequestLog { line, id: b"-" };
+            let log = RequestLog::new(line, b"-");
             let cause = match e {
                 respond::SendFailure::Closed => "client reset the stream before the error response",
                 respond::SendFailure::Timeout => {
