@@ -203,6 +203,17 @@ fn request_rejection_table() {
             "Content-Length: 18446744073709551616\r\nContent-Length: 5\r\n",
             BadFraming,
         ),
+    ] {
+        assert_eq!(req(&format!("{p}{fields}\r\n")), Err(want), "{rule}");
+    }
+}
+
+/// More field rows of [`request_rejection_table`].
+#[test]
+fn request_rejection_table_more_fields() {
+    use FramingError::*;
+    let p = "POST / HTTP/1.1\r\nHost: a\r\n";
+    for (rule, fields, want) in [
         (
             "CL of many digits with a sign",
             "Content-Length: +99999999999999999999999\r\n",

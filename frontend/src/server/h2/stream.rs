@@ -24,7 +24,7 @@ use crate::{
     context::Worker,
     log::RequestLog,
     proxy::{self, Outcome},
-    request::{Admission, Admitted, Local},
+    request::{Admission, Admitted, Local, ResponseFields},
     respond::{self, Failure},
 };
 
@@ -163,15 +163,8 @@ pub async fn serve(
                 info: NO_INFO,
             };
             let mut s = new_session(req, fields, deadline);
-            fail(
-                w,
-                &mut s,
-                f,
-                &RequestLog::new(&line, b"-"),
-                from.peer,
-                started,
-            )
-            .await;
+            let log = RequestLog::new(&line, b"-");
+            fail(w, &mut s, f, &log, from.peer, started).await;
             return scratch.keep(s.take_fields(), line);
         }
     };
@@ -195,35 +188,24 @@ pub async fn serve(
     let mut path = std::mem::take(&mut scratch.path);
     let admission = crate::request::admit(w, &live, &incoming, &line, &mut id, &mut path);
     let is_head = parts.method == http::Method::HEAD;
-    let adm = match admission {
-        Admission::Forward(adm) => adm,
+    // One session for every outcome: a forwarded stream runs under its route's deadline and gets the
+    // fields admission adds to its response.
+    let (deadline, added) = match &admission {
+        Admission::Forward(adm) => (adm.client_deadline, adm.response),
+        _ => (deadline, ResponseFields::default()),
+    };
+    let mut s = new_session(request, fields, deadline).adding(added);
+    match admission {
+        Admission::Forward(adm) => forward(w, &mut s, adm, started).await,
         Admission::Local(local) => {
-            let mut s = new_session(request, fields, deadline);
             let status = answer_locally(w, &mut s, &local, is_head, &line, from.peer).await;
-            let log = RequestLog::new(&line, b"-");
-            finish(w, &log, from.peer, status, started);
-            scratch.keep(s.take_fields(), line);
-            (scratch.id, scratch.path) = (id, path);
-            return;
+            finish(w, &RequestLog::new(&line, b"-"), from.peer, status, started);
         }
         Admission::Refused(f) => {
-            let mut s = new_session(request, fields, deadline);
-            fail(
-                w,
-                &mut s,
-                f,
-                &RequestLog::new(&line, b"-"),
-                from.peer,
-                started,
-            )
-            .await;
-            scratch.keep(s.take_fields(), line);
-            (scratch.id, scratch.path) = (id, path);
-            return;
+            let log = RequestLog::new(&line, b"-");
+            fail(w, &mut s, f, &log, from.peer, started).await;
         }
-    };
-    let mut s = new_session(request, fields, adm.client_deadline).adding(adm.response);
-    forward(w, &mut s, adm, started).await;
+    }
     scratch.keep(s.take_fields(), line);
     (scratch.id, scratch.path) = (id, path);
 }
