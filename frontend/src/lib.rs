@@ -59,8 +59,11 @@ pub fn load_config(
         say_what_upstream_replaces(&cfg, &file);
     }
     cfg.apply(overrides);
-    cfg.resolve(&file)
-        .map_err(|errors| overrides.attribute(errors))
+    cfg.resolve(&file).map_err(|errors| {
+        let mut errors = overrides.attribute(errors);
+        edge_core::config::add_lines(&text, &file, &mut errors);
+        errors
+    })
 }
 
 /// DESIGN.md "CLI": `--upstream` replaces the file's `[[upstreams]]` and `[[routes]]` with one upstream

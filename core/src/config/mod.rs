@@ -10,6 +10,7 @@
 mod cidr;
 mod discovery;
 mod http2;
+mod locate;
 mod overrides;
 mod problems;
 mod resolve;
@@ -24,6 +25,7 @@ pub use discovery::{
     Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
 };
 pub use http2::Http2;
+pub use locate::add_lines;
 pub use overrides::{Overrides, TlsOverride};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedUpstream};
 pub use routes::{FieldCondition, ResolvedRoute, Route, Routes};
