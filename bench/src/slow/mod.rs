@@ -19,6 +19,7 @@
 //! 64 KiB) are printed, not asserted. Exit 1 when an edge target loses a body, fails to start or
 //! dies; the JSON record goes to `--out-dir` unless `--no-files`.
 
+pub mod body;
 pub mod readers;
 pub mod report;
 pub mod sampler;

@@ -10,11 +10,10 @@
 //! `epoll_wait` instead of polling, and a client never reads faster than its pace.
 //!
 //! A body is complete when the answer is a 200 framed by `Content-Length` equal to the size asked
-//! for, exactly that many bytes arrive, and every byte matches the origin's pattern
-//! ([`DEFAULT_BODY`] repeated from the first body byte); the client then closes. A 200 whose body
-//! stops short (EOF, reset, or the run limit) is truncated; anything else (no connection, no 200
-//! head, other framing, bytes past the length, a wrong byte) failed. The checks on bytes
-//! ([`Reception`]) are sans-IO.
+//! for, exactly that many bytes arrive, and every byte matches the origin's pattern (checked by
+//! [`Reception`], sans-IO, in [`super::body`]); the client then closes. A 200 whose body stops
+//! short (EOF, reset, or the run limit) is truncated; anything else (no connection, no 200 head,
+//! other framing, bytes past the length, a wrong byte) failed.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -25,11 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use socket2::{Domain, Socket, Type};
 
-use crate::peers::http::{parse_response, BodyLen};
-use crate::peers::origin::DEFAULT_BODY;
-
-/// Longest response head accepted.
-const MAX_HEAD: usize = 16 * 1024;
+use super::body::{End, Reception};
 
 /// Connect timeout of one client.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -75,17 +70,6 @@ impl ReadersPlan {
     pub fn default_limit(&self) -> Duration {
         Duration::from_secs_f64(3.0 * self.size as f64 / self.pace().max(1.0)) + Duration::from_secs(60)
     }
-}
-
-/// How one client ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
-    /// Status 200, exactly `Content-Length` (= the size asked for) pattern bytes.
-    Complete,
-    /// A 200 head, then fewer body bytes than its length; why.
-    Truncated(String),
-    /// No connection, no 200 head, other framing, bytes past the length or a wrong byte; why.
-    Failed(String),
 }
 
 /// What the slow readers saw, summed over the clients.
@@ -142,107 +126,6 @@ impl ReadersOutcome {
     pub fn all_complete(&self) -> bool {
         self.clients > 0 && self.complete == self.clients
     }
-}
-
-/// One client's bytes so far: the response head, then the body checked against its length and
-/// the origin's pattern (sans-IO).
-#[derive(Debug, Default)]
-pub struct Reception {
-    /// Head bytes until the head is complete.
-    head: Vec<u8>,
-    /// The declared body length, once the head is in.
-    length: Option<u64>,
-    /// Body bytes so far.
-    body: u64,
-}
-
-impl Reception {
-    /// Takes `data`, the next bytes of the answer to a request for `size` bytes: `Ok(true)` when
-    /// the body is complete, `Ok(false)` when more is due, `Err` with the end when the answer is
-    /// wrong.
-    ///
-    /// # Errors
-    /// [`End::Failed`] for a head that is not a 200 framed by `Content-Length: size`, bytes past
-    /// the length, and a byte off the pattern.
-    pub fn feed(&mut self, size: u64, data: &[u8]) -> Result<bool, End> {
-        if self.length.is_some() {
-            return self.take_body(data);
-        }
-        self.head.extend_from_slice(data);
-        let info = match parse_response(&self.head, false) {
-            Ok(Some(info)) => info,
-            Ok(None) if self.head.len() > MAX_HEAD => {
-                return Err(End::Failed(format!("no head end in {MAX_HEAD} bytes")))
-            }
-            Ok(None) => return Ok(false),
-            Err(e) => return Err(End::Failed(format!("bad response head: {e:?}"))),
-        };
-        if info.status != 200 {
-            return Err(End::Failed(format!("status {}", info.status)));
-        }
-        if info.body != BodyLen::Length(size) {
-            return Err(End::Failed(format!(
-                "framing {:?}, expected Content-Length {size}",
-                info.body
-            )));
-        }
-        self.length = Some(size);
-        let head = std::mem::take(&mut self.head);
-        self.take_body(&head[info.head_len..])
-    }
-
-    fn take_body(&mut self, data: &[u8]) -> Result<bool, End> {
-        let length = self.length.unwrap_or(0);
-        if self.body + data.len() as u64 > length {
-            return Err(End::Failed(format!(
-                "{} bytes past Content-Length {length}",
-                self.body + data.len() as u64 - length
-            )));
-        }
-        if let Some(at) = pattern_mismatch(self.body, data) {
-            return Err(End::Failed(format!("wrong byte at body offset {at}")));
-        }
-        self.body += data.len() as u64;
-        Ok(self.body == length)
-    }
-
-    /// The end when the connection ends (EOF, error, or the run limit: `why`) before
-    /// [`feed`](Self::feed) said complete.
-    pub fn cut(&self, why: &str) -> End {
-        match self.length {
-            None => End::Failed(format!("{why} before a complete head")),
-            Some(n) => End::Truncated(format!("{why} after {} of {n} body bytes", self.body)),
-        }
-    }
-
-    /// Body bytes so far.
-    pub fn body(&self) -> u64 {
-        self.body
-    }
-}
-
-/// The body offset of the first byte of `data` (starting at body offset `offset`) that is not the
-/// origin's pattern ([`DEFAULT_BODY`] repeated).
-pub fn pattern_mismatch(offset: u64, data: &[u8]) -> Option<u64> {
-    let p = DEFAULT_BODY;
-    let mut phase = (offset % p.len() as u64) as usize;
-    let mut done = 0usize;
-    // Compare whole pattern periods with slice equality (memcmp) and find the byte only on a miss.
-    while done < data.len() {
-        let take = (p.len() - phase).min(data.len() - done);
-        if data[done..done + take] != p[phase..phase + take] {
-            let i = (0..take).find(|&i| data[done + i] != p[phase + i]).unwrap_or(0);
-            return Some(offset + (done + i) as u64);
-        }
-        done += take;
-        phase = 0;
-    }
-    None
-}
-
-/// The body bytes of `size` in the origin's pattern (what an nginx origin serves as a file).
-pub fn pattern_body(size: usize) -> Vec<u8> {
-    DEFAULT_BODY.iter().copied().cycle().take(size).collect()
 }
 
 /// Connects every client, sends its request, waits the pause, reads every body at the pace, and
@@ -491,60 +374,6 @@ impl Drop for Epoll {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn answer(size: usize) -> Vec<u8> {
-        let mut a = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n").into_bytes();
-        a.extend(pattern_body(size));
-        a
-    }
-
-    #[test]
-    fn complete_at_every_split() {
-        let a = answer(100);
-        for cut in 0..a.len() {
-            let mut rx = Reception::default();
-            let first = rx.feed(100, &a[..cut]);
-            assert_eq!(first, Ok(false), "cut {cut}");
-            assert_eq!(rx.feed(100, &a[cut..]), Ok(true), "cut {cut}");
-        }
-    }
-
-    #[test]
-    fn wrong_answers_fail() {
-        let mut rx = Reception::default();
-        let e = rx.feed(10, b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
-        assert!(matches!(e, Err(End::Failed(w)) if w.contains("502")));
-        let mut rx = Reception::default();
-        let e = rx.feed(10, &answer(9));
-        assert!(matches!(e, Err(End::Failed(w)) if w.contains("Content-Length 10")));
-        let mut rx = Reception::default();
-        let mut a = answer(10);
-        a.push(b'x');
-        assert!(matches!(rx.feed(10, &a), Err(End::Failed(w)) if w.contains("past")));
-        let mut rx = Reception::default();
-        let mut a = answer(30);
-        let last = a.len() - 3;
-        a[last] = b'#';
-        assert!(matches!(rx.feed(30, &a), Err(End::Failed(w)) if w.contains("offset 27")));
-    }
-
-    #[test]
-    fn cut_short_is_truncated() {
-        let a = answer(50);
-        let mut rx = Reception::default();
-        assert_eq!(rx.feed(50, &a[..a.len() - 5]), Ok(false));
-        assert!(matches!(rx.cut("EOF"), End::Truncated(w) if w.contains("45 of 50")));
-        let rx = Reception::default();
-        assert!(matches!(rx.cut("EOF"), End::Failed(_)));
-    }
-
-    #[test]
-    fn pattern_offsets() {
-        let body = pattern_body(1000);
-        assert_eq!(pattern_mismatch(0, &body), None);
-        assert_eq!(pattern_mismatch(7, &body[7..]), None);
-        assert_eq!(pattern_mismatch(6, &body[7..]), Some(6));
-    }
 
     #[test]
     fn outcome_keeps_first_reasons() {

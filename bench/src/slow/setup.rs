@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::readers::pattern_body;
+use super::body::pattern_body;
 use crate::compare::proxies::{nginx_args, nginx_preamble, proxy_command};
 use crate::compare::target::{Binaries, TargetKind};
 use crate::peers::origin::child::start_sized_origin;
