@@ -152,6 +152,12 @@ pub fn run(args: &Args) -> io::Result<bool> {
     if args.clients == 0 || args.size == 0 || args.read_bytes == 0 {
         return Err(invalid("--clients, --size and --read-bytes must be above 0".into()));
     }
+    if args.origin == OriginKind::Nginx && !args.nginx_bin.is_file() {
+        return Err(invalid(format!(
+            "the nginx origin needs {} (bench/setup.sh installs it), or use --origin edge-bench",
+            args.nginx_bin.display()
+        )));
+    }
     let (soft, hard) = raise_nofile_limit()?;
     if args.clients as u64 + 256 > soft {
         return Err(invalid(format!(
