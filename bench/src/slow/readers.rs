@@ -199,8 +199,8 @@ fn connect_one(plan: &ReadersPlan, request: &[u8]) -> io::Result<TcpStream> {
     let sock = Socket::new(Domain::for_address(plan.addr), Type::STREAM, None)?;
     sock.set_recv_buffer_size(plan.rcvbuf)?;
     sock.connect_timeout(&plan.addr.into(), CONNECT_TIMEOUT)?;
-    sock.set_nodelay(true)?;
     let mut s: TcpStream = sock.into();
+    s.set_nodelay(true)?;
     s.set_write_timeout(Some(CONNECT_TIMEOUT))?;
     s.write_all(request)?;
     s.set_nonblocking(true)?;

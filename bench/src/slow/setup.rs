@@ -65,7 +65,7 @@ impl FromStr for OriginKind {
 pub struct SlowOrigin {
     /// Where the proxies forward to.
     pub addr: SocketAddr,
-    /// The origin process (declared before `dir`: stopped before the directory goes).
+    /// The origin process (stopped before its directory is removed).
     pub process: EdgeProcess,
     dir: Option<PathBuf>,
 }
