@@ -125,15 +125,17 @@ pub struct Args {
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let n: u64 = t[..digits]
-        .parse()
-        .map_err(|_| format!("bad size {s:?}"))?;
+    let n: u64 = t[..digits].parse().map_err(|_| format!("bad size {s:?}"))?;
     let unit = match t[digits..].trim() {
         "" | "B" => 1,
         "K" | "KiB" => 1 << 10,
         "M" | "MiB" => 1 << 20,
         "G" | "GiB" => 1 << 30,
-        other => return Err(format!("bad size unit {other:?} in {s:?} (B, KiB, MiB, GiB)")),
+        other => {
+            return Err(format!(
+                "bad size unit {other:?} in {s:?} (B, KiB, MiB, GiB)"
+            ))
+        }
     };
     n.checked_mul(unit)
         .ok_or_else(|| format!("size {s:?} too large"))
@@ -150,7 +152,9 @@ pub fn run(args: &Args) -> io::Result<bool> {
     let load_cpus = parse_cpus(&args.load_cpus).map_err(invalid)?;
     let (kinds, mut failures) = select_targets(args).map_err(invalid)?;
     if args.clients == 0 || args.size == 0 || args.read_bytes == 0 {
-        return Err(invalid("--clients, --size and --read-bytes must be above 0".into()));
+        return Err(invalid(
+            "--clients, --size and --read-bytes must be above 0".into(),
+        ));
     }
     if args.origin == OriginKind::Nginx && !args.nginx_bin.is_file() {
         return Err(invalid(format!(
@@ -183,7 +187,11 @@ pub fn run(args: &Args) -> io::Result<bool> {
         args.origin.name(),
         args.threads
     );
-    println!("{placement}; origin pid {} on {}", origin.process.pid(), origin.addr);
+    println!(
+        "{placement}; origin pid {} on {}",
+        origin.process.pid(),
+        origin.addr
+    );
     let mut plan = ReadersPlan {
         addr: origin.addr,
         path: BODY_PATH.to_string(),

@@ -68,7 +68,8 @@ impl ReadersPlan {
     /// A run limit for `size` at this pace: three times the time one body takes at the pace,
     /// plus 60 s.
     pub fn default_limit(&self) -> Duration {
-        Duration::from_secs_f64(3.0 * self.size as f64 / self.pace().max(1.0)) + Duration::from_secs(60)
+        Duration::from_secs_f64(3.0 * self.size as f64 / self.pace().max(1.0))
+            + Duration::from_secs(60)
     }
 }
 
@@ -112,11 +113,7 @@ impl ReadersOutcome {
                 (why, "failed")
             }
         };
-        let kept = self
-            .reasons
-            .iter()
-            .filter(|r| r.starts_with(kind))
-            .count();
+        let kept = self.reasons.iter().filter(|r| r.starts_with(kind)).count();
         if kept < KEPT_REASONS {
             self.reasons.push(format!("{kind}: {why}"));
         }

@@ -220,7 +220,11 @@ mod tests {
         let lines = memory_targets(&rows);
         assert_eq!(lines.len(), 1);
         assert!(lines[0].contains("≤ 64.0 KiB: met"), "{}", lines[0]);
-        assert!(lines[0].contains("HAProxy's 16.0 KiB: missed"), "{}", lines[0]);
+        assert!(
+            lines[0].contains("HAProxy's 16.0 KiB: missed"),
+            "{}",
+            lines[0]
+        );
         let t = slow_table(&rows).render();
         assert!(t.contains("100/100") && t.contains("32.0 KiB"), "{t}");
     }

@@ -104,7 +104,10 @@ pub fn start_origin(
             let www = dir.join("www");
             fs::create_dir_all(&www)?;
             let len = usize::try_from(size).map_err(io::Error::other)?;
-            fs::write(www.join(BODY_PATH.trim_start_matches('/')), pattern_body(len))?;
+            fs::write(
+                www.join(BODY_PATH.trim_start_matches('/')),
+                pattern_body(len),
+            )?;
             let listen = free_port()?;
             let args = nginx_args(&dir, &nginx_static_config(&dir, listen))?;
             let started =
@@ -271,7 +274,9 @@ mod tests {
     fn origin_config_serves_the_file() {
         let l: SocketAddr = "127.0.0.1:1000".parse().unwrap();
         let c = nginx_static_config(Path::new("/tmp/o"), l);
-        assert!(c.contains("listen 127.0.0.1:1000 backlog=4096;") && c.contains("root /tmp/o/www;"));
+        assert!(
+            c.contains("listen 127.0.0.1:1000 backlog=4096;") && c.contains("root /tmp/o/www;")
+        );
         assert!(c.contains("location /fast") && c.contains("pid /tmp/o/nginx.pid;"));
         assert_eq!(c.matches('{').count(), c.matches('}').count());
         assert_eq!("edge-bench".parse::<OriginKind>(), Ok(OriginKind::Own));
