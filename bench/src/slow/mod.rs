@@ -192,20 +192,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         origin.process.pid(),
         origin.addr
     );
-    let mut plan = ReadersPlan {
-        addr: origin.addr,
-        path: BODY_PATH.to_string(),
-        clients: args.clients,
-        size: args.size,
-        rcvbuf: usize::try_from(args.rcvbuf).map_err(io::Error::other)?,
-        pause: args.pause,
-        read_bytes: usize::try_from(args.read_bytes).map_err(io::Error::other)?,
-        read_every: args.read_every,
-        threads: args.threads,
-        limit: Duration::ZERO,
-        progress: true,
-    };
-    plan.limit = args.limit.unwrap_or_else(|| plan.default_limit());
+    let plan = readers_plan(args, origin.addr)?;
     let mut rows = Vec::new();
     for &kind in &kinds {
         match run_target(kind, &bins, origin.addr, &proxy_list, args, &plan) {
@@ -234,6 +221,25 @@ pub fn run(args: &Args) -> io::Result<bool> {
         println!("results: {}", path.display());
     }
     Ok(verdict(&report, &kinds))
+}
+
+/// The clients' plan from the arguments; `addr` is replaced by each target's listener.
+fn readers_plan(args: &Args, addr: std::net::SocketAddr) -> io::Result<ReadersPlan> {
+    let mut plan = ReadersPlan {
+        addr,
+        path: BODY_PATH.to_string(),
+        clients: args.clients,
+        size: args.size,
+        rcvbuf: usize::try_from(args.rcvbuf).map_err(io::Error::other)?,
+        pause: args.pause,
+        read_bytes: usize::try_from(args.read_bytes).map_err(io::Error::other)?,
+        read_every: args.read_every,
+        threads: args.threads,
+        limit: Duration::ZERO,
+        progress: true,
+    };
+    plan.limit = args.limit.unwrap_or_else(|| plan.default_limit());
+    Ok(plan)
 }
 
 /// The targets without repeats; nginx or HAProxy left out (with the reason) when its executable
