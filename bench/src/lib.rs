@@ -10,6 +10,8 @@
 //!   invariants;
 //! - [`scenarios`]: the single-situation subcommands (`demo`, `hol`, `idle-wedge`, `partial`,
 //!   `drip`, `idle-memory`, `alloc`);
+//! - [`slow`]: the `slow-readers` subcommand, memory under slow readers of large bodies for edge,
+//!   nginx and HAProxy, with its JSON output;
 //! - [`peers`]: the test origin (`origin`) and the closed- and open-loop load generators (`load`),
 //!   with their sans-IO HTTP/1.1 framing and buffered monoio reads;
 //! - [`support`]: what the jobs share: the `edge` child process and its temp config, origin + edge
@@ -21,4 +23,5 @@ pub mod matrix;
 pub mod peers;
 pub mod scale;
 pub mod scenarios;
+pub mod slow;
 pub mod support;

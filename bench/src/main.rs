@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 
 use edge_bench::peers::{load, origin};
 use edge_bench::scenarios::{alloc, balance, demo, hol, idle_memory, idle_wedge, inbound};
-use edge_bench::{compare, matrix, scale};
+use edge_bench::{compare, matrix, scale, slow};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -45,11 +45,14 @@ enum Cmd {
     Partial(inbound::Args),
     /// A request head dripped one byte per 200 ms: 408 at the deadline, not restarted per read.
     Drip(inbound::Args),
-    /// Every case of DESIGN.md "Fault matrix" (groups a-f; e: the TLS and HTTP/2 cases) with the
-    /// invariants after each.
+    /// Every case of DESIGN.md "Fault matrix" (groups a-f; e: the TLS and HTTP/2 cases; h: the
+    /// slow readers) with the invariants after each.
     Matrix(matrix::Args),
     /// Resident memory per idle keep-alive connection (edge with 1 worker), per io driver.
     IdleMemory(idle_memory::Args),
+    /// Memory under slow readers of large bodies: edge (io_uring, epoll), nginx and HAProxy with
+    /// 1000 clients reading a 4 MiB body slowly (RSS baseline, peak, per reader; bodies complete).
+    SlowReaders(slow::Args),
     /// round_robin vs least_request (and nginx least_conn) in front of a fast and a 20 ms endpoint.
     Balance(balance::Args),
 }
@@ -82,5 +85,6 @@ fn run(cmd: Cmd) -> io::Result<bool> {
         Cmd::Matrix(args) => matrix::run(&args),
         Cmd::IdleMemory(args) => idle_memory::run(&args.options()),
         Cmd::Balance(args) => balance::run(&args),
+        Cmd::SlowReaders(args) => slow::run(&args),
     }
 }

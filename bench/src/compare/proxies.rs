@@ -169,7 +169,7 @@ pub fn start_nginx_origin(
 ///
 /// # Errors
 /// The config file cannot be written.
-fn nginx_args(dir: &Path, config: &str) -> io::Result<Vec<String>> {
+pub(crate) fn nginx_args(dir: &Path, config: &str) -> io::Result<Vec<String>> {
     let conf = dir.join("nginx.conf");
     fs::write(&conf, config)?;
     let d = dir.display();
@@ -185,7 +185,7 @@ fn nginx_args(dir: &Path, config: &str) -> io::Result<Vec<String>> {
 
 /// What every nginx of compare shares: one worker in the foreground, pid, logs and temp paths under `dir`,
 /// the access log off; it ends inside the `http` block (no newline after its last line).
-fn nginx_preamble(dir: &Path) -> String {
+pub(crate) fn nginx_preamble(dir: &Path) -> String {
     let d = dir.display();
     format!(
         "worker_processes 1;

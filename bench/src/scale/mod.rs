@@ -392,7 +392,7 @@ pub(crate) fn first_line(s: &str) -> String {
 }
 
 /// `CPU model, N CPUs, M GiB`.
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let model = crate::support::host::cpu_model().unwrap_or_else(|| "unknown CPU".into());
     let cpus = crate::support::host::online_cpus().unwrap_or(0);
     let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")

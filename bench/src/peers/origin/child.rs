@@ -38,6 +38,32 @@ pub fn start_origin_with(
     tls: Option<(&Path, &Path)>,
     timeout: Duration,
 ) -> io::Result<(EdgeProcess, SocketAddr)> {
+    start_child(cpus, workers, tls, &[], timeout)
+}
+
+/// [`start_origin`] with every path but the fixed-size ones answered with `body_bytes` bytes
+/// (`--body-bytes`; `/fast` too), e.g. the 4 MiB answer of `edge-bench slow-readers`.
+///
+/// # Errors
+/// As [`start_origin`].
+pub fn start_sized_origin(
+    cpus: &str,
+    workers: usize,
+    body_bytes: u64,
+    timeout: Duration,
+) -> io::Result<(EdgeProcess, SocketAddr)> {
+    let extra = ["--body-bytes".to_string(), body_bytes.to_string()];
+    start_child(cpus, workers, None, &extra, timeout)
+}
+
+/// Starts `edge-bench origin` with `extra` arguments (see [`start_origin_with`]).
+fn start_child(
+    cpus: &str,
+    workers: usize,
+    tls: Option<(&Path, &Path)>,
+    extra: &[String],
+    timeout: Duration,
+) -> io::Result<(EdgeProcess, SocketAddr)> {
     let exe = std::env::current_exe()?;
     let mut args = [
         "-c",
@@ -61,6 +87,7 @@ pub fn start_origin_with(
             key.display().to_string(),
         ]);
     }
+    args.extend_from_slice(extra);
     let mut p = EdgeProcess::start(Path::new("taskset"), &args)?;
     let deadline = std::time::Instant::now() + timeout;
     let addr = loop {
