@@ -10,7 +10,7 @@ use crate::freelist::FreeList;
 
 use monoio::{
     buf::{IoBuf, IoBufMut},
-    io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt},
+    io::{AsyncReadRent, AsyncWriteRent},
 };
 
 /// Size of a pooled buffer, bytes.
@@ -277,7 +277,8 @@ impl RecvBuf {
         }
     }
 
-    /// Writes `data()[..n]` to `io` and consumes it.
+    /// Writes `data()[..n]` to `io` and consumes it, each step of the write visible to
+    /// [`crate::io::progress::stall_timeout`].
     ///
     /// # Errors
     /// The write's error; the bytes count as consumed either way.
@@ -288,7 +289,8 @@ impl RecvBuf {
     ) -> io::Result<()> {
         assert!(n <= self.len());
         let storage = std::mem::take(&mut self.storage);
-        let (res, slice) = io.write_all(storage.slice(self.pos..self.pos + n)).await;
+        let (res, slice) =
+            crate::io::progress::write_all(io, storage.slice(self.pos..self.pos + n)).await;
         self.storage = slice.into_inner();
         self.consume(n);
         res.map(|_| ())
@@ -346,13 +348,14 @@ impl SendBuf {
         }
     }
 
-    /// Writes the whole buffer to `io` and clears it.
+    /// Writes the whole buffer to `io` and clears it, each step of the write visible to
+    /// [`crate::io::progress::stall_timeout`].
     ///
     /// # Errors
     /// The write's error.
     pub async fn flush<W: AsyncWriteRent>(&mut self, io: &mut W) -> io::Result<()> {
         let b = std::mem::take(&mut self.0);
-        let (res, mut b) = io.write_all(b).await;
+        let (res, mut b) = crate::io::progress::write_all(io, b).await;
         b.clear();
         self.0 = b;
         res.map(|_| ())
@@ -368,6 +371,7 @@ impl Drop for SendBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use monoio::io::AsyncWriteRentExt;
 
     #[test]
     fn pool_keeps_peak_concurrency_then_trims_what_a_period_did_not_use() {

@@ -109,7 +109,8 @@ impl<'c, T: Transport> H1Session<'c, T> {
         if let Some(sent) = self.out.flush_now(self.stream) {
             return sent.map_err(|_| SendFailure::Closed);
         }
-        within_send(self.send, self.out.flush(self.stream)).await
+        let fd = self.stream.fd();
+        within_send(self.send, fd, self.out.flush(self.stream)).await
     }
 }
 
@@ -261,7 +262,8 @@ impl<T: Transport> Session for H1Session<'_, T> {
         let (complete, direct) = first.map_err(|_| RelayError::BadBody)?;
         self.flush().await.map_err(RelayError::Client)?;
         if direct > 0 {
-            within_send(self.send, rest.write_prefix(self.stream, direct))
+            let fd = self.stream.fd();
+            within_send(self.send, fd, rest.write_prefix(self.stream, direct))
                 .await
                 .map_err(RelayError::Client)?;
         }
@@ -278,7 +280,8 @@ impl<T: Transport> Session for H1Session<'_, T> {
                 .relay
                 .scan(rest.data())
                 .map_err(|_| RelayError::BadBody)?;
-            within_send(self.send, rest.write_prefix(self.stream, n))
+            let fd = self.stream.fd();
+            within_send(self.send, fd, rest.write_prefix(self.stream, n))
                 .await
                 .map_err(RelayError::Client)?;
         } else {
