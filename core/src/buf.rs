@@ -24,7 +24,9 @@ pub const LARGE_BUF_SIZE: usize = 64 * 1024;
 /// lets the kernel send a window update: with 64 KiB reads edge on io_uring sent the origin about four
 /// ACKs per 1 MiB response where epoll sent one, and paid for the origin's extra transmits on its own CPU
 /// (loopback); 256 KiB reads cut CPU per 1 MiB response by about a fifth on both drivers (bench/README.md
-/// "Large bodies"). Held only while a body relays; an idle connection holds none.
+/// "Large bodies"). The largest size a relay's reads take while its client keeps up
+/// ([`crate::pace::RelayPace`]: a slow reader's relay reads [`BUF_SIZE`]). Held only while a body
+/// relays; an idle connection holds none.
 pub const RELAY_BUF_SIZE: usize = 4 * LARGE_BUF_SIZE;
 /// Size of a pooled record buffer, bytes: what one TLS write seals [`LARGE_BUF_SIZE`] of plaintext into
 /// (four full 16 KiB records, each with at most 29 bytes of header, type and tag; RFC 8446 §5.2, RFC 5288
@@ -84,6 +86,25 @@ pub fn take_record() -> Vec<u8> {
     RECORD_POOL
         .with(|p| p.borrow_mut().pop())
         .unwrap_or_else(|| Vec::with_capacity(RECORD_BUF_SIZE))
+}
+
+/// The pool size class of a buffer of `cap` bytes: [`BUF_SIZE`], [`LARGE_BUF_SIZE`] or
+/// [`RELAY_BUF_SIZE`].
+pub fn size_class(cap: usize) -> usize {
+    match cap {
+        c if c >= RELAY_BUF_SIZE => RELAY_BUF_SIZE,
+        c if c >= LARGE_BUF_SIZE => LARGE_BUF_SIZE,
+        _ => BUF_SIZE,
+    }
+}
+
+/// Takes an empty buffer of the size class of `size` ([`size_class`]) from this thread's pool.
+pub fn take_sized(size: usize) -> Vec<u8> {
+    match size_class(size) {
+        RELAY_BUF_SIZE => take_relay(),
+        LARGE_BUF_SIZE => take_large(),
+        _ => take(),
+    }
 }
 
 /// Returns a buffer to this thread's pool for its size (cleared; odd-sized or surplus buffers are
@@ -178,6 +199,11 @@ impl RecvBuf {
         (std::mem::replace(&mut self.storage, with), start)
     }
 
+    /// Capacity of the storage held, bytes (0 when none).
+    pub fn capacity(&self) -> usize {
+        self.storage.capacity()
+    }
+
     /// Returns the storage to the pool when nothing is buffered.
     pub fn release(&mut self) {
         if self.is_empty() && self.storage.capacity() > 0 {
@@ -233,6 +259,32 @@ impl RecvBuf {
     pub async fn fill_relay<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
         if self.storage.capacity() < RELAY_BUF_SIZE {
             move_to(&mut self.storage, self.pos, take_relay());
+            self.pos = 0;
+        }
+        self.fill(io).await
+    }
+
+    /// Like [`RecvBuf::fill`], into a pooled buffer of the size class of `size` ([`size_class`]): the
+    /// response relay's reads, sized by the client's pace ([`crate::pace::RelayPace`]). Storage of
+    /// another class is swapped for one of this class (its unconsumed bytes carried over, when they
+    /// fit; otherwise it is kept), the old storage going back to its pool.
+    ///
+    /// # Errors
+    /// The read's error.
+    ///
+    /// # Cancel safety
+    /// As [`RecvBuf::fill`].
+    pub async fn fill_sized<R: AsyncReadRent>(
+        &mut self,
+        io: &mut R,
+        size: usize,
+    ) -> io::Result<usize> {
+        let class = size_class(size);
+        let cap = self.storage.capacity();
+        if cap == 0 {
+            self.storage = take_sized(class);
+        } else if size_class(cap) != class && self.len() <= class {
+            move_to(&mut self.storage, self.pos, take_sized(class));
             self.pos = 0;
         }
         self.fill(io).await

@@ -260,12 +260,22 @@ impl<T: Transport> Session for H1Session<'_, T> {
             false => self.relay.scan(rest.data()).map(|n| (self.relay.done(), n)),
         };
         let (complete, direct) = first.map_err(|_| RelayError::BadBody)?;
+        if passthrough {
+            // The head's receive buffer goes back to the pool while the head is written, when the
+            // bytes it held went into it: a client that does not read yet holds one buffer, not two.
+            rest.release();
+        }
         self.flush().await.map_err(RelayError::Client)?;
         if direct > 0 {
             let fd = self.stream.fd();
             within_send(self.send, fd, rest.write_prefix(self.stream, direct))
                 .await
                 .map_err(RelayError::Client)?;
+        }
+        if passthrough && !complete {
+            // The body goes out from the relay's own buffer: the output buffer goes back to the pool
+            // for the rest of the relay instead of being held idle.
+            self.out = SendBuf(Vec::new());
         }
         Ok(Started { complete, close })
     }

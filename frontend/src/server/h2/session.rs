@@ -256,7 +256,8 @@ impl<'a> H2Session<'a> {
             .map_err(|_| RelayError::BadBody)?;
         let done = self.relay.done();
         let chunk = if n == rest.len() && n > 0 {
-            let (storage, start) = rest.swap_storage(buf::take_relay());
+            // A buffer of the same size class replaces it: the relay's reads keep their paced size.
+            let (storage, start) = rest.swap_storage(buf::take_sized(rest.capacity()));
             Chunk::at(storage, start)
         } else {
             let mut out = Vec::with_capacity(n);
