@@ -59,10 +59,18 @@ impl RelayPace {
         self.size
     }
 
-    /// Records that a chunk of `len` bytes took `took` to write to the client. Only a chunk of at least
-    /// half the current size proves the client could take a larger one.
-    pub fn wrote(&mut self, len: usize, took: Duration) {
-        if took <= KEPT_UP && len * 2 >= self.size {
+    /// Whether a chunk of `len` bytes written in `took` would let the next be larger: written at once,
+    /// and at least half the current size (a short chunk proves nothing).
+    pub fn would_grow(self, len: usize, took: Duration) -> bool {
+        took <= KEPT_UP && len * 2 >= self.size && self.size < RELAY_BUF_SIZE
+    }
+
+    /// Records that a chunk of `len` bytes took `took` to write to the client, of which `unsent` bytes
+    /// were still in the kernel's unsent queue right after (0 when unknown). A chunk the socket took at
+    /// once but could not send on (the client's window closed: a client that does not read yet, whose
+    /// socket buffers absorbed it) does not grow the next one.
+    pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize) {
+        if self.would_grow(len, took) && unsent * 2 <= len {
             self.size = match self.size {
                 BUF_SIZE => LARGE_BUF_SIZE,
                 _ => RELAY_BUF_SIZE,
@@ -228,35 +236,45 @@ mod tests {
     fn a_client_that_keeps_up_grows_the_chunk_to_the_relay_size() {
         let mut p = RelayPace::new();
         assert_eq!(p.size(), LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, FAST);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), RELAY_BUF_SIZE);
-        p.wrote(RELAY_BUF_SIZE, FAST);
+        p.wrote(RELAY_BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), RELAY_BUF_SIZE, "no larger than the relay size");
     }
 
     #[test]
     fn a_slow_client_shrinks_it_to_the_small_size_and_stays_there() {
         let mut p = RelayPace::new();
-        p.wrote(LARGE_BUF_SIZE, FAST);
-        p.wrote(RELAY_BUF_SIZE, BEHIND);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0);
+        p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, BEHIND);
+        p.wrote(LARGE_BUF_SIZE, BEHIND, 0);
         assert_eq!(p.size(), BUF_SIZE);
-        p.wrote(BUF_SIZE, BEHIND);
+        p.wrote(BUF_SIZE, BEHIND, 0);
         assert_eq!(p.size(), BUF_SIZE, "no smaller than the small size");
         // Between the two bounds: unchanged.
-        p.wrote(BUF_SIZE, Duration::from_millis(20));
+        p.wrote(BUF_SIZE, Duration::from_millis(20), 0);
         assert_eq!(p.size(), BUF_SIZE);
         // A slow reader that catches up grows again.
-        p.wrote(BUF_SIZE, FAST);
+        p.wrote(BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
+    }
+
+    #[test]
+    fn a_chunk_left_unsent_proves_nothing() {
+        // Taken at once by a socket whose client does not read: it sits unsent.
+        let mut p = RelayPace::new();
+        p.wrote(LARGE_BUF_SIZE, FAST, LARGE_BUF_SIZE);
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        p.wrote(LARGE_BUF_SIZE, FAST, 1000);
+        assert_eq!(p.size(), RELAY_BUF_SIZE);
     }
 
     #[test]
     fn short_chunks_prove_nothing() {
         // An upstream that sends little at a time: a quick write of a few bytes does not grow the buffer.
         let mut p = RelayPace::new();
-        p.wrote(100, FAST);
+        p.wrote(100, FAST, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
     }
 

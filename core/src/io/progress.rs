@@ -121,6 +121,18 @@ fn send_queue(sock: RawFd) -> Option<u32> {
     (r == 0).then_some(n.max(0) as u32)
 }
 
+/// Bytes in `sock`'s send queue that the kernel has not sent yet (`SIOCOUTQNSD`); `None` when the
+/// query fails. Right after a write, most of it still unsent means the client's window is closed: it
+/// is not keeping up, however fast the socket took the bytes.
+pub fn unsent(sock: RawFd) -> Option<u32> {
+    /// `SIOCOUTQNSD` (linux/sockios.h).
+    const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQNSD writes one int into `n`; the fd is the caller's open socket.
+    let r = unsafe { libc::ioctl(sock, SIOCOUTQNSD, &mut n) };
+    (r == 0).then_some(n.max(0) as u32)
+}
+
 /// The future of [`stall_timeout`].
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct Stall<F> {

@@ -1,9 +1,9 @@
 //! [`RelayHold`]: what one response relay holds of its worker's relay-memory budget, sized by the
 //! client's pace (DESIGN.md "Memory under slow readers and large bodies"; [`edge_core::pace`]).
 
-use std::time::Duration;
+use std::{os::fd::RawFd, time::Duration};
 
-use edge_core::{buf::RecvBuf, pace::RelayPace};
+use edge_core::{buf::RecvBuf, io::progress::unsent, pace::RelayPace};
 
 use crate::context::Worker;
 
@@ -52,11 +52,17 @@ impl<'w> RelayHold<'w> {
 
     /// Records that a chunk of `len` bytes took `took` to reach the client: the next read grows while
     /// the client keeps up and the budget has room, and shrinks for a slow client.
-    pub(crate) fn wrote(&mut self, len: usize, took: Duration) {
+    /// `sock` is the client's socket where the session writes to it directly: before growing, the
+    /// relay checks that the chunk left it rather than sitting unsent.
+    pub(crate) fn wrote(&mut self, len: usize, took: Duration, sock: Option<RawFd>) {
         if !self.passthrough {
             return;
         }
-        self.pace.wrote(len, took);
+        let unsent = match self.pace.would_grow(len, took) {
+            true => sock.and_then(unsent).map_or(0, |n| n as usize),
+            false => 0,
+        };
+        self.pace.wrote(len, took, unsent);
         self.held = self.w.relay.resize(self.held, self.pace.size());
         self.pace = RelayPace::with_size(self.held);
     }

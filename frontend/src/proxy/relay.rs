@@ -108,7 +108,7 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                     }
                     Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
                 }
-                hold.wrote(len, t.elapsed());
+                hold.wrote(len, t.elapsed(), s.client_socket());
                 clock.pause(coarse_now() - started);
             }
         }

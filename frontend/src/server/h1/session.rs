@@ -280,6 +280,10 @@ impl<T: Transport> Session for H1Session<'_, T> {
         Ok(Started { complete, close })
     }
 
+    fn client_socket(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.stream.fd())
+    }
+
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
     }
