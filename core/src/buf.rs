@@ -10,7 +10,7 @@ use crate::freelist::FreeList;
 
 use monoio::{
     buf::{IoBuf, IoBufMut},
-    io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt},
+    io::{AsyncReadRent, AsyncWriteRent},
 };
 
 /// Size of a pooled buffer, bytes.
@@ -24,7 +24,9 @@ pub const LARGE_BUF_SIZE: usize = 64 * 1024;
 /// lets the kernel send a window update: with 64 KiB reads edge on io_uring sent the origin about four
 /// ACKs per 1 MiB response where epoll sent one, and paid for the origin's extra transmits on its own CPU
 /// (loopback); 256 KiB reads cut CPU per 1 MiB response by about a fifth on both drivers (bench/README.md
-/// "Large bodies"). Held only while a body relays; an idle connection holds none.
+/// "Large bodies"). The largest size a relay's reads take while its client keeps up
+/// ([`crate::pace::RelayPace`]: a slow reader's relay reads [`BUF_SIZE`]). Held only while a body
+/// relays; an idle connection holds none.
 pub const RELAY_BUF_SIZE: usize = 4 * LARGE_BUF_SIZE;
 /// Size of a pooled record buffer, bytes: what one TLS write seals [`LARGE_BUF_SIZE`] of plaintext into
 /// (four full 16 KiB records, each with at most 29 bytes of header, type and tag; RFC 8446 §5.2, RFC 5288
@@ -84,6 +86,25 @@ pub fn take_record() -> Vec<u8> {
     RECORD_POOL
         .with(|p| p.borrow_mut().pop())
         .unwrap_or_else(|| Vec::with_capacity(RECORD_BUF_SIZE))
+}
+
+/// The pool size class of a buffer of `cap` bytes: [`BUF_SIZE`], [`LARGE_BUF_SIZE`] or
+/// [`RELAY_BUF_SIZE`].
+pub fn size_class(cap: usize) -> usize {
+    match cap {
+        c if c >= RELAY_BUF_SIZE => RELAY_BUF_SIZE,
+        c if c >= LARGE_BUF_SIZE => LARGE_BUF_SIZE,
+        _ => BUF_SIZE,
+    }
+}
+
+/// Takes an empty buffer of the size class of `size` ([`size_class`]) from this thread's pool.
+pub fn take_sized(size: usize) -> Vec<u8> {
+    match size_class(size) {
+        RELAY_BUF_SIZE => take_relay(),
+        LARGE_BUF_SIZE => take_large(),
+        _ => take(),
+    }
 }
 
 /// Returns a buffer to this thread's pool for its size (cleared; odd-sized or surplus buffers are
@@ -178,6 +199,11 @@ impl RecvBuf {
         (std::mem::replace(&mut self.storage, with), start)
     }
 
+    /// Capacity of the storage held, bytes (0 when none).
+    pub fn capacity(&self) -> usize {
+        self.storage.capacity()
+    }
+
     /// Returns the storage to the pool when nothing is buffered.
     pub fn release(&mut self) {
         if self.is_empty() && self.storage.capacity() > 0 {
@@ -238,6 +264,32 @@ impl RecvBuf {
         self.fill(io).await
     }
 
+    /// Like [`RecvBuf::fill`], into a pooled buffer of the size class of `size` ([`size_class`]): the
+    /// response relay's reads, sized by the client's pace ([`crate::pace::RelayPace`]). Storage of
+    /// another class is swapped for one of this class (its unconsumed bytes carried over, when they
+    /// fit; otherwise it is kept), the old storage going back to its pool.
+    ///
+    /// # Errors
+    /// The read's error.
+    ///
+    /// # Cancel safety
+    /// As [`RecvBuf::fill`].
+    pub async fn fill_sized<R: AsyncReadRent>(
+        &mut self,
+        io: &mut R,
+        size: usize,
+    ) -> io::Result<usize> {
+        let class = size_class(size);
+        let cap = self.storage.capacity();
+        if cap == 0 {
+            self.storage = take_sized(class);
+        } else if size_class(cap) != class && self.len() <= class {
+            move_to(&mut self.storage, self.pos, take_sized(class));
+            self.pos = 0;
+        }
+        self.fill(io).await
+    }
+
     /// Like [`RecvBuf::fill`], but the read can be cancelled through `cancel`.
     ///
     /// # Errors
@@ -277,7 +329,8 @@ impl RecvBuf {
         }
     }
 
-    /// Writes `data()[..n]` to `io` and consumes it.
+    /// Writes `data()[..n]` to `io` and consumes it, each step of the write visible to
+    /// [`crate::io::progress::stall_timeout`].
     ///
     /// # Errors
     /// The write's error; the bytes count as consumed either way.
@@ -288,7 +341,8 @@ impl RecvBuf {
     ) -> io::Result<()> {
         assert!(n <= self.len());
         let storage = std::mem::take(&mut self.storage);
-        let (res, slice) = io.write_all(storage.slice(self.pos..self.pos + n)).await;
+        let (res, slice) =
+            crate::io::progress::write_all(io, storage.slice(self.pos..self.pos + n)).await;
         self.storage = slice.into_inner();
         self.consume(n);
         res.map(|_| ())
@@ -346,13 +400,14 @@ impl SendBuf {
         }
     }
 
-    /// Writes the whole buffer to `io` and clears it.
+    /// Writes the whole buffer to `io` and clears it, each step of the write visible to
+    /// [`crate::io::progress::stall_timeout`].
     ///
     /// # Errors
     /// The write's error.
     pub async fn flush<W: AsyncWriteRent>(&mut self, io: &mut W) -> io::Result<()> {
         let b = std::mem::take(&mut self.0);
-        let (res, mut b) = io.write_all(b).await;
+        let (res, mut b) = crate::io::progress::write_all(io, b).await;
         b.clear();
         self.0 = b;
         res.map(|_| ())
@@ -368,6 +423,7 @@ impl Drop for SendBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use monoio::io::AsyncWriteRentExt;
 
     #[test]
     fn pool_keeps_peak_concurrency_then_trims_what_a_period_did_not_use() {

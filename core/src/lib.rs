@@ -11,6 +11,7 @@ pub mod io;
 pub mod latency;
 pub mod log;
 pub mod metrics;
+pub mod pace;
 pub mod policy;
 pub mod proxy_protocol;
 pub mod runtime;

@@ -203,7 +203,8 @@ pub trait UpstreamSession: Sized {
     ) -> impl Future<Output = Result<ResponseHead, UpstreamError>>;
 
     /// Reads more of the response body into [`UpstreamSession::received`] under the zombie deadline of
-    /// `clock`; `large` reads up to [`edge_core::buf::RELAY_BUF_SIZE`] at once (pass-through relays).
+    /// `clock`. A `size` above 0 reads into a pooled buffer of that size class (pass-through relays,
+    /// sized by the client's pace: [`edge_core::pace::RelayPace`]); 0 reads into the buffer as it is.
     ///
     /// # Errors
     /// `Zombie` when the clock's deadline passes, `Reset` for a failed read.
@@ -213,7 +214,7 @@ pub trait UpstreamSession: Sized {
     fn read_body(
         &mut self,
         clock: &mut ActivityClock,
-        large: bool,
+        size: usize,
     ) -> impl Future<Output = Result<BodyRead, UpstreamError>>;
 
     /// The response's trailer fields, once the body is complete, where the protocol carries them apart

@@ -8,6 +8,9 @@
 //! comes back with its result, so [`crate::buf::RecvBuf`] and [`crate::buf::SendBuf`] drive any transport
 //! without a second buffering layer. Generic, monomorphised code: no trait objects on the hot path.
 //!
+//! [`progress`] makes write progress visible to the client `send` deadline, which counts only time in
+//! which no byte moved.
+//!
 //! [`body`] is the request body's seam between the two sides of an exchange: the downstream session
 //! reads it from its client and writes it into the upstream session's sink.
 //!
@@ -20,6 +23,7 @@ pub mod body;
 mod dont_wait;
 mod plain;
 pub mod poll;
+pub mod progress;
 pub mod tls;
 
 use std::{future::Future, io, os::fd::RawFd};

@@ -48,13 +48,14 @@ use std::{
 };
 
 use monoio::{
-    io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller},
+    io::{AsyncWriteRent, CancelableAsyncReadRent, Canceller},
     net::TcpStream,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{
     is_full,
+    progress::stall_timeout,
     tls::{self, ServerState, Tls},
     DontWait, Transport,
 };
@@ -131,8 +132,8 @@ pub struct PollIo {
 }
 
 impl PollIo {
-    /// Splits `stream` and spawns its two pumps on the current monoio runtime. `send` bounds each
-    /// write to the peer (no progress within it fails the write and every later one with `TimedOut`).
+    /// Splits `stream` and spawns its two pumps on the current monoio runtime. `send` bounds the time a
+    /// write to the peer makes no progress (then it fails, and every later one, with `TimedOut`).
     /// `prefix` holds bytes already read from the stream (e.g. a sniffed connection preface); they are
     /// read first.
     ///
@@ -171,9 +172,10 @@ impl PollIo {
             sink,
             staged: false,
         }));
+        let sock = Some(stream.fd());
         let (r, w) = stream.split();
         monoio::spawn(read_pump(r, shared.clone(), handle));
-        monoio::spawn(write_pump(w, shared.clone(), send));
+        monoio::spawn(write_pump(w, shared.clone(), send, sock));
         PollIo { shared }
     }
 }
@@ -241,9 +243,15 @@ enum WriteStep {
     Stop,
 }
 
-/// Writes what `poll_write` buffered (or sealed), each write under `send`; then the half-close when
-/// asked.
-async fn write_pump<W: AsyncWriteRent>(mut w: W, shared: Rc<RefCell<Shared>>, send: Duration) {
+/// Writes what `poll_write` buffered (or sealed), each write under `send`, counted as time without
+/// progress ([`stall_timeout`]: a client that takes a byte within every `send` is never cut off); then
+/// the half-close when asked.
+async fn write_pump<W: AsyncWriteRent>(
+    mut w: W,
+    shared: Rc<RefCell<Shared>>,
+    send: Duration,
+    sock: Option<RawFd>,
+) {
     let mut spare = match shared.borrow().sink {
         Sink::Tls(_) => Vec::new(),
         _ => buf::take_large(),
@@ -277,19 +285,20 @@ async fn write_pump<W: AsyncWriteRent>(mut w: W, shared: Rc<RefCell<Shared>>, se
         let failed = match step {
             WriteStep::Stop => break,
             WriteStep::Write(out) => {
-                let (res, out) = match crate::clock::timeout(send, w.write_all(out)).await {
+                let write = super::progress::write_all(&mut w, out);
+                let (res, out) = match stall_timeout(send, sock, write).await {
                     Ok((res, out)) => (res.map(|_| ()), Some(out)),
                     Err(_) => (Err(io::ErrorKind::TimedOut.into()), None),
                 };
                 spare = out.unwrap_or_else(buf::take_large);
                 res.err()
             }
-            WriteStep::Flush => match crate::clock::timeout(send, w.flush()).await {
+            WriteStep::Flush => match stall_timeout(send, sock, w.flush()).await {
                 Ok(r) => r.err(),
                 Err(_) => Some(io::ErrorKind::TimedOut.into()),
             },
             WriteStep::Shutdown => {
-                let res = crate::clock::timeout(send, w.shutdown()).await;
+                let res = stall_timeout(send, sock, w.shutdown()).await;
                 shared.borrow_mut().shutdown.1 = true;
                 match res {
                     Ok(r) => r.err(),

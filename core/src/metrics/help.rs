@@ -84,6 +84,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Worker threads restarted by the supervisor.",
     ),
     (
+        "edge_relay_buffer_waits_total",
+        "Response relays that waited for the worker's relay-memory budget.",
+    ),
+    (
         "edge_worker_allocations_total",
         "Allocations on a worker thread (count-alloc builds only).",
     ),
@@ -122,6 +126,10 @@ const GAUGES: &[(&str, &str)] = &[
     (
         "edge_http2_streams_active",
         "Open HTTP/2 streams from clients, by worker.",
+    ),
+    (
+        "edge_relay_buffer_bytes",
+        "Bytes of response relay buffers a worker holds.",
     ),
     (
         "edge_tls_certificate_expiry_timestamp_seconds",

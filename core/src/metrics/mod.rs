@@ -247,6 +247,11 @@ impl LocalGauge {
         self.value.set(self.value.get() - v);
     }
 
+    /// Sets the value.
+    pub fn set(&self, v: f64) {
+        self.value.set(v);
+    }
+
     /// Writes the value to the registry if it changed since the last call.
     pub fn publish(&self) {
         let v = self.value.get();
@@ -289,6 +294,11 @@ pub struct WorkerMetrics {
     pub http2_streams_active: LocalGauge,
     http2_resets: Vec<Counter>,
     http2_goaways: Vec<Counter>,
+    /// `edge_relay_buffer_bytes{worker}`: relay buffer bytes held ([`crate::pace::RelayBudget::held`]),
+    /// set and published by the heartbeat ([`LocalGauge`]).
+    pub relay_bytes: LocalGauge,
+    /// `edge_relay_buffer_waits_total{worker}`: relays that waited for the relay budget.
+    pub relay_waits: Counter,
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`TlsResult::ALL`] order; shared with the
     /// worker's upstreams, which count their handshakes into it.
     pub upstream_tls_handshakes: Arc<[Counter; 4]>,
@@ -340,6 +350,8 @@ impl WorkerMetrics {
             http2_streams_active: LocalGauge::new(
                 gauge!("edge_http2_streams_active", "worker" => w.clone()),
             ),
+            relay_bytes: LocalGauge::new(gauge!("edge_relay_buffer_bytes", "worker" => w.clone())),
+            relay_waits: counter!("edge_relay_buffer_waits_total", "worker" => w.clone()),
             http2_resets: by("edge_http2_resets_total", "side", ResetSide::NAMES),
             http2_goaways: by("edge_http2_goaways_total", "reason", GoawayReason::NAMES),
             upstream_tls_handshakes: Arc::new(
@@ -368,7 +380,7 @@ impl WorkerMetrics {
             .chain(&m.http2_resets)
             .chain(&m.http2_goaways)
             .chain(m.upstream_tls_handshakes.iter());
-        let singles = [&m.truncated, &m.evicted, &m.panics];
+        let singles = [&m.truncated, &m.evicted, &m.panics, &m.relay_waits];
         for c in counters.chain(singles) {
             c.increment(0);
         }
@@ -383,6 +395,7 @@ impl WorkerMetrics {
         self.in_flight.publish();
         self.http2_streams_active.publish();
         self.upstream_active.publish();
+        self.relay_bytes.publish();
     }
 
     /// `edge_http2_resets_total{worker,side}`

@@ -19,7 +19,7 @@ use edge_core::{
     metrics::{InboundPhase, InvalidReason, TlsResult},
     slot,
 };
-use monoio::{io::AsyncWriteRentExt, time::Instant};
+use monoio::time::Instant;
 use rustls::ServerConnection;
 
 use crate::log::RequestLog;
@@ -220,9 +220,11 @@ async fn plain_http(w: &Worker, mut io: Plain) {
     let mut out = Vec::with_capacity(160);
     crate::server::h1::answer::error_response(&mut out, failure, true);
     let send = w.current().cfg.config.server.timeouts.send.0;
-    if crate::server::send::within_send(send, async { io.write_all(out).await.0 })
-        .await
-        .is_ok()
+    if crate::server::send::within_send(send, io.fd(), async {
+        edge_core::io::progress::write_all(&mut io, out).await.0
+    })
+    .await
+    .is_ok()
     {
         crate::server::h1::linger::linger_close(io).await;
     }

@@ -87,6 +87,9 @@ pub struct Worker {
     pub open: Cell<usize>,
     /// Set when one of the worker's own tasks (heartbeat, pool sweep) panicked: the worker stops.
     pub(crate) fatal: std::cell::RefCell<Option<String>>,
+    /// What this worker's response relays hold of their memory budget (DESIGN.md "Memory under slow
+    /// readers and large bodies").
+    pub relay: edge_core::pace::RelayBudget,
     /// Prefix of generated request ids, drawn when this worker starts (a restarted worker draws a new
     /// one, so its counter starting again at 1 does not repeat the ids of the worker before it).
     pub id_prefix: u32,
@@ -117,6 +120,7 @@ impl Worker {
             idle: Default::default(),
             open: Cell::new(0),
             fatal: std::cell::RefCell::new(None),
+            relay: edge_core::pace::RelayBudget::new(edge_core::pace::RELAY_BUDGET),
             id_prefix: id_prefix(),
             next_id: Cell::new(0),
             id,

@@ -273,6 +273,10 @@ fn adopt_listeners(i: &mut upgrade::Inherited, resolved: &Resolved, file: &str) 
     if planned != workers {
         tracing::warn!(event = "upgrade.workers", configured = planned, inherited = workers, "--upgrade keeps the running process's worker count (one per inherited listener); restart to change it");
     }
+    for s in plain.iter().chain(&tls) {
+        // A listener of an older edge may not bound its sockets' unsent queue yet.
+        let _ = listen::bound_unsent(s);
+    }
     let (_, cpus) = runtime::cpus::plan(Workers::Count(workers), cfg.server.pin_workers);
     Ok(Traffic {
         plain,

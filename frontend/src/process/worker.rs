@@ -85,6 +85,7 @@ async fn heartbeat(w: Rc<Worker>) {
         #[cfg(feature = "count-alloc")]
         reallocations.absolute(crate::process::alloc_count::thread_reallocations());
         w.shared.beat(w.id);
+        w.metrics.relay_bytes.set(w.relay.held() as f64);
         w.metrics.publish();
         drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();

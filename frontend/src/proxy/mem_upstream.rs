@@ -247,7 +247,7 @@ impl UpstreamSession for MemExchange<'_> {
     async fn read_body(
         &mut self,
         clock: &mut ActivityClock,
-        _: bool,
+        _: usize,
     ) -> Result<BodyRead, UpstreamError> {
         match self.next(true).await {
             Ok(true) => {

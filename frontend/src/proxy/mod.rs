@@ -17,6 +17,7 @@
 //! [`edge_upstream::retry`].
 
 pub mod expect;
+mod hold;
 pub mod interim;
 #[cfg(test)]
 mod mem_tests;

@@ -19,7 +19,7 @@ use edge_upstream::{
 };
 use monoio::time::Instant;
 
-use super::{bad_response, interim::client_gone, Admitted, Answered, Outcome};
+use super::{bad_response, hold::RelayHold, interim::client_gone, Admitted, Answered, Outcome};
 use crate::log::RequestLog;
 use crate::{
     context::Worker,
@@ -65,12 +65,17 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
         Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
     };
     let mut complete = started.complete;
-    if !complete {
-        // The upstream clocks run on only while body bytes are still to come from the upstream.
-        clock.pause(coarse_now() - write_started);
+    if complete {
+        return (
+            done(status, started.close, early),
+            finish(reusable, up, keep_alive),
+        );
     }
+    // The upstream clocks run on only while body bytes are still to come from the upstream.
+    clock.pause(coarse_now() - write_started);
+    let mut hold = RelayHold::start(w, s.passthrough(), up.received_mut()).await;
     while !complete {
-        let more = up.read_body(&mut clock, s.passthrough()).await;
+        let more = up.read_body(&mut clock, hold.size()).await;
         let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);
         match more {
             Err(e) if e.kind == UpstreamErrorKind::Zombie => {
@@ -92,6 +97,7 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
             }
             Ok(BodyRead::Data) => {
                 let started = coarse_now();
+                let (len, t) = (up.received().len(), std::time::Instant::now());
                 match s.send_body(up.received_mut()).await {
                     Ok(c) => complete = c,
                     Err(RelayError::BadBody) => {
@@ -102,22 +108,36 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                     }
                     Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
                 }
+                hold.wrote(len, t.elapsed(), s.client_socket());
                 clock.pause(coarse_now() - started);
             }
         }
     }
-    let finish = match reusable && up.received().is_empty() {
+    drop(hold);
+    (
+        done(status, started.close, early),
+        finish(reusable, up, keep_alive),
+    )
+}
+
+/// A response relayed whole; `close`: the connection closes after it.
+fn done<U>(status: u16, close: bool, early: bool) -> Outcome<U> {
+    Outcome::Done {
+        status,
+        keep: !close,
+        unread_body: early,
+    }
+}
+
+/// How the upstream session of a whole response ends: back to its pool when the connection may serve
+/// another request and nothing unread is left on it.
+fn finish<E: UpstreamSession>(reusable: bool, up: &E, keep_alive: Option<u64>) -> Finish {
+    match reusable && up.received().is_empty() {
         true => Finish::Reuse {
             keep_alive_secs: keep_alive,
         },
         false => Finish::Close,
-    };
-    let outcome = Outcome::Done {
-        status,
-        keep: !started.close,
-        unread_body: early,
-    };
-    (outcome, finish)
+    }
 }
 
 /// The upstream failed after the response head went out: counted by its kind

@@ -130,6 +130,13 @@ pub trait Session: BodySource<Error = BodyFailure> {
     /// Whether body bytes go out exactly as the upstream sent them (the relay may then read large).
     fn passthrough(&self) -> bool;
 
+    /// The client's socket, where the session writes to one directly (HTTP/1.1): the relay asks it how
+    /// much of a chunk the kernel still holds unsent ([`edge_core::io::progress::unsent`]) before it
+    /// reads larger. `None` (the default) where writes go through a multiplexer (HTTP/2).
+    fn client_socket(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
     /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
     ///
     /// # Errors

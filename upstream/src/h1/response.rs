@@ -97,8 +97,9 @@ pub(crate) async fn wait_more<T: Transport>(
     }
 }
 
-/// Reads more of the response body into `conn.buf` under the zombie deadline; `large` reads up to
-/// [`edge_core::buf::RELAY_BUF_SIZE`] at once (pass-through relays).
+/// Reads more of the response body into `conn.buf` under the zombie deadline; a `size` above 0 reads
+/// into a pooled buffer of that size class ([`edge_core::buf::RecvBuf::fill_sized`]: pass-through
+/// relays, sized by the client's pace), 0 into the buffer as it is.
 ///
 /// # Errors
 /// `Zombie` when the clock's deadline passes, `Reset` for a failed read.
@@ -108,13 +109,13 @@ pub(crate) async fn wait_more<T: Transport>(
 pub(crate) async fn read_body<T: Transport>(
     conn: &mut UpstreamConn<T>,
     clock: &mut ActivityClock,
-    large: bool,
+    size: usize,
 ) -> Result<BodyRead, UpstreamError> {
     let read = async {
         let (buf, stream) = conn.buf_and_stream();
-        match large {
-            true => buf.fill_relay(stream).await,
-            false => buf.fill(stream).await,
+        match size {
+            0 => buf.fill(stream).await,
+            size => buf.fill_sized(stream, size).await,
         }
     };
     match timeout_at(clock.deadline(), read).await {

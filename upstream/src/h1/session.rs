@@ -96,9 +96,9 @@ impl UpstreamSession for H1Exchange<'_> {
     fn read_body(
         &mut self,
         clock: &mut ActivityClock,
-        large: bool,
+        size: usize,
     ) -> impl Future<Output = Result<BodyRead, UpstreamError>> {
-        response::read_body(&mut self.conn, clock, large)
+        response::read_body(&mut self.conn, clock, size)
     }
 
     /// [`Finish::Reuse`] checks the connection back into its pool; [`Finish::Close`] closes it.

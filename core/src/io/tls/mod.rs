@@ -31,7 +31,7 @@ use std::{
     rc::Rc,
 };
 
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent};
+use monoio::io::{AsyncWriteRent, CancelHandle, CancelableAsyncReadRent};
 use rustls::{ConnectionCommon, SideData};
 
 use super::{is_full, DontWait, Transport};
@@ -384,7 +384,8 @@ where
             buf::give(out);
             return Ok(());
         }
-        let (res, out) = io.write_all(out).await;
+        // Step by step, so that a `send` deadline around this write sees each step's progress.
+        let (res, out) = super::progress::write_all(io, out).await;
         buf::give(out);
         res?;
     }
@@ -407,7 +408,7 @@ where
     while st.conn.wants_write() {
         match st.conn.write_tls(&mut DontWait(fd)) {
             Ok(0) => return Ok(()),
-            Ok(_) => {}
+            Ok(_) => super::progress::note(),
             Err(e) if is_full(&e) => return Ok(()),
             Err(e) => return Err(e),
         }

@@ -486,7 +486,9 @@ async fn record_and_answer<T: Transport>(
     f.record(w, &log);
     let mut out = SendBuf::take();
     crate::server::h1::answer::error_response(&mut out.0, f, close);
-    let r = crate::server::send::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    let r =
+        crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
+            .await;
     if let Err(e) = r {
         let cause = match e {
             SendFailure::Closed => "client closed before the error response",

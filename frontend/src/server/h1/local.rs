@@ -81,7 +81,9 @@ async fn answer_locally<T: Transport>(
     let close = close || !discard_body(c, body, deadline).await;
     let mut out = SendBuf::take();
     let status = write(&mut out.0, close);
-    let r = crate::server::send::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    let r =
+        crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
+            .await;
     finish(w, c, status, started);
     match (r.is_err(), close) {
         (true, _) => Next::Close,
@@ -135,7 +137,9 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
         true,
         false,
     );
-    let r = crate::server::send::within_send(w.send_timeout(), out.flush(&mut c.stream)).await;
+    let r =
+        crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
+            .await;
     w.metrics
         .count_status(edge_core::metrics::Protocol::Http1, 503);
     if r.is_ok() {

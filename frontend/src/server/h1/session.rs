@@ -109,7 +109,8 @@ impl<'c, T: Transport> H1Session<'c, T> {
         if let Some(sent) = self.out.flush_now(self.stream) {
             return sent.map_err(|_| SendFailure::Closed);
         }
-        within_send(self.send, self.out.flush(self.stream)).await
+        let fd = self.stream.fd();
+        within_send(self.send, fd, self.out.flush(self.stream)).await
     }
 }
 
@@ -259,13 +260,28 @@ impl<T: Transport> Session for H1Session<'_, T> {
             false => self.relay.scan(rest.data()).map(|n| (self.relay.done(), n)),
         };
         let (complete, direct) = first.map_err(|_| RelayError::BadBody)?;
+        if passthrough {
+            // The head's receive buffer goes back to the pool while the head is written, when the
+            // bytes it held went into it: a client that does not read yet holds one buffer, not two.
+            rest.release();
+        }
         self.flush().await.map_err(RelayError::Client)?;
         if direct > 0 {
-            within_send(self.send, rest.write_prefix(self.stream, direct))
+            let fd = self.stream.fd();
+            within_send(self.send, fd, rest.write_prefix(self.stream, direct))
                 .await
                 .map_err(RelayError::Client)?;
         }
+        if passthrough && !complete {
+            // The body goes out from the relay's own buffer: the output buffer goes back to the pool
+            // for the rest of the relay instead of being held idle.
+            self.out = SendBuf(Vec::new());
+        }
         Ok(Started { complete, close })
+    }
+
+    fn client_socket(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.stream.fd())
     }
 
     fn passthrough(&self) -> bool {
@@ -278,7 +294,8 @@ impl<T: Transport> Session for H1Session<'_, T> {
                 .relay
                 .scan(rest.data())
                 .map_err(|_| RelayError::BadBody)?;
-            within_send(self.send, rest.write_prefix(self.stream, n))
+            let fd = self.stream.fd();
+            within_send(self.send, fd, rest.write_prefix(self.stream, n))
                 .await
                 .map_err(RelayError::Client)?;
         } else {

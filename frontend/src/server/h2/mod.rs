@@ -5,6 +5,7 @@
 //! ([`request`]), and [`session::H2Session`], one stream as a [`Session`](super::Session) for the
 //! orchestrator.
 
+pub mod chunk;
 pub mod conn;
 pub mod filter;
 pub mod flood;

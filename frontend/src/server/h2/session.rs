@@ -10,9 +10,10 @@
 use std::{future::poll_fn, time::Duration};
 
 use bytes::{Buf, Bytes};
+
 use edge_core::{
     buf::{self, RecvBuf},
-    clock::{timeout, timeout_at},
+    clock::{after, coarse_now, timeout, timeout_at},
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
@@ -28,56 +29,14 @@ use monoio::{
     time::Instant,
 };
 
+pub use super::chunk::Chunk;
+use super::chunk::Moved;
 use crate::{
     request::ResponseFields,
     respond::{Failure, SendFailure},
     server::h1::{body::ResponseBody, encode::OutFraming},
     server::{BodyFailure, RelayError, Session, Started},
 };
-
-/// A DATA frame's payload in a pooled buffer ([`edge_core::buf`]), given back to the worker's pool once
-/// h2 has written it.
-pub struct Chunk {
-    data: Vec<u8>,
-    pos: usize,
-}
-
-impl Chunk {
-    /// The bytes of `data` (a pooled buffer).
-    pub fn new(data: Vec<u8>) -> Self {
-        Chunk { data, pos: 0 }
-    }
-
-    /// The bytes of `data[start..]` (a pooled buffer taken whole from a receive buffer).
-    pub fn at(data: Vec<u8>, start: usize) -> Self {
-        Chunk { data, pos: start }
-    }
-
-    /// An empty payload (the END_STREAM frame of a body that already went out).
-    pub fn empty() -> Self {
-        Chunk::new(Vec::new())
-    }
-}
-
-impl Buf for Chunk {
-    fn remaining(&self) -> usize {
-        self.data.len() - self.pos
-    }
-
-    fn chunk(&self) -> &[u8] {
-        &self.data[self.pos..]
-    }
-
-    fn advance(&mut self, n: usize) {
-        self.pos += n;
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        buf::give(std::mem::take(&mut self.data));
-    }
-}
 
 /// The request side of one stream, as [`super::stream`] parsed it.
 pub struct Request<'a> {
@@ -104,6 +63,8 @@ pub struct H2Session<'a> {
     ended: bool,
     relay: ResponseBody,
     send_timeout: Duration,
+    /// When this stream's body bytes last left h2 (made with the first body chunk).
+    moved: Option<Moved>,
     deadline: Instant,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
     added: ResponseFields,
@@ -135,6 +96,7 @@ impl<'a> H2Session<'a> {
             ended: false,
             relay: ResponseBody::new(Body::None, OutFraming::None),
             send_timeout,
+            moved: None,
             deadline,
             added: ResponseFields::default(),
         }
@@ -210,20 +172,33 @@ impl<'a> H2Session<'a> {
     }
 
     /// Sends `chunk` as DATA (h2 cuts it into frames within the client's flow-control window, RFC 9113
-    /// §6.9); `end` sets END_STREAM on the last. It waits, under the `send` deadline, until the stream
-    /// has send capacity: the client's window is open and h2 holds less than `SEND_BUFFER` of this
-    /// stream's earlier bytes, so a stream buffers at most one chunk beyond what the client took.
+    /// §6.9); `end` sets END_STREAM on the last. It first waits until the stream has send capacity: the
+    /// client's window is open and h2 holds less than `SEND_BUFFER` of this stream's earlier bytes, so a
+    /// stream buffers at most one chunk beyond what the client took. The wait is under the `send`
+    /// deadline counted as time without progress ([`crate::server::send`]): the capacity growing, or
+    /// h2 taking bytes of the chunks already handed to it (each time the client's window moves),
+    /// restarts it.
     async fn send_data(&mut self, chunk: Chunk, end: bool) -> Result<(), SendFailure> {
         let Some(stream) = self.send.as_mut() else {
             return Err(SendFailure::Closed);
         };
+        let send = self.send_timeout;
+        let chunk = match chunk.remaining() {
+            0 => chunk,
+            _ => chunk.telling(self.moved.get_or_insert_with(Moved::now)),
+        };
         if chunk.remaining() > 0 {
             stream.reserve_capacity(chunk.remaining());
+            let mut until = after(send);
             while stream.capacity() == 0 {
-                match timeout(self.send_timeout, poll_fn(|cx| stream.poll_capacity(cx))).await {
-                    Err(_) => return Err(SendFailure::Timeout),
-                    Ok(Some(Ok(_))) => {}
+                match timeout_at(until, poll_fn(|cx| stream.poll_capacity(cx))).await {
+                    Ok(Some(Ok(_))) => until = after(send),
                     Ok(_) => return Err(SendFailure::Closed),
+                    // Bytes of earlier chunks that left since push the deadline to `send` after them.
+                    Err(_) => match self.moved.as_ref().map(|m| m.last() + send) {
+                        Some(t) if t > coarse_now() => until = t,
+                        _ => return Err(SendFailure::Timeout),
+                    },
                 }
             }
         }
@@ -281,7 +256,8 @@ impl<'a> H2Session<'a> {
             .map_err(|_| RelayError::BadBody)?;
         let done = self.relay.done();
         let chunk = if n == rest.len() && n > 0 {
-            let (storage, start) = rest.swap_storage(buf::take_relay());
+            // A buffer of the same size class replaces it: the relay's reads keep their paced size.
+            let (storage, start) = rest.swap_storage(buf::take_sized(rest.capacity()));
             Chunk::at(storage, start)
         } else {
             let mut out = Vec::with_capacity(n);

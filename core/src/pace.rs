@@ -1,0 +1,321 @@
+//! The relay buffer that follows the client's pace (DESIGN.md "Memory under slow readers and large
+//! bodies"): sans-IO, unit-tested here, driven by the response relay loop.
+//!
+//! A relay reads a chunk from the upstream, writes it to the client and only then reads the next one,
+//! so what it holds is one chunk, whose size the upstream read sets ([`crate::buf::RecvBuf::fill_sized`]).
+//! [`RelayPace`] picks that size among the pool's size classes by how long the client took the last
+//! chunk: a full chunk taken at once (the client keeps up) grows it toward [`RELAY_BUF_SIZE`], whose
+//! large reads cost the least CPU per byte; a chunk that took long shrinks it toward [`BUF_SIZE`], so a
+//! slow reader holds about what it takes in [`SLOW`], never a 256 KiB buffer.
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::VecDeque,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll, Waker},
+    time::Duration,
+};
+
+use crate::buf::{BUF_SIZE, LARGE_BUF_SIZE, RELAY_BUF_SIZE};
+
+/// A chunk written within this kept up: the next may be larger. A write the socket takes whole
+/// completes in microseconds; this leaves room for a busy worker's loop.
+pub const KEPT_UP: Duration = Duration::from_millis(10);
+/// A chunk that took this long or longer to write: the next is smaller.
+pub const SLOW: Duration = Duration::from_millis(50);
+
+/// The size of a relay's next upstream read, bytes: one of the pool's size classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelayPace {
+    size: usize,
+}
+
+impl Default for RelayPace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RelayPace {
+    /// A relay's start: the size of the buffer its response head came in ([`LARGE_BUF_SIZE`]), so the
+    /// first read needs no other buffer.
+    pub const fn new() -> Self {
+        RelayPace {
+            size: LARGE_BUF_SIZE,
+        }
+    }
+
+    /// A pace at `size`'s size class ([`crate::buf::size_class`]): a relay whose growth the budget
+    /// refused goes on from the size it has.
+    pub fn with_size(size: usize) -> Self {
+        RelayPace {
+            size: crate::buf::size_class(size),
+        }
+    }
+
+    /// The next read's size, bytes.
+    pub const fn size(self) -> usize {
+        self.size
+    }
+
+    /// Whether a chunk of `len` bytes written in `took` would let the next be larger: written at once,
+    /// and at least half the current size (a short chunk proves nothing).
+    pub fn would_grow(self, len: usize, took: Duration) -> bool {
+        took <= KEPT_UP && len * 2 >= self.size && self.size < RELAY_BUF_SIZE
+    }
+
+    /// Records that a chunk of `len` bytes took `took` to write to the client, of which `unsent` bytes
+    /// were still in the kernel's unsent queue right after (0 when unknown). A chunk the socket took at
+    /// once but could not send on (the client's window closed: a client that does not read yet, whose
+    /// socket buffers absorbed it) does not grow the next one.
+    pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize) {
+        if self.would_grow(len, took) && unsent * 2 <= len {
+            self.size = match self.size {
+                BUF_SIZE => LARGE_BUF_SIZE,
+                _ => RELAY_BUF_SIZE,
+            };
+        } else if took >= SLOW {
+            self.size = match self.size {
+                RELAY_BUF_SIZE => LARGE_BUF_SIZE,
+                _ => BUF_SIZE,
+            };
+        }
+    }
+}
+
+/// A worker's relay-memory budget, bytes (DESIGN.md "Memory under slow readers and large bodies"):
+/// 64 MiB, as many relays as 4096 slow readers at the small size or 256 fast ones at the relay size.
+pub const RELAY_BUDGET: usize = 64 << 20;
+
+/// What one worker's relays hold of their budget, and the relays waiting to start: a relay takes its
+/// first buffer with [`RelayBudget::acquire`] (waiting while the budget is spent: a pause, never a
+/// failure), grows only within the budget ([`RelayBudget::resize`]) and gives it all back at its end
+/// ([`RelayBudget::release`]). One per worker, used from its own thread only.
+pub struct RelayBudget {
+    limit: usize,
+    held: Cell<usize>,
+    /// Relays waiting to start, first come first served: (ticket, waker).
+    waiting: RefCell<VecDeque<(u64, Waker)>>,
+    next_ticket: Cell<u64>,
+}
+
+impl RelayBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        RelayBudget {
+            limit,
+            held: Cell::new(0),
+            waiting: RefCell::new(VecDeque::new()),
+            next_ticket: Cell::new(0),
+        }
+    }
+
+    /// Bytes the worker's relays hold now (`edge_relay_buffer_bytes{worker}`).
+    pub fn held(&self) -> usize {
+        self.held.get()
+    }
+
+    /// Whether `n` more bytes fit. With nothing held anything fits, so one relay always runs.
+    fn fits(&self, n: usize) -> bool {
+        self.held.get() == 0 || self.held.get() + n <= self.limit
+    }
+
+    /// Takes `n` bytes for a relay that starts, waiting in line while they do not fit (and while
+    /// relays that came first wait). Resolves to whether it had to wait
+    /// (`edge_relay_buffer_waits_total{worker}`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait takes nothing and leaves the line, passing its turn on.
+    pub fn acquire(&self, n: usize) -> Acquire<'_> {
+        Acquire {
+            budget: self,
+            n,
+            ticket: None,
+        }
+    }
+
+    /// Changes a relay's hold from `from` to `to` bytes: always when shrinking, when growing only as
+    /// far as the budget allows (then the hold stays `from`). Returns the hold.
+    pub fn resize(&self, from: usize, to: usize) -> usize {
+        if to <= from {
+            self.release(from - to);
+            return to;
+        }
+        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit {
+            true => {
+                self.held.set(self.held.get() + (to - from));
+                to
+            }
+            false => from,
+        }
+    }
+
+    /// Gives `n` bytes back and wakes the first waiting relay.
+    pub fn release(&self, n: usize) {
+        self.held.set(self.held.get().saturating_sub(n));
+        self.wake_first();
+    }
+
+    fn wake_first(&self) {
+        if let Some((_, w)) = self.waiting.borrow().front() {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// The future of [`RelayBudget::acquire`].
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct Acquire<'a> {
+    budget: &'a RelayBudget,
+    n: usize,
+    /// Its place in line, once it had to wait.
+    ticket: Option<u64>,
+}
+
+impl Future for Acquire<'_> {
+    type Output = bool;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let b = self.budget;
+        let mut waiting = b.waiting.borrow_mut();
+        let first = match (self.ticket, waiting.front()) {
+            (_, None) => true,
+            (Some(t), Some((f, _))) => t == *f,
+            (None, Some(_)) => false,
+        };
+        if first && b.fits(self.n) {
+            if self.ticket.is_some() {
+                waiting.pop_front();
+            }
+            b.held.set(b.held.get() + self.n);
+            drop(waiting);
+            // The next in line may fit as well.
+            b.wake_first();
+            let waited = self.ticket.take().is_some();
+            return Poll::Ready(waited);
+        }
+        match self.ticket {
+            Some(t) => {
+                if let Some(e) = waiting.iter_mut().find(|(x, _)| *x == t) {
+                    e.1.clone_from(cx.waker());
+                }
+            }
+            None => {
+                let t = b.next_ticket.get();
+                b.next_ticket.set(t.wrapping_add(1));
+                waiting.push_back((t, cx.waker().clone()));
+                self.ticket = Some(t);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Acquire<'_> {
+    fn drop(&mut self) {
+        let Some(t) = self.ticket else { return };
+        let mut waiting = self.budget.waiting.borrow_mut();
+        let was_first = waiting.front().is_some_and(|(f, _)| *f == t);
+        waiting.retain(|(x, _)| *x != t);
+        drop(waiting);
+        if was_first {
+            self.budget.wake_first();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAST: Duration = Duration::from_micros(50);
+    const BEHIND: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn a_client_that_keeps_up_grows_the_chunk_to_the_relay_size() {
+        let mut p = RelayPace::new();
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0);
+        assert_eq!(p.size(), RELAY_BUF_SIZE);
+        p.wrote(RELAY_BUF_SIZE, FAST, 0);
+        assert_eq!(p.size(), RELAY_BUF_SIZE, "no larger than the relay size");
+    }
+
+    #[test]
+    fn a_slow_client_shrinks_it_to_the_small_size_and_stays_there() {
+        let mut p = RelayPace::new();
+        p.wrote(LARGE_BUF_SIZE, FAST, 0);
+        p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        p.wrote(LARGE_BUF_SIZE, BEHIND, 0);
+        assert_eq!(p.size(), BUF_SIZE);
+        p.wrote(BUF_SIZE, BEHIND, 0);
+        assert_eq!(p.size(), BUF_SIZE, "no smaller than the small size");
+        // Between the two bounds: unchanged.
+        p.wrote(BUF_SIZE, Duration::from_millis(20), 0);
+        assert_eq!(p.size(), BUF_SIZE);
+        // A slow reader that catches up grows again.
+        p.wrote(BUF_SIZE, FAST, 0);
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+    }
+
+    #[test]
+    fn a_chunk_left_unsent_proves_nothing() {
+        // Taken at once by a socket whose client does not read: it sits unsent.
+        let mut p = RelayPace::new();
+        p.wrote(LARGE_BUF_SIZE, FAST, LARGE_BUF_SIZE);
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        p.wrote(LARGE_BUF_SIZE, FAST, 1000);
+        assert_eq!(p.size(), RELAY_BUF_SIZE);
+    }
+
+    #[test]
+    fn short_chunks_prove_nothing() {
+        // An upstream that sends little at a time: a quick write of a few bytes does not grow the buffer.
+        let mut p = RelayPace::new();
+        p.wrote(100, FAST, 0);
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+    }
+
+    fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(f).poll(&mut cx)
+    }
+
+    #[test]
+    fn relays_wait_in_line_for_the_budget_and_never_fail() {
+        let b = RelayBudget::new(100);
+        assert_eq!(poll_once(&mut b.acquire(60)), Poll::Ready(false));
+        // 60 + 60 > 100: the second waits, and a third behind it even though 30 would fit.
+        let mut second = b.acquire(60);
+        assert_eq!(poll_once(&mut second), Poll::Pending);
+        let mut third = b.acquire(30);
+        assert_eq!(poll_once(&mut third), Poll::Pending);
+        // Growing is refused while relays wait; shrinking always works.
+        assert_eq!(b.resize(60, 80), 60);
+        assert_eq!(b.resize(60, 50), 50);
+        assert_eq!(poll_once(&mut second), Poll::Pending, "50 + 60 > 100");
+        b.release(50);
+        assert_eq!(poll_once(&mut second), Poll::Ready(true));
+        assert_eq!(poll_once(&mut third), Poll::Ready(true));
+        assert_eq!(b.held(), 90);
+    }
+
+    #[test]
+    fn a_dropped_wait_leaves_the_line() {
+        let b = RelayBudget::new(100);
+        assert_eq!(poll_once(&mut b.acquire(100)), Poll::Ready(false));
+        let mut gone = b.acquire(10);
+        assert_eq!(poll_once(&mut gone), Poll::Pending);
+        let mut next = b.acquire(10);
+        assert_eq!(poll_once(&mut next), Poll::Pending);
+        drop(gone);
+        b.release(100);
+        assert_eq!(poll_once(&mut next), Poll::Ready(true));
+        assert_eq!(b.held(), 10);
+        // With nothing held, anything fits: one relay always runs.
+        let b = RelayBudget::new(10);
+        assert_eq!(poll_once(&mut b.acquire(64)), Poll::Ready(false));
+    }
+}

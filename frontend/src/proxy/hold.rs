@@ -1,0 +1,75 @@
+//! [`RelayHold`]: what one response relay holds of its worker's relay-memory budget, sized by the
+//! client's pace (DESIGN.md "Memory under slow readers and large bodies"; [`edge_core::pace`]).
+
+use std::{os::fd::RawFd, time::Duration};
+
+use edge_core::{buf::RecvBuf, io::progress::unsent, pace::RelayPace};
+
+use crate::context::Worker;
+
+/// One relay's share of [`Worker::relay`], returned to it when dropped (the relay ended, whichever
+/// way). Sizes the relay's upstream reads: a pass-through relay reads chunks of [`RelayHold::size`],
+/// which follows the client's pace within the budget; any other relay reads into the buffer it has.
+pub(crate) struct RelayHold<'w> {
+    w: &'w Worker,
+    pace: RelayPace,
+    /// Bytes taken from the budget.
+    held: usize,
+    passthrough: bool,
+}
+
+impl<'w> RelayHold<'w> {
+    /// Takes the relay's first buffer from the budget, waiting while it is spent (a pause, never a
+    /// failure; counted in `edge_relay_buffer_waits_total`). The bytes that came with the head are out
+    /// by now: an empty receive buffer goes back to the pool first, so a waiting relay holds none.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait takes nothing.
+    pub(crate) async fn start(w: &'w Worker, passthrough: bool, rest: &mut RecvBuf) -> Self {
+        let pace = RelayPace::new();
+        if passthrough {
+            rest.release();
+        }
+        if w.relay.acquire(pace.size()).await {
+            w.metrics.relay_waits.increment(1);
+        }
+        RelayHold {
+            w,
+            pace,
+            held: pace.size(),
+            passthrough,
+        }
+    }
+
+    /// The size of the next upstream read ([`edge_upstream::session::UpstreamSession::read_body`]): the
+    /// paced size, or 0 (the buffer as it is) for a relay that re-frames the body.
+    pub(crate) fn size(&self) -> usize {
+        match self.passthrough {
+            true => self.held,
+            false => 0,
+        }
+    }
+
+    /// Records that a chunk of `len` bytes took `took` to reach the client: the next read grows while
+    /// the client keeps up and the budget has room, and shrinks for a slow client.
+    /// `sock` is the client's socket where the session writes to it directly: before growing, the
+    /// relay checks that the chunk left it rather than sitting unsent.
+    pub(crate) fn wrote(&mut self, len: usize, took: Duration, sock: Option<RawFd>) {
+        if !self.passthrough {
+            return;
+        }
+        let unsent = match self.pace.would_grow(len, took) {
+            true => sock.and_then(unsent).map_or(0, |n| n as usize),
+            false => 0,
+        };
+        self.pace.wrote(len, took, unsent);
+        self.held = self.w.relay.resize(self.held, self.pace.size());
+        self.pace = RelayPace::with_size(self.held);
+    }
+}
+
+impl Drop for RelayHold<'_> {
+    fn drop(&mut self) {
+        self.w.relay.release(self.held);
+    }
+}

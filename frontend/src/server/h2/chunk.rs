@@ -1,0 +1,91 @@
+//! [`Chunk`]: a DATA frame's payload in a pooled buffer, and [`Moved`]: when a stream's payload last
+//! left h2, the progress that the stream's `send` deadline counts (DESIGN.md "Memory under slow readers
+//! and large bodies": HTTP/2 streams obey the `send` rule per stream, bounded by the stream's window).
+
+use std::{cell::Cell, rc::Rc};
+
+use bytes::Buf;
+use edge_core::{buf, clock::coarse_now};
+use monoio::time::Instant;
+
+/// When bytes of one stream's DATA payloads last left h2 for the connection's write pump: h2 takes a
+/// payload's bytes only as the client's flow-control window for the stream and the socket let it, so
+/// each step is the client taking part of the response. Shared by the stream's session and the
+/// payloads it handed to h2; one per stream that sends a body.
+#[derive(Clone)]
+pub struct Moved(Rc<Cell<Instant>>);
+
+impl Moved {
+    /// A stream whose bytes moved just now (the start of its first wait).
+    pub fn now() -> Self {
+        Moved(Rc::new(Cell::new(coarse_now())))
+    }
+
+    /// When the stream's bytes last moved (on the coarse clock).
+    pub fn last(&self) -> Instant {
+        self.0.get()
+    }
+}
+
+/// A DATA frame's payload in a pooled buffer ([`edge_core::buf`]), given back to the worker's pool once
+/// h2 has written it.
+pub struct Chunk {
+    data: Vec<u8>,
+    pos: usize,
+    /// Told each time h2 takes bytes of this payload.
+    moved: Option<Moved>,
+}
+
+impl Chunk {
+    /// The bytes of `data` (a pooled buffer).
+    pub fn new(data: Vec<u8>) -> Self {
+        Chunk {
+            data,
+            pos: 0,
+            moved: None,
+        }
+    }
+
+    /// The bytes of `data[start..]` (a pooled buffer taken whole from a receive buffer).
+    pub fn at(data: Vec<u8>, start: usize) -> Self {
+        Chunk {
+            data,
+            pos: start,
+            moved: None,
+        }
+    }
+
+    /// An empty payload (the END_STREAM frame of a body that already went out).
+    pub fn empty() -> Self {
+        Chunk::new(Vec::new())
+    }
+
+    /// The payload, telling `moved` whenever h2 takes some of its bytes.
+    pub fn telling(mut self, moved: &Moved) -> Self {
+        self.moved = Some(moved.clone());
+        self
+    }
+}
+
+impl Buf for Chunk {
+    fn remaining(&self) -> usize {
+        self.data.len() - self.pos
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.data[self.pos..]
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.pos += n;
+        if let (Some(m), true) = (&self.moved, n > 0) {
+            m.0.set(coarse_now());
+        }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        buf::give(std::mem::take(&mut self.data));
+    }
+}

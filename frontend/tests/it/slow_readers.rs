@@ -1,0 +1,207 @@
+//! Slow readers (DESIGN.md "Memory under slow readers and large bodies", "Inbound deadlines"): many
+//! clients with small receive buffers read a large response slowly but steadily, each pause far shorter
+//! than `send` and the whole transfer far longer. Every body arrives whole and byte-exact: `send`
+//! counts time without progress, not the time one relay chunk takes to reach a slow client.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    sync::Arc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::harness::{Cfg, Edge, Origin, Reply};
+
+/// Concurrent clients.
+const CLIENTS: usize = 64;
+/// Response body, bytes: several relay chunks (256 KiB) beyond what the socket buffers hold.
+const BODY: usize = 2 << 20;
+/// Each client's receive buffer and most bytes per read.
+const STEP: usize = 16 * 1024;
+/// Between two reads: a pace of 160 KiB/s, so one relay chunk takes 1.6 s to reach the client.
+const PAUSE: Duration = Duration::from_millis(100);
+/// The `send` deadline: ten pauses, and well under the time one relay chunk takes at that pace.
+const SEND: &str = "1s";
+/// The segment size the clients announce: an Ethernet path's, not loopback's 64 KiB, so edge's socket
+/// buffers for them are sized as for real clients (the kernel sizes a socket's first send buffer by
+/// its segment size) and a relay chunk cannot vanish into them.
+const MSS: u32 = 1400;
+
+/// A client socket connected to `addr` with [`STEP`] of receive buffer and [`MSS`].
+fn slow_socket(addr: SocketAddr) -> Result<TcpStream, String> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    // Set before connecting: the window the client offers stays small from the start, and the
+    // segment size is announced in the SYN.
+    s.set_recv_buffer_size(STEP).unwrap();
+    s.set_tcp_mss(MSS).unwrap();
+    s.connect(&addr.into())
+        .map_err(|e| format!("connect: {e}"))?;
+    Ok(s.into())
+}
+
+fn byte_at(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// Checks `bytes` against the pattern at body offset `*got`, then counts them.
+fn check(bytes: &[u8], got: &mut usize) -> Result<(), String> {
+    if let Some(k) = (0..bytes.len()).find(|&k| bytes[k] != byte_at(*got + k)) {
+        return Err(format!("body byte {} differs", *got + k));
+    }
+    *got += bytes.len();
+    Ok(())
+}
+
+/// One slow client: asks for the body, reads its head, then at most [`STEP`] bytes every [`PAUSE`],
+/// checking each against the pattern. `Err` says how far it got.
+fn slow_read(addr: SocketAddr) -> Result<Duration, String> {
+    let mut s = slow_socket(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let t = Instant::now();
+    let mut buf = vec![0u8; STEP];
+    let mut head = Vec::new();
+    let end = loop {
+        let n = s.read(&mut buf).map_err(|e| format!("head: {e}"))?;
+        if n == 0 {
+            return Err("closed before the head".into());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..end]).to_ascii_lowercase();
+    if !text.starts_with("http/1.1 200") || !text.contains(&format!("content-length: {BODY}\r\n")) {
+        return Err(format!("unexpected head: {text:?}"));
+    }
+    let mut got = 0;
+    check(&head[end..], &mut got)?;
+    while got < BODY {
+        thread::sleep(PAUSE);
+        let want = STEP.min(BODY - got);
+        match s.read(&mut buf[..want]) {
+            Ok(0) => return Err(format!("closed after {got} of {BODY} body bytes")),
+            Ok(n) => check(&buf[..n], &mut got)?,
+            Err(e) => return Err(format!("read after {got} of {BODY} body bytes: {e}")),
+        }
+    }
+    Ok(t.elapsed())
+}
+
+both_drivers!(slow_steady_readers_get_whole_bodies_past_send, |d| {
+    let body: Arc<Vec<u8>> = Arc::new((0..BODY).map(byte_at).collect());
+    let origin = Origin::start(move |_| Reply::ok(&body));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("send", SEND));
+    let readers: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let addr = edge.addr;
+            thread::spawn(move || slow_read(addr))
+        })
+        .collect();
+    let results: Vec<_> = readers.into_iter().map(|h| h.join().unwrap()).collect();
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {CLIENTS} slow readers did not get the whole body: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    // Each transfer lasted several `send` periods: the deadline was not simply longer than it.
+    let shortest = results.iter().flatten().min().unwrap();
+    assert!(
+        *shortest > Duration::from_secs(5),
+        "a transfer took only {shortest:?}"
+    );
+    assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+    assert_eq!(
+        edge.metric("edge_inbound_timeouts_total", &["phase=\"send\""]),
+        0.0
+    );
+    assert_eq!(edge.count_log("response.truncated"), 0);
+});
+
+/// Concurrent HTTP/2 clients, one stream each.
+const H2_CLIENTS: usize = 16;
+/// The HTTP/2 body: four relay chunks.
+const H2_BODY: usize = 1 << 20;
+/// Between two window updates of an HTTP/2 client: about 107 KiB/s, so the 192 KiB that h2 must send
+/// of a 256 KiB chunk before the stream has capacity again take 1.8 s.
+const H2_PAUSE: Duration = Duration::from_millis(150);
+
+/// One slow HTTP/2 client (h2c): a stream window of [`STEP`], given back [`H2_PAUSE`] after each DATA
+/// frame's bytes arrive, so edge's stream moves at about [`STEP`] per [`H2_PAUSE`].
+async fn slow_h2_read(addr: SocketAddr) -> Result<Duration, String> {
+    let tcp = slow_socket(addr)?;
+    tcp.set_nonblocking(true).unwrap();
+    let tcp = monoio::net::TcpStream::from_std(tcp).map_err(|e| format!("register: {e}"))?;
+    let io = edge_core::io::PollIo::new(tcp, &[], Duration::from_secs(30));
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(STEP as u32)
+        .initial_connection_window_size(4 << 20)
+        .handshake::<_, bytes::Bytes>(io)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    monoio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.map_err(|e| e.to_string())?;
+    let req = http::Request::get(format!("http://{addr}/big"))
+        .body(())
+        .unwrap();
+    let (resp, _) = send.send_request(req, true).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let resp = resp.await.map_err(|e| e.to_string())?;
+    if resp.status() != 200 {
+        return Err(format!("status {}", resp.status()));
+    }
+    let mut recv = resp.into_body();
+    let mut got = 0;
+    while let Some(d) = recv.data().await {
+        let d = d.map_err(|e| format!("stream after {got} of {H2_BODY} body bytes: {e}"))?;
+        check(&d, &mut got)?;
+        monoio::time::sleep(H2_PAUSE).await;
+        let _ = recv.flow_control().release_capacity(d.len());
+    }
+    match got {
+        H2_BODY => Ok(t.elapsed()),
+        _ => Err(format!("stream ended after {got} of {H2_BODY} body bytes")),
+    }
+}
+
+both_drivers!(slow_steady_h2_streams_get_whole_bodies_past_send, |d| {
+    let body: Arc<Vec<u8>> = Arc::new((0..H2_BODY).map(byte_at).collect());
+    let origin = Origin::start(move |_| Reply::ok(&body));
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .timeout("send", SEND),
+    );
+    let readers: Vec<_> = (0..H2_CLIENTS)
+        .map(|_| {
+            let addr = edge.addr;
+            thread::spawn(move || crate::harness::block_on(slow_h2_read(addr)))
+        })
+        .collect();
+    let results: Vec<_> = readers.into_iter().map(|h| h.join().unwrap()).collect();
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {H2_CLIENTS} slow HTTP/2 readers did not get the whole body: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    let shortest = results.iter().flatten().min().unwrap();
+    assert!(
+        *shortest > Duration::from_secs(3),
+        "a transfer took only {shortest:?}"
+    );
+    assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+    assert_eq!(
+        edge.metric("edge_inbound_timeouts_total", &["phase=\"send\""]),
+        0.0
+    );
+    assert_eq!(edge.count_log("response.truncated"), 0);
+});
