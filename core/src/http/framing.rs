@@ -364,4 +364,6 @@ pub fn keep_alive_timeout(buf: &[u8], fields: &[Field]) -> Option<u64> {
 }
 
 #[cfg(test)]
+mod response_tests;
+#[cfg(test)]
 mod tests;
