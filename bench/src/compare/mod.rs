@@ -137,6 +137,11 @@ pub struct Args {
     /// build side by side in one run).
     #[arg(long)]
     pub baseline_edge_bin: Option<PathBuf>,
+    /// A config file for the `edge-io_uring` and `edge-epoll` targets only (the baseline targets run
+    /// without it): one binary with a setting on and off side by side, e.g. access logging
+    /// (`--baseline-edge-bin` the same binary). Plain HTTP/1.1 workloads only.
+    #[arg(long)]
+    pub edge_config: Option<PathBuf>,
     /// nginx executable.
     #[arg(long, default_value = NGINX_BIN)]
     pub nginx_bin: PathBuf,

@@ -108,9 +108,18 @@ impl Plan {
                 ))
             }
         };
+        if let Some(conf) = &args.edge_config {
+            require_file(conf, "the edge config file (--edge-config)")?;
+            if workloads.iter().any(|w| w.is_h2() || w.is_tls()) {
+                return Err(invalid(
+                    "--edge-config works with plain HTTP/1.1 workloads only".into(),
+                ));
+            }
+        }
         let bins = Binaries {
             edge,
             baseline,
+            edge_config: args.edge_config.clone(),
             nginx: args.nginx_bin.clone(),
             haproxy: args.haproxy_bin.clone(),
         };

@@ -107,6 +107,8 @@ pub fn proxy_command(
                         let conf = dir.join("edge-tls.toml");
                         fs::write(&conf, edge_tls_toml(tls_listen, certs))?;
                         args.extend(["--config".to_string(), conf.display().to_string()]);
+                    } else if let (false, Some(conf)) = (k.is_baseline(), &bins.edge_config) {
+                        args.extend(["--config".to_string(), conf.display().to_string()]);
                     }
                 }
             }
@@ -421,10 +423,40 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    #[test]
+    fn edge_config_goes_to_the_edge_targets_only() {
+        let (l, o) = (
+            "127.0.0.1:1000".parse().unwrap(),
+            "127.0.0.1:2000".parse().unwrap(),
+        );
+        let bins = Binaries {
+            baseline: Some("edge-old".into()),
+            edge_config: Some("/tmp/access.toml".into()),
+            ..bins()
+        };
+        let dir = Path::new("/tmp");
+        let config_of = |kind| {
+            let (_, args) = proxy_command(kind, &bins, dir, l, o, None, false).unwrap();
+            let at = args.iter().position(|a| a == "--config");
+            at.map(|i| args[i + 1].clone())
+        };
+        assert_eq!(
+            config_of(TargetKind::EdgeUring).as_deref(),
+            Some("/tmp/access.toml")
+        );
+        assert_eq!(
+            config_of(TargetKind::EdgeEpoll).as_deref(),
+            Some("/tmp/access.toml")
+        );
+        assert_eq!(config_of(TargetKind::BaselineUring), None);
+        assert_eq!(config_of(TargetKind::BaselineEpoll), None);
+    }
+
     fn bins() -> Binaries {
         Binaries {
             edge: "edge".into(),
             baseline: None,
+            edge_config: None,
             nginx: NGINX_BIN.into(),
             haproxy: HAPROXY_BIN.into(),
         }

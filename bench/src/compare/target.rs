@@ -123,6 +123,8 @@ pub struct Binaries {
     pub edge: PathBuf,
     /// The baseline `edge` binary, when baseline targets run.
     pub baseline: Option<PathBuf>,
+    /// A config file for the (non-baseline) edge targets, plain workloads only.
+    pub edge_config: Option<PathBuf>,
     /// nginx.
     pub nginx: PathBuf,
     /// HAProxy.

@@ -284,6 +284,7 @@ fn binaries(args: &Args, kinds: &[TargetKind]) -> io::Result<Binaries> {
     Ok(Binaries {
         edge,
         baseline: args.baseline_edge_bin.clone(),
+        edge_config: None,
         nginx: args.nginx_bin.clone(),
         haproxy: args.haproxy_bin.clone(),
     })
