@@ -9,6 +9,7 @@ pub mod freelist;
 pub mod http;
 pub mod io;
 pub mod latency;
+pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod pace;
