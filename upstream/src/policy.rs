@@ -155,6 +155,46 @@ pub fn random(eps: &impl Endpoints, rng: &Rng) -> Option<usize> {
     unreachable!("r is below the total of the usable weights")
 }
 
+/// Consistent hashing by rendezvous (highest random weight, Thaler and Ravishankar 1998): every
+/// usable endpoint scores `key` with a hash of (key, its `id`), weighted as `weight / -ln(u)` for the
+/// hash as `u` in (0, 1) (Schindelhauer and Schomaker's weighted form), and the highest score wins. So a
+/// key stays on its endpoint while that endpoint is usable; when an endpoint goes (removed, ejected,
+/// unhealthy) only its own keys move, spread over the others by weight; when one comes, it takes its
+/// weight's share and nothing else moves (DESIGN.md "Upstream health, discovery and balancing":
+/// at most 1/N + 5 % of keys move). `id` names an endpoint stably (a hash of its address), so a
+/// re-resolution that keeps an address keeps its keys. Cost: one hash per usable endpoint, and one
+/// logarithm each when weights differ; no state, no allocation.
+pub fn rendezvous(eps: &impl Endpoints, key: u64, id: impl Fn(usize) -> u64) -> Option<usize> {
+    let usable = || (0..eps.count()).filter(|&i| eps.usable(i));
+    let first = usable().next()?;
+    let weighted = usable().any(|i| eps.weight(i) != eps.weight(first));
+    let score = |i: usize| -> f64 {
+        let h = fmix64(key ^ fmix64(id(i)));
+        if !weighted {
+            return h as f64;
+        }
+        // u in (0, 1): the top 53 bits, offset by half a step so neither end is reached.
+        let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        f64::from(eps.weight(i)) / -u.ln()
+    };
+    usable()
+        .map(|i| (i, score(i)))
+        .fold(None, |best, (i, s)| match best {
+            Some((_, b)) if b >= s => best,
+            _ => Some((i, s)),
+        })
+        .map(|(i, _)| i)
+}
+
+/// MurmurHash3's 64-bit finaliser: every input bit flips each output bit with probability about 1/2.
+pub fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
 /// One upstream's policy with its state, for one worker and one configuration generation.
 #[derive(Debug)]
 pub struct Picker {

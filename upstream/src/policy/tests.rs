@@ -167,3 +167,59 @@ fn rng_below_stays_in_range_and_seeds_differ() {
     let (a, b) = (Rng::seeded(0), Rng::seeded(1));
     assert_ne!(a.below(1 << 40), b.below(1 << 40));
 }
+
+/// Where each of `keys` keys goes.
+fn homes(t: &Table, keys: u64) -> Vec<usize> {
+    (0..keys)
+        .map(|k| rendezvous(t, fmix64(k), |i| 1000 + i as u64).expect("a usable endpoint"))
+        .collect()
+}
+
+#[test]
+fn rendezvous_spreads_keys_by_weight() {
+    let t = Table::weights(&[1, 1, 1, 1]);
+    let mut n = [0usize; 4];
+    homes(&t, 40_000).into_iter().for_each(|i| n[i] += 1);
+    n.iter().for_each(|&c| near(c, 10_000.0, 5.0));
+    let t = Table::weights(&[3, 1]);
+    let mut n = [0usize; 2];
+    homes(&t, 40_000).into_iter().for_each(|i| n[i] += 1);
+    near(n[0], 30_000.0, 5.0);
+    near(n[1], 10_000.0, 5.0);
+}
+
+#[test]
+fn rendezvous_moves_only_the_keys_of_an_endpoint_that_goes_or_comes() {
+    let all = Table::weights(&[1; 10]);
+    let before = homes(&all, 20_000);
+    // Endpoint 3 unusable (ejected, unhealthy): exactly its keys move, spread over the other nine.
+    let mut without = Table::weights(&[1; 10]);
+    without.0[3].2 = false;
+    let after = homes(&without, 20_000);
+    let mut moved_to = [0usize; 10];
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(*b == 3, b != a, "only endpoint 3's keys move");
+        if b != a {
+            moved_to[*a] += 1;
+        }
+    }
+    let moved: usize = moved_to.iter().sum();
+    // At most 1/N + 5 % of the keys (DESIGN.md).
+    assert!(moved as f64 <= 20_000.0 * (0.1 + 0.05), "{moved}");
+    assert!(
+        moved_to
+            .iter()
+            .enumerate()
+            .all(|(i, &c)| (i == 3) == (c == 0)),
+        "{moved_to:?}"
+    );
+    // Coming back, every key returns home.
+    assert_eq!(homes(&all, 20_000), before);
+}
+
+#[test]
+fn rendezvous_with_no_usable_endpoint_is_none() {
+    let mut t = Table::weights(&[1, 2]);
+    t.0.iter_mut().for_each(|e| e.2 = false);
+    assert_eq!(rendezvous(&t, 7, |i| i as u64), None);
+}
