@@ -9,7 +9,6 @@ pub mod freelist;
 pub mod http;
 pub mod io;
 pub mod latency;
-pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod pace;
