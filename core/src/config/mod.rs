@@ -13,8 +13,10 @@ mod http2;
 mod locate;
 mod overrides;
 mod problems;
+mod rate_limits;
 mod resolve;
 mod routes;
+mod rules;
 mod tls;
 mod values;
 
@@ -27,8 +29,12 @@ pub use discovery::{
 pub use http2::Http2;
 pub use locate::add_lines;
 pub use overrides::{Overrides, TlsOverride};
+pub use rate_limits::{LimitKey, Rate, RateLimit, RateLimits, ResolvedLimit};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedUpstream};
 pub use routes::{FieldCondition, ResolvedRoute, Route, Routes};
+pub use rules::{
+    HeaderOps, LimitNames, LocalRule, Mirror, Redirect, Respond, RouteRules, Split, SplitTarget,
+};
 use serde::{Deserialize, Serialize};
 pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
@@ -55,6 +61,9 @@ pub struct Config {
     /// `[[routes]]`
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// `[[rate_limits]]`
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RateLimit>,
 }
 
 /// `[server]`
@@ -405,6 +414,8 @@ impl Config {
 
 #[cfg(test)]
 mod routes_tests;
+#[cfg(test)]
+mod rules_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
