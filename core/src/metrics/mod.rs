@@ -211,6 +211,14 @@ pub fn set_process_gauges(version: &str, io_driver: &str, max_connections: usize
     counter!("edge_worker_restarts_total").increment(0);
 }
 
+/// `edge_requests_limited_total{worker,limit}`: requests a `[[rate_limits]]` entry refused (429) on
+/// worker `worker`; registered when the worker builds its configuration snapshot, never per request.
+pub fn requests_limited(worker: usize, limit: &str) -> Counter {
+    let c = counter!("edge_requests_limited_total", "worker" => worker.to_string(), "limit" => limit.to_string());
+    c.increment(0);
+    c
+}
+
 /// Counts a worker restart (supervisor thread only).
 pub fn count_worker_restart() {
     counter!("edge_worker_restarts_total").increment(1);

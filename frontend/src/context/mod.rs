@@ -38,6 +38,9 @@ pub struct Live {
     pub routes: Routes,
     /// Upstreams in config order, each with per-endpoint pools.
     pub upstreams: Vec<Upstream>,
+    /// `edge_requests_limited_total{worker,limit}`, one per `[[rate_limits]]` entry in config order
+    /// (registered when the snapshot is built, never looked up per request).
+    pub limited: Vec<metrics::Counter>,
 }
 
 impl Live {
@@ -60,7 +63,14 @@ impl Live {
                 Upstream::rebuild(u, id, counters, old).with_checks(health)
             })
             .collect();
+        let limited = cfg
+            .rate_limits
+            .0
+            .iter()
+            .map(|l| edge_core::metrics::requests_limited(id, &l.name))
+            .collect();
         Live {
+            limited,
             routes: cfg.routes.clone(),
             upstreams,
             generation,

@@ -134,6 +134,9 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool), F
             upgrade: req.info.upgrade,
             max_forwards: req.info.max_forwards,
             path: req.rewrite.path,
+            host: req.rewrite.host,
+            rules: req.rewrite.rules,
+            added: req.rewrite.added,
         };
         request_head(&mut out.0, &view, &rw);
     }

@@ -15,7 +15,8 @@ use crate::context::Worker;
 /// `OPTIONS` with `Max-Forwards: 0`. CONNECT is refused; TRACE is forwarded but never answered by edge.
 pub const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE";
 
-/// A request edge answers itself.
+/// A request edge answers itself: phase 1's answers, and phase 3's (a route's rate limit, `redirect`
+/// or `respond`).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Local {
     /// `health_path`: 200 `ok`, or 503 + `Retry-After: 1` while draining or while a worker is stale.
@@ -36,6 +37,74 @@ pub enum Local {
     /// `redirect_plain` on the plain listener: 308 Permanent Redirect (RFC 9110 §15.4.9: method and
     /// body kept) to this `Location` ([`redirect_location`]).
     Redirect(Vec<u8>),
+    /// A route's rate limit refused the request: 429 Too Many Requests (RFC 6585 §4) with
+    /// `Retry-After` in whole seconds (DESIGN.md "Request pipeline and traffic rules").
+    Limited {
+        /// `Retry-After`, as decimal digits.
+        retry_after: Digits,
+    },
+    /// A route's `redirect`: its status and the `Location` filled for this request (in a buffer of
+    /// the worker's pool, given back when the answer is dropped).
+    RouteRedirect {
+        /// 301, 302, 303, 307 or 308.
+        status: u16,
+        /// The Location value.
+        location: Vec<u8>,
+    },
+    /// A route's `respond`: status, and its Content-Type followed by the body filled for this request
+    /// (one pooled buffer, given back when the answer is dropped).
+    RouteRespond {
+        /// The status.
+        status: u16,
+        /// Content-Type, then the body.
+        text: Vec<u8>,
+        /// Where the body starts in `text`.
+        body_at: usize,
+    },
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        match self {
+            Local::RouteRedirect { location: b, .. } | Local::RouteRespond { text: b, .. } => {
+                edge_core::buf::give(std::mem::take(b))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A number as decimal digits in place (for `Retry-After`), so the answer borrows no buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Digits {
+    buf: [u8; 20],
+    len: u8,
+}
+
+impl Digits {
+    /// The digits of `n`.
+    pub fn of(mut n: u64) -> Digits {
+        let mut buf = [0u8; 20];
+        let mut at = buf.len();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        buf.copy_within(at.., 0);
+        Digits {
+            buf,
+            len: (20 - at) as u8,
+        }
+    }
+
+    /// The digits.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
 }
 
 impl Local {
@@ -46,19 +115,33 @@ impl Local {
             Local::Health { ready: false } | Local::Shed => 503,
             Local::Trace => 405,
             Local::Redirect(_) => 308,
+            Local::Limited { .. } => 429,
+            Local::RouteRedirect { status, .. } | Local::RouteRespond { status, .. } => *status,
         }
     }
 
-    /// The text body (`text/plain`; empty: no content).
-    pub fn text(&self) -> &'static str {
+    /// The body (empty: no content).
+    pub fn body(&self) -> &[u8] {
         match self {
-            Local::Health { ready: true } => "ok",
-            Local::Health { ready: false } => "not ready\n",
-            Local::Shed => "service unavailable: connection limit reached\n",
+            Local::Health { ready: true } => b"ok",
+            Local::Health { ready: false } => b"not ready\n",
+            Local::Shed => b"service unavailable: connection limit reached\n",
             Local::Trace => {
-                "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n"
+                b"method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n"
             }
-            Local::Options | Local::Redirect(_) => "",
+            Local::Limited { .. } => b"too many requests\n",
+            Local::RouteRespond { text, body_at, .. } => &text[*body_at..],
+            Local::Options | Local::Redirect(_) | Local::RouteRedirect { .. } => b"",
+        }
+    }
+
+    /// The body's Content-Type (when it has one).
+    pub fn content_type(&self) -> &str {
+        match self {
+            Local::RouteRespond { text, body_at, .. } => {
+                std::str::from_utf8(&text[..*body_at]).unwrap_or("text/plain; charset=utf-8")
+            }
+            _ => "text/plain; charset=utf-8",
         }
     }
 
@@ -69,7 +152,9 @@ impl Local {
             Local::Health { ready: false } | Local::Shed => Some(("Retry-After", b"1")),
             Local::Options | Local::Trace => Some(("Allow", ALLOW)),
             Local::Redirect(location) => Some(("Location", location)),
-            Local::Health { ready: true } => None,
+            Local::RouteRedirect { location, .. } => Some(("Location", location)),
+            Local::Limited { retry_after } => Some(("Retry-After", retry_after.as_bytes())),
+            Local::Health { ready: true } | Local::RouteRespond { .. } => None,
         }
     }
 }
@@ -161,5 +246,45 @@ mod tests {
         assert_eq!(Local::Options.field(), Some(("Allow", ALLOW)));
         assert_eq!(Local::Trace.status(), 405);
         assert_eq!(Local::Redirect(b"https://x/".to_vec()).status(), 308);
+        let limited = Local::Limited {
+            retry_after: Digits::of(30),
+        };
+        assert_eq!((limited.status(), limited.field()), (429, Some(("Retry-After", &b"30"[..]))));
+        for n in [0, 7, 10, 12345, u64::MAX] {
+            assert_eq!(Digits::of(n).as_bytes(), n.to_string().as_bytes());
+        }
+    }
+}
+
+/// The answer of a route's `redirect` or `respond` (phase 3), its value filled for this request
+/// into a buffer of the worker's pool (no allocation once the pool holds buffers).
+pub fn route_answer(
+    rule: &edge_core::config::LocalRule,
+    vars: &super::vars::RequestVars<'_>,
+) -> Local {
+    use edge_core::config::LocalRule;
+    let mut out = edge_core::buf::take();
+    match rule {
+        LocalRule::Redirect { to, status } => {
+            to.fill(vars, &mut out);
+            Local::RouteRedirect {
+                status: *status,
+                location: out,
+            }
+        }
+        LocalRule::Respond {
+            status,
+            body,
+            content_type,
+        } => {
+            out.extend_from_slice(content_type.as_bytes());
+            let body_at = out.len();
+            body.fill(vars, &mut out);
+            Local::RouteRespond {
+                status: *status,
+                text: out,
+                body_at,
+            }
+        }
     }
 }

@@ -16,9 +16,12 @@
 //! response rules), is decided here too ([`ResponseFields`]) and written by each session. Nothing here allocates per request: the request id is written into a buffer
 //! the connection (or the HTTP/2 stream task) keeps.
 
+pub mod limit;
 pub mod local;
 pub mod response;
+pub mod rewrite;
 pub mod route;
+pub mod vars;
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -36,6 +39,7 @@ use monoio::time::Instant;
 
 pub use local::Local;
 pub use response::ResponseFields;
+pub use rewrite::Rewrite;
 
 use crate::{
     context::{Live, Worker},
@@ -68,7 +72,7 @@ pub struct Incoming<'b> {
 
 /// How admission ended.
 pub enum Admission<'a> {
-    /// Answered by edge itself (phase 1, later the route's `redirect` / `respond`).
+    /// Answered by edge itself (phase 1, or phase 3: a rate limit, the route's `redirect` / `respond`).
     Local(Local),
     /// Refused from the status table before anything was forwarded (no route: 404).
     Refused(Failure),
@@ -90,6 +94,8 @@ pub struct Admitted<'a> {
     pub route: &'a ResolvedRoute,
     /// The upstream chosen for it.
     pub upstream: &'a Upstream,
+    /// Its index in the worker's upstreams.
+    pub upstream_index: usize,
     /// `request_timeout` for this route (`None` = unlimited).
     pub request_timeout: Option<Duration>,
     /// The client's `request` deadline for the rest of the request (the route's
@@ -107,15 +113,6 @@ pub struct Admitted<'a> {
     pub rewrite: Rewrite<'a>,
     /// What is added to the response on its way to the client (phase 6).
     pub response: ResponseFields,
-}
-
-/// The request rewrite plan (DESIGN.md "Request pipeline and traffic rules", phase 4): what the
-/// upstream request head carries in place of what was received.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Rewrite<'a> {
-    /// The normalised path, when it differs from the received one (DESIGN.md "Routing"): sent in place
-    /// of the received path, followed by the received query.
-    pub path: Option<&'a [u8]>,
 }
 
 /// Admits the request `r` on the configuration snapshot `live` (phases 1 to 5 of DESIGN.md "Request
@@ -170,17 +167,47 @@ pub fn admit<'a>(
     let Some(route) = routed.route else {
         return Admission::Refused(Failure::NoRoute);
     };
-    // Phase 3, the route's request-phase rules (limits, then redirect / respond), goes here: a rule
-    // returns an `Admission::Local` or `Admission::Refused` to answer.
-    // Phase 4: the rewrite plan. Today the normalised path, sent in place of the received one; the
-    // route's path, host and header rewrites join it here.
-    let rewrite = Rewrite {
-        path: routed.rewritten.then_some(scratch.as_slice()),
-    };
-    // Phase 5: the upstream.
-    let upstream = &live.upstreams[route.upstream];
+    let normalised = routed.rewritten;
+    // The request id (the client's X-Request-Id when valid, else a generated one): rules may use it.
     id.clear();
     RequestId::of(buf, r.fields, w.next_request_id()).write(buf, r.fields, id);
+    let id: &'a [u8] = id;
+    let vars = vars::RequestVars {
+        peer: r.peer,
+        host,
+        target,
+        https: r.https,
+        id,
+        buf,
+        fields: r.fields,
+    };
+    // Phase 3: the route's rate limits, then its `redirect` / `respond`.
+    let keyed = limit::Keyed {
+        peer: r.peer,
+        buf,
+        fields: r.fields,
+    };
+    if let Some((secs, i)) = limit::check(w, &live.cfg.rate_limits, &live.limited, route, &keyed) {
+        let log = RequestLog::new(line, id);
+        let name = &live.cfg.rate_limits.0[i].name;
+        crate::warn_limited!(w, log, event = "request.limited", limit = %name, route = %route.label, retry_after = secs);
+        return Admission::Local(Local::Limited {
+            retry_after: local::Digits::of(secs),
+        });
+    }
+    if let Some(rule) = &route.rules.local {
+        return Admission::Local(local::route_answer(rule, &vars));
+    }
+    // Phase 4: the rewrite plan (the normalised path, then the route's path, host and header rules).
+    let rewrite = rewrite::plan(&route.rules, path, normalised, scratch, &vars);
+    // Phase 5: the upstream (the route's one, or its weighted split's pick for this worker).
+    let upstream_index = match (&route.rules.split, route.upstream) {
+        (Some(split), _) => split.next(),
+        (None, Some(u)) => u,
+        // A route has an upstream, a split or a local answer (checked at load).
+        (None, None) => return Admission::Refused(Failure::NoRoute),
+    };
+    let upstream = &live.upstreams[upstream_index];
     Admission::Forward(Admitted {
         info: r.info,
         is_head: method == b"HEAD",
@@ -188,6 +215,7 @@ pub fn admit<'a>(
         cfg: &live.cfg,
         route,
         upstream,
+        upstream_index,
         request_timeout: route
             .request_timeout
             .unwrap_or(upstream.config.request_timeout)

@@ -44,6 +44,7 @@ mod proxy;
 mod proxy_protocol;
 mod reload;
 mod routing;
+mod rules;
 mod slow_readers;
 mod smuggling;
 mod strictness;

@@ -103,7 +103,19 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
 fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        410 => "Gone",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -123,9 +135,9 @@ fn reason_phrase(status: u16) -> &'static str {
 /// (`text/plain`) or none, `Cache-Control: no-store`, its one extra field, and `Connection: close` when
 /// the connection closes after it. `head_only` (HEAD) leaves the body out but keeps its length.
 pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool) {
-    let text = Some(answer.text()).filter(|t| !t.is_empty()).map(|t| Text {
-        content_type: "text/plain; charset=utf-8",
-        body: t.as_bytes(),
+    let text = Some(answer.body()).filter(|t| !t.is_empty()).map(|body| Text {
+        content_type: answer.content_type(),
+        body,
     });
     let field = answer.field();
     let fields = field.as_slice();

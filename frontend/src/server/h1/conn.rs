@@ -410,7 +410,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     .adding(req.response);
     // The upstream's index, not a reference: the admitted request also borrows this connection's log
     // buffers, which the answer after the exchange needs mutably.
-    let upstream = req.route.upstream;
+    let upstream = req.upstream_index;
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
     w.metrics.in_flight.decrement(1.0);

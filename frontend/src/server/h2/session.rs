@@ -130,7 +130,11 @@ impl<'a> H2Session<'a> {
             true => &[("retry-after", b"1")],
             false => &[],
         };
-        self.answer_with(status, retry, body, head_only).await
+        let text = Text {
+            content_type: "text/plain; charset=utf-8",
+            body: body.as_bytes(),
+        };
+        self.answer_with(status, retry, text, head_only).await
     }
 
     /// [`Self::answer`] with `fields` (name, value) added to the head: `Location` of a redirect,
@@ -142,15 +146,16 @@ impl<'a> H2Session<'a> {
         &mut self,
         status: u16,
         fields: &[(&str, &[u8])],
-        body: &str,
+        text: Text<'_>,
         head_only: bool,
     ) -> Result<(), SendFailure> {
+        let body = text.body;
         let mut resp = http::Response::builder()
             .status(status)
             .header("content-length", body.len())
             .header("cache-control", "no-store");
         if !body.is_empty() {
-            resp = resp.header("content-type", "text/plain; charset=utf-8");
+            resp = resp.header("content-type", text.content_type);
         }
         for (name, value) in fields {
             resp = resp.header(*name, *value);
@@ -165,7 +170,7 @@ impl<'a> H2Session<'a> {
         self.ended = empty;
         if !empty {
             let mut out = buf::take();
-            out.extend_from_slice(body.as_bytes());
+            out.extend_from_slice(body);
             self.send_data(Chunk::new(out), true).await?;
         }
         Ok(())
@@ -483,4 +488,13 @@ impl Session for H2Session<'_> {
         self.relay.finish(&mut out);
         self.send_data(Chunk::new(out), true).await
     }
+}
+
+/// A body edge answers with, and its Content-Type.
+#[derive(Clone, Copy)]
+pub struct Text<'a> {
+    /// The Content-Type (sent only with a body).
+    pub content_type: &'a str,
+    /// The body.
+    pub body: &'a [u8],
 }

@@ -286,7 +286,11 @@ async fn answer_locally(
     let status = local.status();
     let field = local.field();
     let fields = field.as_slice();
-    if let Err(e) = s.answer_with(status, fields, local.text(), is_head).await {
+    let text = super::session::Text {
+        content_type: local.content_type(),
+        body: local.body(),
+    };
+    if let Err(e) = s.answer_with(status, fields, text, is_head).await {
         if *local == Local::Shed {
             let log = RequestLog::new(line, b"-");
             let cause = match e {
