@@ -10,7 +10,6 @@
 
 use std::net::IpAddr;
 
-use edge_core::policy::headers::HeaderRules;
 use edge_core::http::{
     framing::Body,
     head::list_elements,
@@ -19,6 +18,7 @@ use edge_core::http::{
     view::{RequestView, Version},
     write::{push_dec, push_ip},
 };
+use edge_core::policy::headers::HeaderRules;
 
 /// What the forwarded request needs besides the head itself.
 pub struct RequestRewrite<'a> {
@@ -202,7 +202,11 @@ fn forwarding_fields_with_rules(
     let mut kept = start;
     let mut at = start;
     while at < out.len() {
-        let end = at + out[at..].iter().position(|&b| b == b'\n').map_or(out.len() - at, |i| i + 1);
+        let end = at
+            + out[at..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(out.len() - at, |i| i + 1);
         let name_end = at + out[at..end].iter().position(|&b| b == b':').unwrap_or(0);
         if !rw.drops(&out[at..name_end]) {
             out.copy_within(at..end, kept);

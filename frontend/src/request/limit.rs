@@ -49,7 +49,11 @@ pub fn check(
             LimitKey::ClientIp => table.key_ip(r.peer.ip()),
             LimitKey::Route => table.key(route.label.as_bytes()),
             LimitKey::Header(name) => {
-                let Some(f) = r.fields.iter().find(|f| f.name(r.buf).eq_ignore_ascii_case(name.as_bytes())) else {
+                let Some(f) = r
+                    .fields
+                    .iter()
+                    .find(|f| f.name(r.buf).eq_ignore_ascii_case(name.as_bytes()))
+                else {
                     continue;
                 };
                 table.key(f.value(r.buf))

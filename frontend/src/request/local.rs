@@ -249,7 +249,10 @@ mod tests {
         let limited = Local::Limited {
             retry_after: Digits::of(30),
         };
-        assert_eq!((limited.status(), limited.field()), (429, Some(("Retry-After", &b"30"[..]))));
+        assert_eq!(
+            (limited.status(), limited.field()),
+            (429, Some(("Retry-After", &b"30"[..])))
+        );
         for n in [0, 7, 10, 12345, u64::MAX] {
             assert_eq!(Digits::of(n).as_bytes(), n.to_string().as_bytes());
         }

@@ -71,8 +71,7 @@ pub fn plan<'a>(
 /// Removes `prefix` from the front of `path` when it matches whole segments (`/api` strips `/api`
 /// and `/api/x`, never `/apix`); an emptied path becomes `/`. Whether it did.
 pub fn strip_prefix(path: &mut Vec<u8>, prefix: &[u8]) -> bool {
-    let whole = path.starts_with(prefix)
-        && matches!(path.get(prefix.len()), None | Some(b'/'));
+    let whole = path.starts_with(prefix) && matches!(path.get(prefix.len()), None | Some(b'/'));
     if !whole {
         return false;
     }

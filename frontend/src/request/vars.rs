@@ -33,12 +33,18 @@ impl Vars for RequestVars<'_> {
         match var {
             Var::ClientIp => push_ip(out, self.peer.ip()),
             Var::Host => out.extend_from_slice(self.host.unwrap_or_default()),
-            Var::Path => out.extend_from_slice(&self.target[..query_at.unwrap_or(self.target.len())]),
+            Var::Path => {
+                out.extend_from_slice(&self.target[..query_at.unwrap_or(self.target.len())])
+            }
             Var::Query => out.extend_from_slice(query_at.map_or(&[][..], |q| &self.target[q..])),
             Var::Scheme => out.extend_from_slice(if self.https { b"https" } else { b"http" }),
             Var::RequestId => out.extend_from_slice(self.id),
             Var::Header(name) => {
-                if let Some(f) = self.fields.iter().find(|f| f.name(self.buf).eq_ignore_ascii_case(name)) {
+                if let Some(f) = self
+                    .fields
+                    .iter()
+                    .find(|f| f.name(self.buf).eq_ignore_ascii_case(name))
+                {
                     out.extend_from_slice(f.value(self.buf));
                 }
             }

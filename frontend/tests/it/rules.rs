@@ -16,7 +16,11 @@ use crate::harness::{
 fn get(c: &mut Client, path: &str, fields: &str) -> (u16, Option<String>, String) {
     c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n{fields}\r\n").as_bytes());
     let r = c.read_response(false).expect("a response");
-    (r.status, r.header("retry-after").map(str::to_string), r.text())
+    (
+        r.status,
+        r.header("retry-after").map(str::to_string),
+        r.text(),
+    )
 }
 
 both_drivers!(
@@ -30,7 +34,11 @@ both_drivers!(
         let edge = Edge::start(&cfg);
         let mut one = Client::connect(edge.addr);
         let statuses: Vec<u16> = (0..3).map(|_| get(&mut one, "/", "").0).collect();
-        assert_eq!(statuses, [200, 200, 200], "rate 1/m with burst 2: three at once");
+        assert_eq!(
+            statuses,
+            [200, 200, 200],
+            "rate 1/m with burst 2: three at once"
+        );
         let (status, retry, body) = get(&mut one, "/", "");
         assert_eq!((status, body.as_str()), (429, "too many requests\n"));
         // The next request passes in 60 s (one interval) less what already elapsed: 59 or 60 s.
@@ -42,14 +50,24 @@ both_drivers!(
         assert_eq!(get(&mut one, "/_health", "").0, 200);
         // Another client address is not limited.
         let other: IpAddr = "127.0.0.2".parse().unwrap();
-        assert_eq!(get(&mut Client::connect_from(edge.addr, other), "/", "").0, 200);
+        assert_eq!(
+            get(&mut Client::connect_from(edge.addr, other), "/", "").0,
+            200
+        );
         assert_eq!(origin.seen_count(), 4);
         assert_eq!(
-            edge.wait_metric("edge_requests_limited_total", &["limit=\"per-client\""], 2.0),
+            edge.wait_metric(
+                "edge_requests_limited_total",
+                &["limit=\"per-client\""],
+                2.0
+            ),
             2.0
         );
         let line = edge.wait_log("request.limited", Duration::from_secs(5));
-        assert!(line.is_some_and(|l| l.contains("per-client")), "request.limited logged");
+        assert!(
+            line.is_some_and(|l| l.contains("per-client")),
+            "request.limited logged"
+        );
     }
 );
 
@@ -61,7 +79,9 @@ both_drivers!(
             .server("h2c", true)
             .rate_limit("per-user", "header:X-User", "1/h", 1)
             .clear_routes()
-            .add_route(Route::new("/", "origin").set("rate_limit", Value::Strs(vec!["per-user".into()])));
+            .add_route(
+                Route::new("/", "origin").set("rate_limit", Value::Strs(vec!["per-user".into()])),
+            );
         let edge = Edge::start(&cfg);
         let authority = edge.addr.to_string();
         let statuses = block_on(async {
@@ -72,122 +92,228 @@ both_drivers!(
                     "" => vec![],
                     u => vec![("x-user", u)],
                 };
-                let r = h2_request(&c, "GET", "/", &authority, &fields, b"").await.unwrap();
-                let retry = r.headers.get("retry-after").map(|v| v.to_str().unwrap().to_string());
+                let r = h2_request(&c, "GET", "/", &authority, &fields, b"")
+                    .await
+                    .unwrap();
+                let retry = r
+                    .headers
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
                 got.push((r.status, retry));
             }
             got
         });
         let status: Vec<u16> = statuses.iter().map(|s| s.0).collect();
-        assert_eq!(status, [200, 200, 429, 200, 200], "burst 1: two streams of alice, then 429");
-        let retry: u64 = statuses[2].1.as_deref().expect("Retry-After").parse().unwrap();
+        assert_eq!(
+            status,
+            [200, 200, 429, 200, 200],
+            "burst 1: two streams of alice, then 429"
+        );
+        let retry: u64 = statuses[2]
+            .1
+            .as_deref()
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
         assert!((3598..=3600).contains(&retry), "{retry}");
         assert_eq!(origin.seen_count(), 4);
     }
 );
 
-both_drivers!(redirect_and_respond_answer_locally_with_variables, |d: Driver| {
-    let origin = Origin::fixed(b"origin");
-    let redirect = Value::Raw(r#"{ to = "https://${host}/new${path}${query}", status = 301 }"#.into());
-    let respond = Value::Raw(
-        r#"{ status = 403, body = "blocked ${client_ip} ${request_id} ${header:x-why}\n" }"#.into(),
-    );
-    let cfg = Cfg::new(d, origin.addr)
-        .server("h2c", true)
-        .add_route(Route::at("/old").set("redirect", redirect))
-        .add_route(Route::at("/blocked").set("respond", respond));
-    let edge = Edge::start(&cfg);
-    let mut c = Client::connect(edge.addr);
-    c.send(b"GET /old/a?x=1 HTTP/1.1\r\nHost: test:8080\r\n\r\n");
-    let r = c.read_response(false).unwrap();
-    assert_eq!(r.status, 301);
-    assert_eq!(r.header("location"), Some("https://test:8080/new/old/a?x=1"));
-    c.send(b"GET /blocked HTTP/1.1\r\nHost: test\r\nX-Request-Id: req-7\r\nX-Why: policy\r\n\r\n");
-    let r = c.read_response(false).unwrap();
-    assert_eq!((r.status, r.text()), (403, "blocked 127.0.0.1 req-7 policy\n".to_string()));
-    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
-    let authority = edge.addr.to_string();
-    let (redirected, blocked) = block_on(async {
-        let c = h2_connect(edge.addr).await;
-        let a = h2_request(&c, "GET", "/old/b", &authority, &[], b"").await.unwrap();
-        let b = h2_request(&c, "GET", "/blocked", &authority, &[("x-request-id", "req-8")], b"")
+both_drivers!(
+    redirect_and_respond_answer_locally_with_variables,
+    |d: Driver| {
+        let origin = Origin::fixed(b"origin");
+        let redirect =
+            Value::Raw(r#"{ to = "https://${host}/new${path}${query}", status = 301 }"#.into());
+        let respond = Value::Raw(
+            r#"{ status = 403, body = "blocked ${client_ip} ${request_id} ${header:x-why}\n" }"#
+                .into(),
+        );
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .add_route(Route::at("/old").set("redirect", redirect))
+            .add_route(Route::at("/blocked").set("respond", respond));
+        let edge = Edge::start(&cfg);
+        let mut c = Client::connect(edge.addr);
+        c.send(b"GET /old/a?x=1 HTTP/1.1\r\nHost: test:8080\r\n\r\n");
+        let r = c.read_response(false).unwrap();
+        assert_eq!(r.status, 301);
+        assert_eq!(
+            r.header("location"),
+            Some("https://test:8080/new/old/a?x=1")
+        );
+        c.send(
+            b"GET /blocked HTTP/1.1\r\nHost: test\r\nX-Request-Id: req-7\r\nX-Why: policy\r\n\r\n",
+        );
+        let r = c.read_response(false).unwrap();
+        assert_eq!(
+            (r.status, r.text()),
+            (403, "blocked 127.0.0.1 req-7 policy\n".to_string())
+        );
+        assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+        let authority = edge.addr.to_string();
+        let (redirected, blocked) = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let a = h2_request(&c, "GET", "/old/b", &authority, &[], b"")
+                .await
+                .unwrap();
+            let b = h2_request(
+                &c,
+                "GET",
+                "/blocked",
+                &authority,
+                &[("x-request-id", "req-8")],
+                b"",
+            )
             .await
             .unwrap();
-        (a, b)
-    });
-    assert_eq!(redirected.status, 301);
-    let location = redirected.headers.get("location").unwrap().to_str().unwrap();
-    assert_eq!(location, format!("https://{authority}/new/old/b"));
-    assert_eq!(blocked.status, 403);
-    assert_eq!(blocked.body, b"blocked 127.0.0.1 req-8 \n");
-    assert_eq!(origin.seen_count(), 0, "answered locally");
-});
+            (a, b)
+        });
+        assert_eq!(redirected.status, 301);
+        let location = redirected
+            .headers
+            .get("location")
+            .unwrap()
+            .to_str()
+            .unwrap();
+        assert_eq!(location, format!("https://{authority}/new/old/b"));
+        assert_eq!(blocked.status, 403);
+        assert_eq!(blocked.body, b"blocked 127.0.0.1 req-8 \n");
+        assert_eq!(origin.seen_count(), 0, "answered locally");
+    }
+);
 
-both_drivers!(prefix_host_and_header_rewrites_are_what_the_origin_sees, |d: Driver| {
-    let origin = Origin::start(|_| Reply::ok(b"ok"));
-    let headers = Value::Raw(
+both_drivers!(
+    prefix_host_and_header_rewrites_are_what_the_origin_sees,
+    |d: Driver| {
+        let origin = Origin::start(|_| Reply::ok(b"ok"));
+        let headers = Value::Raw(
         r#"{ set = { "x-env" = "prod", "X-Forwarded-Proto" = "https" }, add = { "x-client" = "${client_ip}" }, remove = ["x-debug"] }"#
             .into(),
     );
-    let cfg = Cfg::new(d, origin.addr)
-        .server("h2c", true)
-        .clear_routes()
-        .add_route(
-            Route::new("/api", "origin")
-                .set("strip_prefix", "/api")
-                .set("add_prefix", "/v2")
-                .set("host_rewrite", "internal.api")
-                .set("request_headers", headers),
-        )
-        .add_route(Route::new("/", "origin"));
-    let edge = Edge::start(&cfg);
-    let check = |how: &str| {
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .clear_routes()
+            .add_route(
+                Route::new("/api", "origin")
+                    .set("strip_prefix", "/api")
+                    .set("add_prefix", "/v2")
+                    .set("host_rewrite", "internal.api")
+                    .set("request_headers", headers),
+            )
+            .add_route(Route::new("/", "origin"));
+        let edge = Edge::start(&cfg);
+        let check = |how: &str| {
+            let seen = origin.last();
+            assert_eq!(seen.target, "/v2/users?q=1", "{how}");
+            assert_eq!(seen.header("host"), Some("internal.api"), "{how}");
+            assert_eq!(seen.header("x-env"), Some("prod"), "{how}");
+            assert_eq!(seen.header("x-client"), Some("127.0.0.1"), "{how}");
+            assert_eq!(
+                seen.header("x-forwarded-proto"),
+                Some("https"),
+                "{how}: the rule overrides edge's"
+            );
+            assert_eq!(seen.header("x-debug"), None, "{how}");
+            assert_eq!(seen.header("x-keep"), Some("1"), "{how}");
+            let protos = seen
+                .headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-proto"));
+            assert_eq!(protos.count(), 1, "{how}");
+        };
+        let mut c = Client::connect(edge.addr);
+        let (status, ..) = get(&mut c, "/api/users?q=1", "X-Debug: 1\r\nX-Keep: 1\r\n");
+        assert_eq!(status, 200);
+        check("HTTP/1.1");
+        let authority = edge.addr.to_string();
+        let r = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let fields = [("x-debug", "1"), ("x-keep", "1")];
+            h2_request(&c, "GET", "/api/users?q=1", &authority, &fields, b"").await
+        });
+        assert_eq!(r.unwrap().status, 200);
+        check("h2");
+        // Other routes are untouched.
+        get(&mut c, "/apix?q=1", "X-Debug: 1\r\n");
         let seen = origin.last();
-        assert_eq!(seen.target, "/v2/users?q=1", "{how}");
-        assert_eq!(seen.header("host"), Some("internal.api"), "{how}");
-        assert_eq!(seen.header("x-env"), Some("prod"), "{how}");
-        assert_eq!(seen.header("x-client"), Some("127.0.0.1"), "{how}");
-        assert_eq!(seen.header("x-forwarded-proto"), Some("https"), "{how}: the rule overrides edge's");
-        assert_eq!(seen.header("x-debug"), None, "{how}");
-        assert_eq!(seen.header("x-keep"), Some("1"), "{how}");
-        let protos = seen.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-proto"));
-        assert_eq!(protos.count(), 1, "{how}");
-    };
-    let mut c = Client::connect(edge.addr);
-    let (status, ..) = get(&mut c, "/api/users?q=1", "X-Debug: 1\r\nX-Keep: 1\r\n");
-    assert_eq!(status, 200);
-    check("HTTP/1.1");
-    let authority = edge.addr.to_string();
-    let r = block_on(async {
-        let c = h2_connect(edge.addr).await;
-        let fields = [("x-debug", "1"), ("x-keep", "1")];
-        h2_request(&c, "GET", "/api/users?q=1", &authority, &fields, b"").await
-    });
-    assert_eq!(r.unwrap().status, 200);
-    check("h2");
-    // Other routes are untouched.
-    get(&mut c, "/apix?q=1", "X-Debug: 1\r\n");
-    let seen = origin.last();
-    assert_eq!((seen.target.as_str(), seen.header("x-debug")), ("/apix?q=1", Some("1")));
-    assert_eq!(seen.header("host"), Some("test"));
-});
-
-both_drivers!(a_weighted_split_sends_each_upstream_its_share, |d: Driver| {
-    let a = Origin::fixed(b"a");
-    let b = Origin::fixed(b"b");
-    let split = Value::Raw(r#"[{ name = "a", weight = 3 }, { name = "b", weight = 1 }]"#.into());
-    let cfg = Cfg::new(d, a.addr)
-        .add_upstream(Upstream::new("a", &[a.addr]))
-        .add_upstream(Upstream::new("b", &[b.addr]))
-        .clear_routes()
-        .add_route(Route::at("/").set("upstreams", split));
-    let edge = Edge::start(&cfg);
-    let mut clients: Vec<Client> = (0..4).map(|_| Client::connect(edge.addr)).collect();
-    for i in 0..3000 {
-        assert_eq!(get(&mut clients[i % 4], "/", "").0, 200);
+        assert_eq!(
+            (seen.target.as_str(), seen.header("x-debug")),
+            ("/apix?q=1", Some("1"))
+        );
+        assert_eq!(seen.header("host"), Some("test"));
     }
-    // Within 3 % of 2 250 / 750 (one worker's smooth weighted round robin is exact).
-    let (na, nb) = (a.seen_count() as f64, b.seen_count() as f64);
-    assert!((na - 2250.0).abs() <= 0.03 * 2250.0, "a got {na}");
-    assert!((nb - 750.0).abs() <= 0.03 * 750.0, "b got {nb}");
-});
+);
+
+both_drivers!(
+    a_weighted_split_sends_each_upstream_its_share,
+    |d: Driver| {
+        let a = Origin::fixed(b"a");
+        let b = Origin::fixed(b"b");
+        let split =
+            Value::Raw(r#"[{ name = "a", weight = 3 }, { name = "b", weight = 1 }]"#.into());
+        let cfg = Cfg::new(d, a.addr)
+            .add_upstream(Upstream::new("a", &[a.addr]))
+            .add_upstream(Upstream::new("b", &[b.addr]))
+            .clear_routes()
+            .add_route(Route::at("/").set("upstreams", split));
+        let edge = Edge::start(&cfg);
+        let mut clients: Vec<Client> = (0..4).map(|_| Client::connect(edge.addr)).collect();
+        for i in 0..3000 {
+            assert_eq!(get(&mut clients[i % 4], "/", "").0, 200);
+        }
+        // Within 3 % of 2 250 / 750 (one worker's smooth weighted round robin is exact).
+        let (na, nb) = (a.seen_count() as f64, b.seen_count() as f64);
+        assert!((na - 2250.0).abs() <= 0.03 * 2250.0, "a got {na}");
+        assert!((nb - 750.0).abs() <= 0.03 * 750.0, "b got {nb}");
+    }
+);
+
+both_drivers!(
+    a_reload_applies_rule_changes_and_keeps_the_state_of_limits_that_keep_their_name,
+    |d: Driver| {
+        const SIGHUP: i32 = 1;
+        let origin = Origin::fixed(b"ok");
+        let with = |limit: &str, extra_route: bool| {
+            let mut cfg = Cfg::new(d, origin.addr)
+                .rate_limit(limit, "client_ip", "1/m", 1)
+                .clear_routes()
+                .add_route(Route::new("/", "origin").set("rate_limit", limit));
+            if extra_route {
+                let respond = Value::Raw(r#"{ status = 200, body = "new route" }"#.into());
+                cfg = cfg.add_route(Route::at("/new").set("respond", respond));
+            }
+            cfg
+        };
+        let edge = Edge::start(&with("per-client", false));
+        let mut c = Client::connect(edge.addr);
+        let statuses: Vec<u16> = (0..3).map(|_| get(&mut c, "/", "").0).collect();
+        assert_eq!(statuses, [200, 200, 429]);
+        let reload = |cfg: &Cfg, n: usize| {
+            edge.rewrite_config(cfg);
+            edge.signal(SIGHUP);
+            let ok = crate::harness::wait_until(Duration::from_secs(5), || {
+                edge.count_log("config.reloaded") >= n
+            });
+            assert!(ok, "config.reloaded logged");
+        };
+        reload(&with("per-client", true), 1);
+        assert_eq!(
+            get(&mut c, "/new", "").2,
+            "new route",
+            "a new rule applies to the next request"
+        );
+        assert_eq!(
+            get(&mut c, "/", "").0,
+            429,
+            "the limit kept its name: the client is still limited"
+        );
+        reload(&with("renamed", true), 2);
+        assert_eq!(
+            get(&mut c, "/", "").0,
+            200,
+            "a new limit starts with no state"
+        );
+    }
+);

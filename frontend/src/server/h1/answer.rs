@@ -135,10 +135,12 @@ fn reason_phrase(status: u16) -> &'static str {
 /// (`text/plain`) or none, `Cache-Control: no-store`, its one extra field, and `Connection: close` when
 /// the connection closes after it. `head_only` (HEAD) leaves the body out but keeps its length.
 pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool) {
-    let text = Some(answer.body()).filter(|t| !t.is_empty()).map(|body| Text {
-        content_type: answer.content_type(),
-        body,
-    });
+    let text = Some(answer.body())
+        .filter(|t| !t.is_empty())
+        .map(|body| Text {
+            content_type: answer.content_type(),
+            body,
+        });
     let field = answer.field();
     let fields = field.as_slice();
     write_answer(out, answer.status(), text, &[fields], close, head_only);

@@ -48,7 +48,8 @@ impl Client {
 
     /// Connects from `local` (another loopback address, e.g. 127.0.0.2: a second client address).
     pub fn connect_from(addr: SocketAddr, local: std::net::IpAddr) -> Client {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         sock.bind(&SocketAddr::new(local, 0).into()).unwrap();
         sock.connect(&addr.into()).unwrap();
         let s: TcpStream = sock.into();
