@@ -96,9 +96,12 @@ pub trait Open {
     ///
     /// # Cancel safety
     /// Cancel safe: a connection being opened is closed.
+    /// `key`: the request's hash for `balance = "hash"` (`None`: not hashed; the policy picks as round
+    /// robin).
     fn open(
         &self,
         reuse: Reuse,
+        key: Option<u64>,
     ) -> impl Future<Output = Result<Opened<Self::Session<'_>>, UpstreamError>>;
 }
 
@@ -340,7 +343,8 @@ impl Open for Upstream {
     fn open(
         &self,
         reuse: Reuse,
+        key: Option<u64>,
     ) -> impl Future<Output = Result<Opened<H1Exchange<'_>>, UpstreamError>> {
-        self.checkout(reuse)
+        self.checkout(reuse, key)
     }
 }

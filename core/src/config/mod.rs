@@ -24,7 +24,7 @@ use std::{fmt, time::Duration};
 
 pub use cidr::Cidr;
 pub use discovery::{
-    Balance, EndpointSpec, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
+    Balance, EndpointSpec, HashKey, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
 };
 pub use http2::Http2;
 pub use locate::add_lines;
@@ -242,6 +242,9 @@ pub struct Upstream {
     /// How a worker picks an endpoint.
     #[serde(default)]
     pub balance: Balance,
+    /// What `balance = "hash"` hashes: `client_ip` (default), `header:NAME`, `cookie:NAME`, `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_key: Option<String>,
     /// Re-resolution interval of endpoint names; `none`: at load and reload only.
     #[serde(default = "discovery::resolve_default")]
     pub resolve: Limit,
@@ -333,6 +336,7 @@ impl Upstream {
             name: name.into(),
             endpoints: endpoints.into_iter().map(EndpointSpec::Address).collect(),
             balance: Balance::RoundRobin,
+            hash_key: None,
             resolve: discovery::resolve_default(),
             health_check: None,
             connect_timeout: d2s(),

@@ -198,6 +198,18 @@ fn resolve_upstream(
             "needs at least one host:port",
         );
     }
+    match (&u.hash_key, u.balance) {
+        (Some(k), super::Balance::Hash) => {
+            if let Err(why) = super::HashKey::parse(k) {
+                p.add(format!("upstreams[{i}].hash_key"), why);
+            }
+        }
+        (Some(_), _) => p.add(
+            format!("upstreams[{i}].hash_key"),
+            "applies only with balance = \"hash\"",
+        ),
+        (None, _) => {}
+    }
     let mut endpoints = Vec::new();
     for (j, e) in u.endpoints.iter().enumerate() {
         let key = format!("upstreams[{i}].endpoints[{j}]");

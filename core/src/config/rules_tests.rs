@@ -161,3 +161,30 @@ fn each_bad_rate_limit_names_its_key() {
         );
     }
 }
+
+#[test]
+fn hash_keys_parse_and_bad_ones_name_their_key() {
+    let up = |extra: &str| {
+        Config::parse(
+            &format!("[[upstreams]]\nname = \"h\"\nendpoints = [\"127.0.0.1:1\"]\n{extra}\n[[routes]]\npath_prefix = \"/\"\nupstream = \"h\"\n"),
+            "h.toml",
+        )
+        .unwrap()
+        .resolve("h.toml")
+    };
+    for key in ["client_ip", "path", "header:X-User", "cookie:session"] {
+        assert!(
+            up(&format!("balance = \"hash\"\nhash_key = \"{key}\"")).is_ok(),
+            "{key}"
+        );
+    }
+    assert!(up("balance = \"hash\"").is_ok(), "client_ip by default");
+    let e = up("balance = \"hash\"\nhash_key = \"query\"").unwrap_err();
+    assert_eq!(e[0].key, "upstreams[0].hash_key");
+    assert!(e[0].reason.contains("not a hash key"), "{e:?}");
+    let e = up("hash_key = \"path\"").unwrap_err();
+    assert!(
+        e[0].reason.contains("only with balance = \"hash\""),
+        "{e:?}"
+    );
+}

@@ -191,7 +191,7 @@ async fn exchange<S: Session, O: Open>(
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
         };
-        let opened = match open.open(reuse).await {
+        let opened = match open.open(reuse, req.hash_key).await {
             Ok(opened) => opened,
             Err(e) => return failed(Failure::Upstream(e), sent_whole),
         };

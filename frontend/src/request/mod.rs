@@ -96,6 +96,8 @@ pub struct Admitted<'a> {
     pub upstream: &'a Upstream,
     /// Its index in the worker's upstreams.
     pub upstream_index: usize,
+    /// The request's hash for the upstream's `balance = "hash"` (`None`: not hashed).
+    pub hash_key: Option<u64>,
     /// `request_timeout` for this route (`None` = unlimited).
     pub request_timeout: Option<Duration>,
     /// The client's `request` deadline for the rest of the request (the route's
@@ -208,6 +210,10 @@ pub fn admit<'a>(
         (None, None) => return Admission::Refused(Failure::NoRoute),
     };
     let upstream = &live.upstreams[upstream_index];
+    let hash_key = upstream
+        .hash_key
+        .as_ref()
+        .and_then(|k| vars::hash_key(k, &vars));
     Admission::Forward(Admitted {
         info: r.info,
         is_head: method == b"HEAD",
@@ -216,6 +222,7 @@ pub fn admit<'a>(
         route,
         upstream,
         upstream_index,
+        hash_key,
         request_timeout: route
             .request_timeout
             .unwrap_or(upstream.config.request_timeout)

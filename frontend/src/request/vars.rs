@@ -51,3 +51,49 @@ impl Vars for RequestVars<'_> {
         }
     }
 }
+
+/// The request's key for `balance = "hash"` (DESIGN.md "Upstream health, discovery and balancing"),
+/// hashed the same way on every worker (SipHash with fixed keys), so one key goes to one endpoint
+/// whichever core serves it; `None` when the request has no such key (the header or cookie is
+/// absent).
+pub fn hash_key(key: &edge_core::config::HashKey, v: &RequestVars<'_>) -> Option<u64> {
+    use edge_core::config::HashKey;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    match key {
+        HashKey::ClientIp => v.peer.ip().to_canonical().hash(&mut h),
+        HashKey::Path => {
+            let end = v
+                .target
+                .iter()
+                .position(|&b| b == b'?')
+                .unwrap_or(v.target.len());
+            h.write(&v.target[..end]);
+        }
+        HashKey::Header(name) => h.write(field(v, name.as_bytes())?),
+        HashKey::Cookie(name) => h.write(cookie(v, name.as_bytes())?),
+    }
+    Some(h.finish())
+}
+
+/// The first field named `name` (case-insensitive).
+fn field<'a>(v: &RequestVars<'a>, name: &[u8]) -> Option<&'a [u8]> {
+    v.fields
+        .iter()
+        .find(|f| f.name(v.buf).eq_ignore_ascii_case(name))
+        .map(|f| f.value(v.buf))
+}
+
+/// The value of cookie `name` in the Cookie fields (RFC 6265 §4.2.1: `name=value` pairs separated
+/// by `; `).
+fn cookie<'a>(v: &RequestVars<'a>, name: &[u8]) -> Option<&'a [u8]> {
+    v.fields
+        .iter()
+        .filter(|f| f.name(v.buf).eq_ignore_ascii_case(b"cookie"))
+        .flat_map(|f| f.value(v.buf).split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            (&pair[..eq] == name).then(|| &pair[eq + 1..])
+        })
+}

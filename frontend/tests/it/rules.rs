@@ -317,3 +317,74 @@ both_drivers!(
         );
     }
 );
+
+/// Which of `origins` (answering their index) got `user`'s request, over a new connection (so, with
+/// two workers, either may serve it).
+fn home(edge: &Edge, user: usize) -> usize {
+    let mut c = Client::connect(edge.addr);
+    let (status, _, body) = get(&mut c, "/", &format!("X-User: u{user}\r\n"));
+    assert_eq!(status, 200);
+    body.parse().unwrap()
+}
+
+both_drivers!(
+    hash_balancing_keeps_a_key_on_one_endpoint_and_moves_few_when_one_goes,
+    |d: Driver| {
+        const SIGHUP: i32 = 1;
+        let origins: Vec<Origin> = (0..4)
+            .map(|i| Origin::start(move |_| Reply::ok(i.to_string().as_bytes())))
+            .collect();
+        let with = |n: usize| {
+            let addrs: Vec<_> = origins[..n].iter().map(|o| o.addr).collect();
+            Cfg::new(d, origins[0].addr)
+                .workers(2)
+                .server("h2c", true)
+                .clear_routes()
+                .add_upstream(
+                    Upstream::new("hashed", &addrs)
+                        .set("balance", "hash")
+                        .set("hash_key", "header:X-User"),
+                )
+                .add_route(Route::new("/", "hashed"))
+        };
+        let edge = Edge::start(&with(4));
+        let users = 200;
+        let before: Vec<usize> = (0..users).map(|u| home(&edge, u)).collect();
+        for u in 0..users {
+            assert_eq!(home(&edge, u), before[u], "user {u} stays on its endpoint");
+        }
+        for e in 0..4 {
+            let n = before.iter().filter(|&&h| h == e).count();
+            assert!(n > 20, "endpoint {e} got {n} of {users} keys");
+        }
+        // Over h2 the same key goes to the same endpoint.
+        let authority = edge.addr.to_string();
+        let h2_home = block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let r = h2_request(&c, "GET", "/", &authority, &[("x-user", "u7")], b"").await;
+            String::from_utf8(r.unwrap().body).unwrap()
+        });
+        assert_eq!(h2_home, before[7].to_string());
+        // Endpoint 3 removed: only its keys move, at most 1/N + 5 % of all.
+        edge.rewrite_config(&with(3));
+        edge.signal(SIGHUP);
+        assert!(edge
+            .wait_log("config.reloaded", Duration::from_secs(5))
+            .is_some());
+        let after: Vec<usize> = (0..users).map(|u| home(&edge, u)).collect();
+        let moved = (0..users).filter(|&u| after[u] != before[u]).count();
+        for u in 0..users {
+            assert_eq!(
+                after[u] != before[u],
+                before[u] == 3,
+                "user {u}: {} -> {}",
+                before[u],
+                after[u]
+            );
+        }
+        assert!(
+            moved as f64 <= users as f64 * (0.25 + 0.05),
+            "{moved} of {users} moved"
+        );
+    }
+);
