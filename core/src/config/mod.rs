@@ -177,6 +177,8 @@ pub struct Limits {
     pub max_headers: usize,
     /// Request body bytes; `none` for unlimited.
     pub max_body_bytes: ByteLimit,
+    /// Open connections per client address for the whole process (0 = off; at most 65 535).
+    pub max_connections_per_client: u32,
 }
 
 impl Default for Limits {
@@ -185,6 +187,7 @@ impl Default for Limits {
             max_head_bytes: Bytes(16 << 10),
             max_headers: 100,
             max_body_bytes: ByteLimit(Some(64 << 20)),
+            max_connections_per_client: 0,
         }
     }
 }

@@ -117,6 +117,12 @@ fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
             ),
         );
     }
+    if limits.max_connections_per_client > 65_535 {
+        p.add(
+            "server.limits.max_connections_per_client",
+            "must be at most 65535 (0 turns it off)",
+        );
+    }
 }
 
 /// `[server.timeouts]`: the inbound deadlines cannot be zero (drain timing can).

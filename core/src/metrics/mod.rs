@@ -129,6 +129,8 @@ label_enum!(
         /// Every endpoint name of the upstream still unresolved (DESIGN.md "Observability": names that
         /// do not resolve at start or reload).
         NoEndpoint = "no_endpoint",
+        /// The client already has `max_connections_per_client` connections open.
+        ClientLimit = "client_limit",
     }
 );
 
@@ -198,8 +200,9 @@ label_enum!(
 );
 
 /// The `reason` values of `edge_connections_shed_total`, in registration order.
-const CONNECTION_SHED: [ShedReason; 3] = [
+const CONNECTION_SHED: [ShedReason; 4] = [
     ShedReason::Limit,
+    ShedReason::ClientLimit,
     ShedReason::FdLimit,
     ShedReason::ProxyProtocol,
 ];
@@ -455,7 +458,7 @@ impl WorkerMetrics {
         &self.requests_shed[i]
     }
 
-    /// `edge_connections_shed_total{worker,reason}` for `limit`, `fd_limit` or `proxy_protocol`
+    /// `edge_connections_shed_total{worker,reason}` for `limit`, `client_limit`, `fd_limit` or `proxy_protocol`
     /// (`upstream_queue` sheds requests, not connections: it counts as `limit`).
     pub fn connection_shed(&self, r: ShedReason) -> &Counter {
         let i = CONNECTION_SHED.iter().position(|&c| c == r).unwrap_or(0);

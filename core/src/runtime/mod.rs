@@ -156,6 +156,9 @@ pub struct Shared {
     pub health: health::ActiveHealth,
     /// The port the TLS listener is bound to (0 without one): where `redirect_plain` sends clients.
     pub tls_port: AtomicU16,
+    /// Open connections per client address (`max_connections_per_client`), sized for
+    /// `max_connections` at start.
+    pub clients: crate::policy::limit::conns::ClientConns,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -184,6 +187,7 @@ impl Shared {
             config: Published::new(config),
             health: Default::default(),
             tls_port: AtomicU16::new(0),
+            clients: crate::policy::limit::conns::ClientConns::new(max_connections),
         }
     }
 

@@ -16,7 +16,7 @@ use edge_core::{
         tls::{HandshakeError, Tls},
         Plain, Transport,
     },
-    metrics::{InboundPhase, InvalidReason, TlsResult},
+    metrics::{InboundPhase, InvalidReason, ShedReason, TlsResult},
     slot,
 };
 use monoio::time::Instant;
@@ -68,19 +68,29 @@ pub fn serve(
         else {
             return;
         };
+        // The client is known: count it against `max_connections_per_client` before the session is
+        // chosen (an HTTP/2 connection counts once). Held to the connection's end.
+        let mut shed = over_capacity.then_some(ShedReason::Limit);
+        let mut _client = None;
+        if shed.is_none() {
+            match crate::accept::clients::enter(&w, peer) {
+                Ok(slot) => _client = slot,
+                Err(()) => shed = Some(ShedReason::ClientLimit),
+            }
+        }
         // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
         if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
             let from = crate::server::h2::Origin {
                 peer,
                 https: true,
-                shed: over_capacity,
+                shed,
             };
             // Boxed, as for h2c: inline, the h2 state would enlarge every TLS connection's future.
             return Box::pin(crate::server::h2::serve(w, tls, &[], from)).await;
         }
         let accepted = Accepted {
             peer,
-            over_capacity,
+            shed,
             https: true,
             proxy_header_read,
         };

@@ -7,7 +7,9 @@
 
 use std::sync::atomic::Ordering;
 
-use edge_core::http::framing::RequestInfo;
+use std::net::SocketAddr;
+
+use edge_core::{http::framing::RequestInfo, metrics::ShedReason};
 
 use crate::context::Worker;
 
@@ -24,9 +26,10 @@ pub enum Local {
         /// Whether the process is ready.
         ready: bool,
     },
-    /// A stream of an HTTP/2 connection accepted at `max_connections` with nothing evictable: 503 +
+    /// The request of a connection shed at accept: at `max_connections` with nothing evictable (503,
+    /// `limit`) or its client at `max_connections_per_client` (429, `client_limit`), with
     /// `Retry-After: 1`, counted as a shed connection.
-    Shed,
+    Shed(ShedReason),
     /// OPTIONS with `Max-Forwards: 0`: edge is the final recipient (RFC 9110 §7.6.2, §9.3.7): 200 with
     /// `Allow` ([`ALLOW`]) and no content.
     Options,
@@ -112,7 +115,8 @@ impl Local {
     pub fn status(&self) -> u16 {
         match self {
             Local::Health { ready: true } | Local::Options => 200,
-            Local::Health { ready: false } | Local::Shed => 503,
+            Local::Shed(ShedReason::ClientLimit) => 429,
+            Local::Health { ready: false } | Local::Shed(_) => 503,
             Local::Trace => 405,
             Local::Redirect(_) => 308,
             Local::Limited { .. } => 429,
@@ -125,7 +129,8 @@ impl Local {
         match self {
             Local::Health { ready: true } => b"ok",
             Local::Health { ready: false } => b"not ready\n",
-            Local::Shed => b"service unavailable: connection limit reached\n",
+            Local::Shed(ShedReason::ClientLimit) => b"too many connections from this client\n",
+            Local::Shed(_) => b"service unavailable: connection limit reached\n",
             Local::Trace => {
                 b"method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n"
             }
@@ -149,7 +154,7 @@ impl Local {
     /// (name in its usual case; HTTP/2 lower-cases it).
     pub fn field(&self) -> Option<(&'static str, &[u8])> {
         match self {
-            Local::Health { ready: false } | Local::Shed => Some(("Retry-After", b"1")),
+            Local::Health { ready: false } | Local::Shed(_) => Some(("Retry-After", b"1")),
             Local::Options | Local::Trace => Some(("Allow", ALLOW)),
             Local::Redirect(location) => Some(("Location", location)),
             Local::RouteRedirect { location, .. } => Some(("Location", location)),
@@ -157,6 +162,18 @@ impl Local {
             Local::Health { ready: true } | Local::RouteRespond { .. } => None,
         }
     }
+}
+
+/// The `connection.shed` line of a connection shed at accept (rate-limited per worker).
+pub fn log_shed(w: &Worker, peer: SocketAddr, reason: ShedReason) {
+    if !w.log_limit.allow() {
+        return;
+    }
+    let why = match reason {
+        ShedReason::ClientLimit => "the client is at max_connections_per_client",
+        _ => "at max_connections with nothing evictable",
+    };
+    tracing::warn!(event = "connection.shed", worker = w.id, peer = %peer, reason = reason.as_str(), "{why}");
 }
 
 /// What phase 1 needs to know of a request.
@@ -173,8 +190,8 @@ pub struct Probe<'a> {
     pub info: &'a RequestInfo,
     /// The connection came over TLS.
     pub https: bool,
-    /// The connection was accepted over capacity (only an HTTP/2 connection gets this far).
-    pub shed: bool,
+    /// The connection was shed at accept, and why (only an HTTP/2 connection gets this far).
+    pub shed: Option<ShedReason>,
 }
 
 /// Whether `p` is answered locally, and how (DESIGN.md "Request pipeline and traffic rules", phase 1).
@@ -188,8 +205,8 @@ pub fn local_answer(
             ready: w.shared.ready(),
         });
     }
-    if p.shed {
-        return Some(Local::Shed);
+    if let Some(reason) = p.shed {
+        return Some(Local::Shed(reason));
     }
     if p.info.max_forwards == Some(0) {
         return Some(match p.method {

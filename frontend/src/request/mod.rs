@@ -61,8 +61,8 @@ pub struct Incoming<'b> {
     pub peer: SocketAddr,
     /// The connection came over TLS.
     pub https: bool,
-    /// An HTTP/2 connection accepted over capacity: its stream is shed unless it is a health probe.
-    pub shed: bool,
+    /// An HTTP/2 connection shed at accept (and why): its stream is shed unless it is a health probe.
+    pub shed: Option<edge_core::metrics::ShedReason>,
     /// The client connection closes after this response (HTTP/1.1: asked for, draining, or
     /// `max_requests_per_connection`).
     pub close: bool,

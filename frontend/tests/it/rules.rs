@@ -388,3 +388,78 @@ both_drivers!(
         );
     }
 );
+
+both_drivers!(
+    connections_over_max_connections_per_client_get_429_across_workers,
+    |d: Driver| {
+        let origin = Origin::fixed(b"ok");
+        let cfg = Cfg::new(d, origin.addr)
+            .workers(2)
+            .server("h2c", true)
+            .limit("max_connections_per_client", 2);
+        let edge = Edge::start(&cfg);
+        // Two connections (on either worker), each proven served: both counted.
+        let mut open: Vec<Client> = (0..2).map(|_| Client::connect(edge.addr)).collect();
+        for c in &mut open {
+            assert_eq!(get(c, "/", "").0, 200);
+        }
+        // A third from the same address: 429, Retry-After: 1, then closed.
+        let mut third = Client::connect(edge.addr);
+        let (status, retry, body) = get(&mut third, "/", "");
+        assert_eq!(
+            (status, retry.as_deref(), body.as_str()),
+            (429, Some("1"), "too many connections from this client\n")
+        );
+        assert!(third.closed_by_peer(), "the shed connection closes");
+        // Health probes are exempt; another client address is not limited.
+        assert_eq!(get(&mut Client::connect(edge.addr), "/_health", "").0, 200);
+        let other: IpAddr = "127.0.0.2".parse().unwrap();
+        assert_eq!(
+            get(&mut Client::connect_from(edge.addr, other), "/", "").0,
+            200
+        );
+        // An h2 connection is one connection, whatever its streams: with one HTTP/1.1 connection closed,
+        // it fits, and all its streams pass; a second h2 connection gets a 429 stream.
+        drop(open.pop());
+        let authority = edge.addr.to_string();
+        let fits = crate::harness::wait_until(Duration::from_secs(5), || {
+            block_on(async {
+                let c = h2_connect(edge.addr).await;
+                let mut all = Vec::new();
+                for _ in 0..5 {
+                    all.push(
+                        h2_request(&c, "GET", "/", &authority, &[], b"")
+                            .await
+                            .map(|r| r.status),
+                    );
+                }
+                if !all.iter().all(|s| matches!(s, Ok(200))) {
+                    return false; // shed: the closed connection was not uncounted yet
+                }
+                // With this one open, the client is at its limit again: a second h2 connection's stream
+                // gets 429.
+                let second = h2_connect(edge.addr).await;
+                let r = h2_request(&second, "GET", "/", &authority, &[], b"")
+                    .await
+                    .unwrap();
+                assert_eq!(r.status, 429);
+                assert_eq!(r.headers.get("retry-after").unwrap(), "1");
+                true
+            })
+        });
+        assert!(
+            fits,
+            "an h2 connection fits once a connection closed, and its 5 streams pass"
+        );
+        let shed = edge.wait_metric_where(
+            "edge_connections_shed_total",
+            &["reason=\"client_limit\""],
+            Duration::from_secs(5),
+            |v| v >= 2.0,
+        );
+        assert!(
+            shed >= 2.0,
+            "the HTTP/1.1 and the h2 connection shed: {shed}"
+        );
+    }
+);

@@ -19,7 +19,7 @@ use edge_core::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
-    metrics::{InvalidReason, Protocol},
+    metrics::{InvalidReason, Protocol, ShedReason},
     slot::{self, Held},
 };
 use monoio::time::Instant;
@@ -90,9 +90,11 @@ enum Step {
 pub struct Accepted {
     /// The client's address: the peer's, or the PROXY header's source.
     pub peer: SocketAddr,
-    /// Accepted over `max_connections`: only the first head is read (under 1 s): a health probe is
-    /// answered, anything else gets 503 (DESIGN.md "Capacity").
-    pub over_capacity: bool,
+    /// Shed (DESIGN.md "Capacity"; `max_connections_per_client`): only the first head is read (under
+    /// 1 s): a health probe is answered, anything else gets 503 (`limit`) or 429 (`client_limit`).
+    /// A plain connection's client limit is decided here, once the PROXY header told the client; a
+    /// TLS connection's before its session was chosen ([`crate::accept::tls`]).
+    pub shed: Option<ShedReason>,
     /// It came over TLS (the handshake is done): `X-Forwarded-Proto: https`.
     pub https: bool,
     /// The PROXY protocol header, when one is expected, was already read (before the TLS handshake).
@@ -104,7 +106,7 @@ impl Accepted {
     pub fn plain(peer: SocketAddr, over_capacity: bool) -> Self {
         Accepted {
             peer,
-            over_capacity,
+            shed: over_capacity.then_some(ShedReason::Limit),
             https: false,
             proxy_header_read: false,
         }
@@ -126,10 +128,11 @@ pub fn serve<T: Transport>(
 ) -> impl std::future::Future<Output = ()> {
     let Accepted {
         peer,
-        over_capacity,
+        shed,
         https,
         proxy_header_read,
     } = accepted;
+    let over_capacity = shed.is_some();
     let mut c = Conn {
         stream,
         peer,
@@ -172,18 +175,33 @@ pub fn serve<T: Transport>(
                 crate::accept::proxy_protocol::Start::Close => return,
             }
         }
-        if over_capacity {
+        // The client is known: count it against `max_connections_per_client` (a TLS connection was
+        // counted before its handshake's session was chosen). Held to the connection's end.
+        // A connection over it is answered in the protocol it speaks: after the h2c sniff.
+        let mut _client = None;
+        let mut client_shed = None;
+        if shed.is_none() && !https {
+            match crate::accept::clients::enter(&w, c.peer) {
+                Ok(slot) => _client = slot,
+                Err(()) => client_shed = Some(ShedReason::ClientLimit),
+            }
+        }
+        if let Some(reason) = shed {
             // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its
             // peak number of slots in the worker's pool until the next trim. (One allocation per
             // connection shed.)
-            return Box::pin(local::shed(&w, c)).await;
+            return Box::pin(local::shed(&w, c, reason)).await;
         }
         let mut held = Held(None);
         if h2c && !slot::run_in(&mut held.0, super::sniff::stays_http1(&w, &mut c)).await {
             held.release();
             // Boxed (one allocation per HTTP/2 connection): inline, the h2 connection's state would
             // make every plain connection's future larger.
-            return Box::pin(super::sniff::serve_h2(w, c)).await;
+            return Box::pin(super::sniff::serve_h2(w, c, client_shed)).await;
+        }
+        if let Some(reason) = client_shed {
+            held.release();
+            return Box::pin(local::shed(&w, c, reason)).await;
         }
         loop {
             let mut woke = None;
@@ -379,7 +397,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         info,
         peer: c.peer,
         https: c.https,
-        shed: false,
+        shed: None,
         close,
         started,
     };

@@ -92,9 +92,11 @@ async fn answer_locally<T: Transport>(
     }
 }
 
-/// A connection accepted with nothing evictable at `max_connections` (DESIGN.md "Capacity"): its first
-/// head is read under 1 s; a health probe is answered normally, anything else gets 503 + Retry-After.
-pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
+/// A connection shed at accept (`reason`): at `max_connections` with nothing evictable (DESIGN.md
+/// "Capacity", `limit`), or its client at `max_connections_per_client` (`client_limit`). Its first head
+/// is read under 1 s; a health probe is answered normally, anything else gets 503 (429 for
+/// `client_limit`) + Retry-After: 1, then the connection closes.
+pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedReason) {
     let started = Instant::now();
     let deadline = started + SHED_HEAD_DEADLINE;
     let live = w.live();
@@ -124,19 +126,11 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
             return crate::server::h1::linger::linger_close(c.stream).await;
         }
     }
-    w.metrics.connection_shed(ShedReason::Limit).increment(1);
-    if w.log_limit.allow() {
-        tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
-    }
+    w.metrics.connection_shed(reason).increment(1);
+    crate::request::local::log_shed(w, c.peer, reason);
+    let shed = Local::Shed(reason);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::simple(
-        &mut out.0,
-        503,
-        "service unavailable: connection limit reached\n",
-        true,
-        true,
-        false,
-    );
+    crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false);
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;
