@@ -7,7 +7,7 @@ use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 
 use monoio::time::Instant;
 
-use edge_core::config::ResolvedUpstream;
+use edge_core::{config::ResolvedUpstream, metrics::EndpointMetrics};
 
 use crate::{
     connect::{connect, TlsTarget},
@@ -35,6 +35,10 @@ pub struct Endpoint {
     pub health: Rc<crate::eject::Health>,
     /// How to open TLS to it, for a `tls = true` upstream.
     pub tls: Option<crate::connect::TlsTarget>,
+    /// Its attempts on this worker by response class
+    /// (`edge_upstream_endpoint_requests_total{worker,upstream,endpoint,status_class}`), registered when
+    /// the endpoint set is built.
+    pub metrics: EndpointMetrics,
 }
 
 /// One upstream, per worker.
@@ -119,6 +123,10 @@ impl Upstream {
                 handshakes: counters.tls_handshakes.clone(),
             })
         };
+        let endpoint_metrics = |addr: SocketAddr| match counters.register {
+            true => EndpointMetrics::register(worker, &r.config.name, &addr.to_string()),
+            false => EndpointMetrics::noop(),
+        };
         let up = Upstream {
             config: r.config.clone(),
             endpoints: r
@@ -132,6 +140,7 @@ impl Upstream {
                         slots: e.slots.clone(),
                         health: e.health.clone(),
                         tls: target(r.spec),
+                        metrics: endpoint_metrics(r.addr),
                     },
                     None => Endpoint {
                         addr: r.addr,
@@ -140,6 +149,7 @@ impl Upstream {
                         slots: Default::default(),
                         health: Default::default(),
                         tls: target(r.spec),
+                        metrics: endpoint_metrics(r.addr),
                     },
                 })
                 .collect(),
@@ -204,13 +214,27 @@ impl Upstream {
         })
     }
 
-    /// Connects to endpoint `i`, recording the outcome for passive ejection.
+    /// Connects to endpoint `i`, recording the outcome for passive ejection; a failed connect is an
+    /// attempt without a response (`status_class="error"`).
+    ///
+    /// # Errors
+    /// As [`connect`], on this endpoint ([`UpstreamError::endpoint`]).
     async fn connect(&self, i: usize) -> Result<crate::connect::UpstreamStream, UpstreamError> {
         let ep = &self.endpoints[i];
-        let res = connect(ep.addr, self.config.connect_timeout.0, ep.tls.as_ref()).await;
+        let res = connect(
+            &self.config.name,
+            ep.addr,
+            self.config.connect_timeout.0,
+            ep.tls.as_ref(),
+        )
+        .await
+        .map_err(|e| e.at(ep.addr));
         let transition = match &res {
             Ok(_) => ep.health.succeeded(),
-            Err(_) => ep.health.failed(Instant::now()),
+            Err(_) => {
+                ep.metrics.failed();
+                ep.health.failed(Instant::now())
+            }
         };
         match transition {
             Transition::Ejected(d) => {
@@ -268,7 +292,7 @@ impl Upstream {
                 // One retry, on another endpoint.
                 drop(permit);
                 let second = self.pick(Some(first));
-                tracing::debug!(event = "upstream.connect_retry", endpoint = %self.endpoints[first].addr, error = %e.kind);
+                tracing::debug!(event = "upstream.connect_retry", worker = self.worker, upstream = %self.config.name, endpoint = %self.endpoints[first].addr, error = %e.kind);
                 let permit = self.permit(second).await?;
                 let s = self.connect(second).await.map_err(|_| e)?;
                 let mut conn = UpstreamConn::new(s, second);
@@ -289,7 +313,10 @@ impl Upstream {
             slots.acquire(self.config.max_active),
         )
         .await
-        .map_err(|_| UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout))
+        .map_err(|_| {
+            UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout)
+                .at(self.endpoints[i].addr)
+        })
     }
 
     /// Returns a connection after a complete, well-framed response (an HTTP/1.1 session's

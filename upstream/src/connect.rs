@@ -24,13 +24,14 @@ pub struct TlsTarget {
     pub handshakes: Arc<[metrics::Counter; 4]>,
 }
 
-/// Connects to `addr` within `timeout`, with TCP_NODELAY set, and with `tls` runs the TLS handshake
-/// inside the same deadline.
+/// Connects to `addr` (an endpoint of `upstream`, named in log lines) within `timeout`, with
+/// TCP_NODELAY set, and with `tls` runs the TLS handshake inside the same deadline.
 ///
 /// # Errors
 /// `Refused` (also for other immediate connect failures, e.g. unreachable), `ConnectTimeout`, or `Tls`
 /// (the reason is logged here, rate-limited); all are retry-safe (no request byte was sent).
 pub async fn connect(
+    upstream: &str,
     addr: SocketAddr,
     timeout: Duration,
     tls: Option<&TlsTarget>,
@@ -43,11 +44,8 @@ pub async fn connect(
     let count = |r: TlsResult| target.handshakes[r as usize].increment(1);
     let failed = |reason: &dyn std::fmt::Display| {
         count(TlsResult::Failed);
-        log_tls_failure(addr, reason);
-        Err(UpstreamError {
-            kind: UpstreamErrorKind::Tls,
-            retry_safe: true,
-        })
+        log_tls_failure(upstream, addr, reason);
+        Err(UpstreamError::retry_safe(UpstreamErrorKind::Tls))
     };
     let conn = match ClientConnection::new(target.config.clone(), target.server_name.clone()) {
         Ok(c) => c,
@@ -61,10 +59,7 @@ pub async fn connect(
         Ok(Err((e, _))) => failed(&e),
         Err(_) => {
             count(TlsResult::Timeout);
-            Err(UpstreamError {
-                kind: UpstreamErrorKind::ConnectTimeout,
-                retry_safe: true,
-            })
+            Err(UpstreamError::retry_safe(UpstreamErrorKind::ConnectTimeout))
         }
     }
 }
@@ -76,7 +71,7 @@ thread_local! {
 
 /// `upstream.tls_failed` with the reason, at most 5 lines a second per worker (the request's own
 /// `upstream.error` line carries `kind="tls"`).
-fn log_tls_failure(addr: SocketAddr, reason: &dyn std::fmt::Display) {
+fn log_tls_failure(upstream: &str, addr: SocketAddr, reason: &dyn std::fmt::Display) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -84,7 +79,7 @@ fn log_tls_failure(addr: SocketAddr, reason: &dyn std::fmt::Display) {
         let (sec, n, suppressed) = c.get();
         let (n, suppressed) = if sec == now { (n, suppressed) } else { (0, suppressed) };
         if n < 5 {
-            tracing::warn!(event = "upstream.tls_failed", endpoint = %addr, reason = %reason, suppressed, "upstream TLS handshake failed");
+            tracing::warn!(event = "upstream.tls_failed", upstream, endpoint = %addr, reason = %reason, suppressed, "upstream TLS handshake failed");
             c.set((now, n + 1, 0));
         } else {
             c.set((now, n, suppressed + 1));
@@ -99,14 +94,8 @@ async fn tcp_connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, U
             let _ = s.set_nodelay(true);
             Ok(s)
         }
-        Ok(Err(e)) => Err(UpstreamError {
-            kind: classify(&e),
-            retry_safe: true,
-        }),
-        Err(_) => Err(UpstreamError {
-            kind: UpstreamErrorKind::ConnectTimeout,
-            retry_safe: true,
-        }),
+        Ok(Err(e)) => Err(UpstreamError::retry_safe(classify(&e))),
+        Err(_) => Err(UpstreamError::retry_safe(UpstreamErrorKind::ConnectTimeout)),
     }
 }
 

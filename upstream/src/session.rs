@@ -128,6 +128,11 @@ pub trait UpstreamSession: Sized {
     /// The endpoint's address, for log lines.
     fn endpoint(&self) -> SocketAddr;
 
+    /// The endpoint's counters on this worker
+    /// (`edge_upstream_endpoint_requests_total{worker,upstream,endpoint,status_class}`), for the
+    /// orchestrator to count the attempt's outcome.
+    fn endpoint_metrics(&self) -> &edge_core::metrics::EndpointMetrics;
+
     /// The response bytes received and not yet consumed, in HTTP/1.1 syntax ([`crate::received`]): the
     /// heads, then the body in the framing the final head declares.
     fn received(&self) -> &RecvBuf;

@@ -149,6 +149,7 @@ async fn probe_loop(checker: Rc<Checker>, slot: Rc<Slot>) {
         let settings = slot.settings.borrow().clone();
         let started = Instant::now();
         let verdict = probe::probe(
+            &slot.upstream,
             slot.addr,
             settings.request.clone(),
             &settings.check,

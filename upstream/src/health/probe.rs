@@ -40,12 +40,13 @@ pub fn request(check: &HealthCheck, host: &str) -> Vec<u8> {
 /// # Cancel safety
 /// Dropping the future drops the connection; nothing outlives it.
 pub async fn probe(
+    upstream: &str,
     addr: SocketAddr,
     request: Vec<u8>,
     check: &HealthCheck,
     tls: Option<&TlsTarget>,
 ) -> Verdict {
-    let exchange = exchange(addr, request, check.timeout.0, tls);
+    let exchange = exchange(upstream, addr, request, check.timeout.0, tls);
     match edge_core::clock::timeout(check.timeout.0, exchange).await {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(f)) => Err(f),
@@ -56,12 +57,13 @@ pub async fn probe(
 
 /// Connect (with TLS for a `tls = true` upstream), write, read the head; the response status.
 async fn exchange(
+    upstream: &str,
     addr: SocketAddr,
     request: Vec<u8>,
     timeout: std::time::Duration,
     tls: Option<&TlsTarget>,
 ) -> Result<u16, Failure> {
-    let mut conn = connect(addr, timeout, tls)
+    let mut conn = connect(upstream, addr, timeout, tls)
         .await
         .map_err(|e| match e.kind {
             UpstreamErrorKind::ConnectTimeout => Failure::Timeout,
