@@ -53,6 +53,9 @@ pub struct Upstream {
     pub(crate) worker: usize,
     /// Active health checks as this worker reads them ([`Upstream::with_checks`]).
     pub(crate) checks: crate::health::Checks,
+    /// Where this worker publishes each endpoint's numbers for the admin API, in endpoint order
+    /// ([`Upstream::with_board`]); empty when not published.
+    pub(crate) boards: Vec<Arc<edge_core::runtime::board::EndpointBoard>>,
 }
 
 /// The settings a pooled connection was opened with, besides its address.
@@ -160,6 +163,7 @@ impl Upstream {
             },
             worker,
             checks: Default::default(),
+            boards: Vec::new(),
         };
         up.stagger();
         up
