@@ -16,7 +16,7 @@ use crate::{
     h1::H1Exchange,
     policy::{Picker, Rng},
     pool::{Pool, Reuse, UpstreamConn},
-    session::Opened,
+    session::{ClientConn, Opened},
 };
 
 /// One endpoint of an upstream.
@@ -219,19 +219,45 @@ impl Upstream {
     }
 
     /// Connects to endpoint `i`, recording the outcome for passive ejection; a failed connect is an
-    /// attempt without a response (`status_class="error"`).
+    /// attempt without a response (`status_class="error"`). With `send_proxy_protocol`, the connection
+    /// starts with the PROXY header of `proxied`.
     ///
     /// # Errors
     /// As [`connect`], on this endpoint ([`UpstreamError::endpoint`]).
-    async fn connect(&self, i: usize) -> Result<crate::connect::UpstreamStream, UpstreamError> {
+    async fn connect(
+        &self,
+        i: usize,
+        proxied: Option<ClientConn>,
+    ) -> Result<UpstreamConn, UpstreamError> {
         let ep = &self.endpoints[i];
+        let header = self
+            .config
+            .send_proxy_protocol
+            .version()
+            .zip(proxied)
+            .map(|(version, c)| {
+                let mut h = Vec::with_capacity(edge_core::proxy_protocol::encode::MAX_LEN);
+                edge_core::proxy_protocol::encode::proxied(
+                    version,
+                    c.source,
+                    c.destination,
+                    &mut h,
+                );
+                h
+            });
         let res = connect(
             &self.config.name,
             ep.addr,
             self.config.connect_timeout.0,
             ep.tls.as_ref(),
+            header,
         )
         .await
+        .map(|s| {
+            let mut conn = UpstreamConn::new(s, i);
+            conn.proxied = proxied;
+            conn
+        })
         .map_err(|e| e.at(ep.addr));
         let transition = match &res {
             Ok(_) => ep.health.succeeded(),
@@ -266,6 +292,7 @@ impl Upstream {
     pub(crate) async fn checkout(
         &self,
         reuse: Reuse,
+        client: ClientConn,
     ) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
         let opened = |conn, retried| Opened {
             session: H1Exchange::new(self, conn),
@@ -277,17 +304,19 @@ impl Upstream {
                 crate::error::UpstreamErrorKind::NoEndpoint,
             ));
         }
+        // With `send_proxy_protocol` a connection is labelled with the client connection its header
+        // described, and only reused for it.
+        let proxied = self.config.send_proxy_protocol.version().map(|_| client);
         let first = self.pick(None);
         let permit = self.permit(first).await?;
-        if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {
+        if let Some(mut conn) = self.endpoints[first].pool.take(reuse, proxied) {
             conn.permit = permit;
             // A pool kept across a reload may hold connections checked in under the old endpoint list.
             conn.endpoint = first;
             return Ok(opened(conn, false));
         }
-        match self.connect(first).await {
-            Ok(s) => {
-                let mut conn = UpstreamConn::new(s, first);
+        match self.connect(first, proxied).await {
+            Ok(mut conn) => {
                 conn.permit = permit;
                 Ok(opened(conn, false))
             }
@@ -298,8 +327,7 @@ impl Upstream {
                 let second = self.pick(Some(first));
                 tracing::debug!(event = "upstream.connect_retry", worker = self.worker, upstream = %self.config.name, endpoint = %self.endpoints[first].addr, error = %e.kind);
                 let permit = self.permit(second).await?;
-                let s = self.connect(second).await.map_err(|_| e)?;
-                let mut conn = UpstreamConn::new(s, second);
+                let mut conn = self.connect(second, proxied).await.map_err(|_| e)?;
                 conn.permit = permit;
                 Ok(opened(conn, true))
             }

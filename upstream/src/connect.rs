@@ -1,12 +1,13 @@
 //! Opening an upstream connection under `connect_timeout` (started when the connect is issued, stopped
 //! when the connection is usable: for a `tls = true` upstream, when the TLS handshake is done): refused
 //! is 502, expiry is 504, a failed TLS handshake or certificate verification is 502 `kind="tls"`
-//! (DESIGN.md "Status codes", "TLS").
+//! (DESIGN.md "Status codes", "TLS"). With `send_proxy_protocol` the PROXY header is the first thing
+//! written, before the TLS handshake, within the same deadline.
 
 use std::{cell::Cell, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use edge_core::{io::tls::Tls, metrics::TlsResult};
-use monoio::{net::TcpStream, time::Instant};
+use monoio::{io::AsyncWriteRentExt, net::TcpStream, time::Instant};
 use rustls::{pki_types::ServerName, ClientConnection};
 
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -25,7 +26,8 @@ pub struct TlsTarget {
 }
 
 /// Connects to `addr` (an endpoint of `upstream`, named in log lines) within `timeout`, with
-/// TCP_NODELAY set, and with `tls` runs the TLS handshake inside the same deadline.
+/// TCP_NODELAY set, writes `proxy_header` (a PROXY protocol header, [`edge_core::proxy_protocol::encode`])
+/// when there is one, and with `tls` runs the TLS handshake inside the same deadline.
 ///
 /// # Errors
 /// `Refused` (also for other immediate connect failures, e.g. unreachable), `ConnectTimeout`, or `Tls`
@@ -35,9 +37,18 @@ pub async fn connect(
     addr: SocketAddr,
     timeout: Duration,
     tls: Option<&TlsTarget>,
+    proxy_header: Option<Vec<u8>>,
 ) -> Result<UpstreamStream, UpstreamError> {
     let deadline = Instant::now() + timeout;
-    let tcp = tcp_connect(addr, timeout).await?;
+    let mut tcp = tcp_connect(addr, timeout).await?;
+    if let Some(header) = proxy_header {
+        // Nothing of a request was sent yet: a failure here is as retry-safe as a refused connect.
+        match edge_core::clock::timeout_at(deadline, tcp.write_all(header)).await {
+            Ok((Ok(_), _)) => {}
+            Ok((Err(_), _)) => return Err(UpstreamError::retry_safe(UpstreamErrorKind::Reset)),
+            Err(_) => return Err(UpstreamError::retry_safe(UpstreamErrorKind::ConnectTimeout)),
+        }
+    }
     let Some(target) = tls else {
         return Ok(UpstreamStream::Plain(tcp));
     };

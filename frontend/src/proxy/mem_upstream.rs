@@ -102,7 +102,11 @@ impl Open for MemUpstream {
     type Tunnel = MemTunnel;
     type Session<'a> = MemExchange<'a>;
 
-    async fn open(&self, reuse: Reuse) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
+    async fn open(
+        &self,
+        reuse: Reuse,
+        _client: edge_upstream::session::ClientConn,
+    ) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
         self.record(format!("open {reuse:?}"));
         let script = self.scripts.borrow_mut().pop_front();
         let script = script.ok_or(UpstreamError::new(UpstreamErrorKind::Refused))?;

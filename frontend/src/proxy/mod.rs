@@ -188,7 +188,7 @@ async fn exchange<S: Session, O: Open>(
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
         };
-        let opened = match open.open(reuse).await {
+        let opened = match open.open(reuse, client_conn(req)).await {
             Ok(opened) => opened,
             Err(e) => return failed(Failure::Upstream(e), sent_whole),
         };
@@ -384,6 +384,21 @@ async fn response_head<S: Session, E: UpstreamSession>(
                 return Err(Stop::End(failed(Failure::Upstream(e), !early)));
             }
         }
+    }
+}
+
+/// The request's client connection as an upstream PROXY protocol header describes it: the client
+/// address edge uses and the address it reached edge on (the unspecified address of the client's
+/// family when that was not looked up: a connection accepted before a reload turned
+/// `send_proxy_protocol` on).
+fn client_conn(req: &Admitted<'_>) -> edge_upstream::session::ClientConn {
+    let unspecified = match req.peer {
+        std::net::SocketAddr::V4(_) => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+        std::net::SocketAddr::V6(_) => std::net::SocketAddr::from(([0u16; 8], 0)),
+    };
+    edge_upstream::session::ClientConn {
+        source: req.peer,
+        destination: req.local.unwrap_or(unspecified),
     }
 }
 

@@ -43,6 +43,7 @@ mod lifecycle;
 mod limits;
 mod proxy;
 mod proxy_protocol;
+mod proxy_protocol_upstream;
 mod reload;
 mod routing;
 mod slow_readers;
