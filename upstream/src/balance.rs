@@ -130,6 +130,7 @@ impl Upstream {
             true => EndpointMetrics::register(worker, &r.config.name, &addr.to_string()),
             false => EndpointMetrics::noop(),
         };
+        let name: &str = &r.config.name;
         let up = Upstream {
             config: r.config.clone(),
             endpoints: r
@@ -148,7 +149,7 @@ impl Upstream {
                     None => Endpoint {
                         addr: r.addr,
                         weight: r.weight,
-                        pool: Default::default(),
+                        pool: Rc::new(crate::pool::Pool::for_endpoint(name, r.addr)),
                         slots: Default::default(),
                         health: Default::default(),
                         tls: target(r.spec),

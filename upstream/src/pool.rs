@@ -186,9 +186,30 @@ pub enum Reuse {
 #[derive(Default)]
 pub struct Pool {
     idle: RefCell<Vec<UpstreamConn>>,
+    /// The upstream's name and the endpoint's address, for the pool's own log lines (empty and `None`
+    /// for a pool made by [`Default`], in tests).
+    upstream: Rc<str>,
+    endpoint: Option<std::net::SocketAddr>,
 }
 
 impl Pool {
+    /// An empty pool of endpoint `endpoint` of `upstream` (named in its log lines).
+    pub fn for_endpoint(upstream: &str, endpoint: std::net::SocketAddr) -> Self {
+        Pool {
+            idle: RefCell::default(),
+            upstream: upstream.into(),
+            endpoint: Some(endpoint),
+        }
+    }
+
+    /// (upstream, endpoint) for the `upstream` and `endpoint` fields of the pool's log lines.
+    pub(crate) fn names(&self) -> (&str, String) {
+        let endpoint = self
+            .endpoint
+            .map_or_else(|| "-".to_string(), |a| a.to_string());
+        (&self.upstream, endpoint)
+    }
+
     /// Takes the most recently returned connection that is still within its lifetime and quiet: it gets
     /// a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]) unless `reuse` is [`Reuse::RetrySafe`] and
     /// it is watched or came back within the last clock tick. Only a connection opened for `proxied`
