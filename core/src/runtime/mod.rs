@@ -3,6 +3,7 @@
 //! process-wide [`Shared`] state (drain flag, heartbeats, connection count), and the supervisor that
 //! restarts a worker thread that dies, on the same CPU with the same listener.
 
+pub mod board;
 pub mod cpus;
 pub mod health;
 pub mod listen;
@@ -156,6 +157,10 @@ pub struct Shared {
     pub health: health::ActiveHealth,
     /// The port the TLS listener is bound to (0 without one): where `redirect_plain` sends clients.
     pub tls_port: AtomicU16,
+    /// Per-worker endpoint numbers for the admin API, written at each worker's heartbeat.
+    pub board: board::UpstreamBoard,
+    /// The last resolution of each endpoint name, for the admin API.
+    pub resolutions: board::Resolutions,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -184,6 +189,8 @@ impl Shared {
             config: Published::new(config),
             health: Default::default(),
             tls_port: AtomicU16::new(0),
+            board: board::UpstreamBoard::new(workers),
+            resolutions: Default::default(),
         }
     }
 

@@ -53,6 +53,7 @@ pub fn serve(
     w: Rc<Worker>,
     stream: Plain,
     peer: SocketAddr,
+    local: Option<SocketAddr>,
     over_capacity: bool,
 ) -> impl std::future::Future<Output = ()> {
     // An async block: an `async fn` would keep its arguments beside the locals they move into.
@@ -72,6 +73,7 @@ pub fn serve(
         if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
             let from = crate::server::h2::Origin {
                 peer,
+                local,
                 https: true,
                 shed: over_capacity,
             };
@@ -80,6 +82,7 @@ pub fn serve(
         }
         let accepted = Accepted {
             peer,
+            local,
             over_capacity,
             https: true,
             proxy_header_read,

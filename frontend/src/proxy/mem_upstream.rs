@@ -102,7 +102,11 @@ impl Open for MemUpstream {
     type Tunnel = MemTunnel;
     type Session<'a> = MemExchange<'a>;
 
-    async fn open(&self, reuse: Reuse) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
+    async fn open(
+        &self,
+        reuse: Reuse,
+        _client: edge_upstream::session::ClientConn,
+    ) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
         self.record(format!("open {reuse:?}"));
         let script = self.scripts.borrow_mut().pop_front();
         let script = script.ok_or(UpstreamError::new(UpstreamErrorKind::Refused))?;
@@ -112,6 +116,7 @@ impl Open for MemUpstream {
                 replies: script.replies.iter().copied().collect(),
                 script,
                 buf: RecvBuf::new(),
+                endpoint_metrics: edge_core::metrics::EndpointMetrics::noop(),
             },
             retried: false,
         })
@@ -124,6 +129,7 @@ pub(super) struct MemExchange<'a> {
     script: Script,
     replies: VecDeque<Reply>,
     buf: RecvBuf,
+    endpoint_metrics: edge_core::metrics::EndpointMetrics,
 }
 
 impl MemExchange<'_> {
@@ -131,8 +137,8 @@ impl MemExchange<'_> {
     /// close or reset as an error (retry-safe while no response byte arrived, `received_before`).
     async fn next(&mut self, received_before: bool) -> Result<bool, UpstreamError> {
         let failed = |kind| UpstreamError {
-            kind,
             retry_safe: !received_before,
+            ..UpstreamError::new(kind)
         };
         match self.replies.pop_front().unwrap_or(Reply::Close) {
             Reply::Bytes(b) => {
@@ -159,6 +165,10 @@ impl UpstreamSession for MemExchange<'_> {
         SocketAddr::from(([127, 0, 0, 1], 1))
     }
 
+    fn endpoint_metrics(&self) -> &edge_core::metrics::EndpointMetrics {
+        &self.endpoint_metrics
+    }
+
     fn received(&self) -> &RecvBuf {
         &self.buf
     }
@@ -172,8 +182,8 @@ impl UpstreamSession for MemExchange<'_> {
         self.up.record(format!("head {text}"));
         match self.script.head_fails {
             Some(kind) => Err(UpstreamError {
-                kind,
                 retry_safe: kind != UpstreamErrorKind::WriteTimeout,
+                ..UpstreamError::new(kind)
             }),
             None => Ok(()),
         }

@@ -56,6 +56,8 @@ pub(super) enum Next {
 pub(super) struct Conn<T: Transport> {
     pub(super) stream: T,
     pub(super) peer: SocketAddr,
+    /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub(super) local: Option<SocketAddr>,
     pub(super) rb: RecvBuf,
     pub(super) fields: Fields,
     served: u64,
@@ -90,6 +92,8 @@ enum Step {
 pub struct Accepted {
     /// The client's address: the peer's, or the PROXY header's source.
     pub peer: SocketAddr,
+    /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub local: Option<SocketAddr>,
     /// Accepted over `max_connections`: only the first head is read (under 1 s): a health probe is
     /// answered, anything else gets 503 (DESIGN.md "Capacity").
     pub over_capacity: bool,
@@ -101,9 +105,10 @@ pub struct Accepted {
 
 impl Accepted {
     /// A plain connection as accepted, nothing read yet.
-    pub fn plain(peer: SocketAddr, over_capacity: bool) -> Self {
+    pub fn plain(peer: SocketAddr, local: Option<SocketAddr>, over_capacity: bool) -> Self {
         Accepted {
             peer,
+            local,
             over_capacity,
             https: false,
             proxy_header_read: false,
@@ -126,6 +131,7 @@ pub fn serve<T: Transport>(
 ) -> impl std::future::Future<Output = ()> {
     let Accepted {
         peer,
+        local,
         over_capacity,
         https,
         proxy_header_read,
@@ -133,6 +139,7 @@ pub fn serve<T: Transport>(
     let mut c = Conn {
         stream,
         peer,
+        local,
         rb: RecvBuf::new(),
         fields: Fields::new(),
         served: 0,
@@ -378,6 +385,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         fields: &c.fields,
         info,
         peer: c.peer,
+        local: c.local,
         https: c.https,
         shed: false,
         close,

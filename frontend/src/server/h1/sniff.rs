@@ -38,6 +38,7 @@ pub(super) async fn serve_h2<T: Transport>(w: Rc<Worker>, mut c: Conn<T>) {
     }
     let from = crate::server::h2::Origin {
         peer: c.peer,
+        local: c.local,
         https: c.https,
         shed: false,
     };
