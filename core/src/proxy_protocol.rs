@@ -5,6 +5,8 @@
 //! short reason, and an input that is already wrong is refused as soon as the wrong byte is seen, with the
 //! same error the whole input gets (the checks run in byte order). Lengths use checked arithmetic.
 //!
+//! The outbound header edge sends to upstreams is written by [`encode`].
+//!
 //! Depends on `std` alone: the fuzz crate (core/fuzz) compiles this file on its own.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -347,6 +349,9 @@ fn check_tlvs(mut tlvs: &[u8]) -> Result<(), ProxyError> {
     }
     Ok(())
 }
+
+#[path = "proxy_protocol/encode.rs"] // as for the tests below
+pub mod encode;
 
 #[cfg(test)]
 #[path = "proxy_protocol/tests.rs"] // the same file when core/fuzz compiles this one by path

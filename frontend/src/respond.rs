@@ -5,6 +5,8 @@
 //! it. How each protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
 //! session's `answer`).
 
+use std::{fmt, net::SocketAddr};
+
 use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
 
@@ -31,13 +33,15 @@ pub fn record_truncation(w: &Worker, log: &RequestLog<'_>, status: u16, cause: &
 }
 
 /// The upstream failed after the response head went out: counted by its kind as before the head
-/// ([`UpstreamErrorKind::counted`]) with its `upstream.error` line (the zombie verdict logs
-/// `upstream.zombie` where it is found); the truncation is recorded besides ([`record_truncation`]).
+/// ([`UpstreamErrorKind::counted`]) with its `upstream.error` line naming the upstream and `endpoint`
+/// (the zombie verdict logs `upstream.zombie` where it is found); the truncation is recorded besides
+/// ([`record_truncation`]).
 pub fn record_upstream_mid_body(
     w: &Worker,
     log: &RequestLog<'_>,
     status: u16,
     kind: UpstreamErrorKind,
+    endpoint: SocketAddr,
     cause: &'static str,
 ) {
     let counters = log.upstream.map(|u| u.metrics);
@@ -51,6 +55,7 @@ pub fn record_upstream_mid_body(
                 log,
                 event = "upstream.error",
                 upstream = log.upstream_name(),
+                endpoint = %endpoint,
                 status,
                 kind = label.as_str(),
                 cause
@@ -254,6 +259,7 @@ impl Failure {
                         req,
                         event = "request.shed",
                         upstream = req.upstream_name(),
+                        endpoint = %EndpointField(e.endpoint),
                         status,
                         reason = reason.as_str()
                     );
@@ -269,6 +275,7 @@ impl Failure {
                             req,
                             event = "upstream.timeout",
                             upstream = req.upstream_name(),
+                            endpoint = %EndpointField(e.endpoint),
                             status,
                             phase = p.as_str()
                         );
@@ -278,9 +285,22 @@ impl Failure {
                     if let Some(u) = req.upstream {
                         u.metrics.error(label).increment(1);
                     }
-                    crate::warn_limited!(w, req, event = "upstream.error", upstream = req.upstream_name(), status, kind = label.as_str(), error = %e.kind);
+                    crate::warn_limited!(w, req, event = "upstream.error", upstream = req.upstream_name(), endpoint = %EndpointField(e.endpoint), status, kind = label.as_str(), error = %e.kind);
                 }
             },
+        }
+    }
+}
+
+/// The `endpoint` field of an upstream log line: the address, or `-` when the failure involved no
+/// endpoint (every endpoint name still unresolved).
+struct EndpointField(Option<SocketAddr>);
+
+impl fmt::Display for EndpointField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(addr) => addr.fmt(f),
+            None => f.write_str("-"),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 
 use monoio::time::Instant;
 
-use edge_core::config::ResolvedUpstream;
+use edge_core::{config::ResolvedUpstream, metrics::EndpointMetrics};
 
 use crate::{
     connect::{connect, TlsTarget},
@@ -16,7 +16,7 @@ use crate::{
     h1::H1Exchange,
     policy::{Picker, Rng},
     pool::{Pool, Reuse, UpstreamConn},
-    session::Opened,
+    session::{ClientConn, Opened},
 };
 
 /// One endpoint of an upstream.
@@ -38,6 +38,10 @@ pub struct Endpoint {
     /// Its name for consistent hashing: a hash of its address, the same on every worker and across
     /// reloads and re-resolutions that keep the address.
     pub id: u64,
+    /// Its attempts on this worker by response class
+    /// (`edge_upstream_endpoint_requests_total{worker,upstream,endpoint,status_class}`), registered when
+    /// the endpoint set is built.
+    pub metrics: EndpointMetrics,
 }
 
 /// The consistent-hashing name of the endpoint at `addr` ([`Endpoint::id`]).
@@ -63,6 +67,9 @@ pub struct Upstream {
     pub(crate) worker: usize,
     /// Active health checks as this worker reads them ([`Upstream::with_checks`]).
     pub(crate) checks: crate::health::Checks,
+    /// Where this worker publishes each endpoint's numbers for the admin API, in endpoint order
+    /// ([`Upstream::with_board`]); empty when not published.
+    pub(crate) boards: Vec<Arc<edge_core::runtime::board::EndpointBoard>>,
 }
 
 /// The settings a pooled connection was opened with, besides its address.
@@ -133,6 +140,11 @@ impl Upstream {
                 handshakes: counters.tls_handshakes.clone(),
             })
         };
+        let endpoint_metrics = |addr: SocketAddr| match counters.register {
+            true => EndpointMetrics::register(worker, &r.config.name, &addr.to_string()),
+            false => EndpointMetrics::noop(),
+        };
+        let name: &str = &r.config.name;
         let up = Upstream {
             config: r.config.clone(),
             endpoints: r
@@ -147,15 +159,17 @@ impl Upstream {
                         health: e.health.clone(),
                         tls: target(r.spec),
                         id: endpoint_id(r.addr),
+                        metrics: endpoint_metrics(r.addr),
                     },
                     None => Endpoint {
                         addr: r.addr,
                         weight: r.weight,
-                        pool: Default::default(),
+                        pool: Rc::new(crate::pool::Pool::for_endpoint(name, r.addr)),
                         slots: Default::default(),
                         health: Default::default(),
                         tls: target(r.spec),
                         id: endpoint_id(r.addr),
+                        metrics: endpoint_metrics(r.addr),
                     },
                 })
                 .collect(),
@@ -175,6 +189,7 @@ impl Upstream {
             },
             worker,
             checks: Default::default(),
+            boards: Vec::new(),
         };
         up.stagger();
         up
@@ -229,13 +244,53 @@ impl Upstream {
         })
     }
 
-    /// Connects to endpoint `i`, recording the outcome for passive ejection.
-    async fn connect(&self, i: usize) -> Result<crate::connect::UpstreamStream, UpstreamError> {
+    /// Connects to endpoint `i`, recording the outcome for passive ejection; a failed connect is an
+    /// attempt without a response (`status_class="error"`). With `send_proxy_protocol`, the connection
+    /// starts with the PROXY header of `proxied`.
+    ///
+    /// # Errors
+    /// As [`connect`], on this endpoint ([`UpstreamError::endpoint`]).
+    async fn connect(
+        &self,
+        i: usize,
+        proxied: Option<ClientConn>,
+    ) -> Result<UpstreamConn, UpstreamError> {
         let ep = &self.endpoints[i];
-        let res = connect(ep.addr, self.config.connect_timeout.0, ep.tls.as_ref()).await;
+        let header = self
+            .config
+            .send_proxy_protocol
+            .version()
+            .zip(proxied)
+            .map(|(version, c)| {
+                let mut h = Vec::with_capacity(edge_core::proxy_protocol::encode::MAX_LEN);
+                edge_core::proxy_protocol::encode::proxied(
+                    version,
+                    c.source,
+                    c.destination,
+                    &mut h,
+                );
+                h
+            });
+        let res = connect(
+            &self.config.name,
+            ep.addr,
+            self.config.connect_timeout.0,
+            ep.tls.as_ref(),
+            header,
+        )
+        .await
+        .map(|s| {
+            let mut conn = UpstreamConn::new(s, i);
+            conn.proxied = proxied;
+            conn
+        })
+        .map_err(|e| e.at(ep.addr));
         let transition = match &res {
             Ok(_) => ep.health.succeeded(),
-            Err(_) => ep.health.failed(Instant::now()),
+            Err(_) => {
+                ep.metrics.failed();
+                ep.health.failed(Instant::now())
+            }
         };
         match transition {
             Transition::Ejected(d) => {
@@ -263,6 +318,7 @@ impl Upstream {
     pub(crate) async fn checkout(
         &self,
         reuse: Reuse,
+        client: ClientConn,
         key: Option<u64>,
     ) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
         let opened = |conn, retried| Opened {
@@ -275,17 +331,19 @@ impl Upstream {
                 crate::error::UpstreamErrorKind::NoEndpoint,
             ));
         }
+        // With `send_proxy_protocol` a connection is labelled with the client connection its header
+        // described, and only reused for it.
+        let proxied = self.config.send_proxy_protocol.version().map(|_| client);
         let first = self.pick(None, key);
         let permit = self.permit(first).await?;
-        if let Some(mut conn) = self.endpoints[first].pool.take(reuse) {
+        if let Some(mut conn) = self.endpoints[first].pool.take(reuse, proxied) {
             conn.permit = permit;
             // A pool kept across a reload may hold connections checked in under the old endpoint list.
             conn.endpoint = first;
             return Ok(opened(conn, false));
         }
-        match self.connect(first).await {
-            Ok(s) => {
-                let mut conn = UpstreamConn::new(s, first);
+        match self.connect(first, proxied).await {
+            Ok(mut conn) => {
                 conn.permit = permit;
                 Ok(opened(conn, false))
             }
@@ -294,10 +352,9 @@ impl Upstream {
                 // One retry, on another endpoint.
                 drop(permit);
                 let second = self.pick(Some(first), key);
-                tracing::debug!(event = "upstream.connect_retry", endpoint = %self.endpoints[first].addr, error = %e.kind);
+                tracing::debug!(event = "upstream.connect_retry", worker = self.worker, upstream = %self.config.name, endpoint = %self.endpoints[first].addr, error = %e.kind);
                 let permit = self.permit(second).await?;
-                let s = self.connect(second).await.map_err(|_| e)?;
-                let mut conn = UpstreamConn::new(s, second);
+                let mut conn = self.connect(second, proxied).await.map_err(|_| e)?;
                 conn.permit = permit;
                 Ok(opened(conn, true))
             }
@@ -315,7 +372,10 @@ impl Upstream {
             slots.acquire(self.config.max_active),
         )
         .await
-        .map_err(|_| UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout))
+        .map_err(|_| {
+            UpstreamError::new(crate::error::UpstreamErrorKind::QueueTimeout)
+                .at(self.endpoints[i].addr)
+        })
     }
 
     /// Returns a connection after a complete, well-framed response (an HTTP/1.1 session's

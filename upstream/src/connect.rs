@@ -1,12 +1,13 @@
 //! Opening an upstream connection under `connect_timeout` (started when the connect is issued, stopped
 //! when the connection is usable: for a `tls = true` upstream, when the TLS handshake is done): refused
 //! is 502, expiry is 504, a failed TLS handshake or certificate verification is 502 `kind="tls"`
-//! (DESIGN.md "Status codes", "TLS").
+//! (DESIGN.md "Status codes", "TLS"). With `send_proxy_protocol` the PROXY header is the first thing
+//! written, before the TLS handshake, within the same deadline.
 
 use std::{cell::Cell, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use edge_core::{io::tls::Tls, metrics::TlsResult};
-use monoio::{net::TcpStream, time::Instant};
+use monoio::{io::AsyncWriteRentExt, net::TcpStream, time::Instant};
 use rustls::{pki_types::ServerName, ClientConnection};
 
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -24,30 +25,38 @@ pub struct TlsTarget {
     pub handshakes: Arc<[metrics::Counter; 4]>,
 }
 
-/// Connects to `addr` within `timeout`, with TCP_NODELAY set, and with `tls` runs the TLS handshake
-/// inside the same deadline.
+/// Connects to `addr` (an endpoint of `upstream`, named in log lines) within `timeout`, with
+/// TCP_NODELAY set, writes `proxy_header` (a PROXY protocol header, [`edge_core::proxy_protocol::encode`])
+/// when there is one, and with `tls` runs the TLS handshake inside the same deadline.
 ///
 /// # Errors
 /// `Refused` (also for other immediate connect failures, e.g. unreachable), `ConnectTimeout`, or `Tls`
 /// (the reason is logged here, rate-limited); all are retry-safe (no request byte was sent).
 pub async fn connect(
+    upstream: &str,
     addr: SocketAddr,
     timeout: Duration,
     tls: Option<&TlsTarget>,
+    proxy_header: Option<Vec<u8>>,
 ) -> Result<UpstreamStream, UpstreamError> {
     let deadline = Instant::now() + timeout;
-    let tcp = tcp_connect(addr, timeout).await?;
+    let mut tcp = tcp_connect(addr, timeout).await?;
+    if let Some(header) = proxy_header {
+        // Nothing of a request was sent yet: a failure here is as retry-safe as a refused connect.
+        match edge_core::clock::timeout_at(deadline, tcp.write_all(header)).await {
+            Ok((Ok(_), _)) => {}
+            Ok((Err(_), _)) => return Err(UpstreamError::retry_safe(UpstreamErrorKind::Reset)),
+            Err(_) => return Err(UpstreamError::retry_safe(UpstreamErrorKind::ConnectTimeout)),
+        }
+    }
     let Some(target) = tls else {
         return Ok(UpstreamStream::Plain(tcp));
     };
     let count = |r: TlsResult| target.handshakes[r as usize].increment(1);
     let failed = |reason: &dyn std::fmt::Display| {
         count(TlsResult::Failed);
-        log_tls_failure(addr, reason);
-        Err(UpstreamError {
-            kind: UpstreamErrorKind::Tls,
-            retry_safe: true,
-        })
+        log_tls_failure(upstream, addr, reason);
+        Err(UpstreamError::retry_safe(UpstreamErrorKind::Tls))
     };
     let conn = match ClientConnection::new(target.config.clone(), target.server_name.clone()) {
         Ok(c) => c,
@@ -61,10 +70,7 @@ pub async fn connect(
         Ok(Err((e, _))) => failed(&e),
         Err(_) => {
             count(TlsResult::Timeout);
-            Err(UpstreamError {
-                kind: UpstreamErrorKind::ConnectTimeout,
-                retry_safe: true,
-            })
+            Err(UpstreamError::retry_safe(UpstreamErrorKind::ConnectTimeout))
         }
     }
 }
@@ -76,7 +82,7 @@ thread_local! {
 
 /// `upstream.tls_failed` with the reason, at most 5 lines a second per worker (the request's own
 /// `upstream.error` line carries `kind="tls"`).
-fn log_tls_failure(addr: SocketAddr, reason: &dyn std::fmt::Display) {
+fn log_tls_failure(upstream: &str, addr: SocketAddr, reason: &dyn std::fmt::Display) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -84,7 +90,7 @@ fn log_tls_failure(addr: SocketAddr, reason: &dyn std::fmt::Display) {
         let (sec, n, suppressed) = c.get();
         let (n, suppressed) = if sec == now { (n, suppressed) } else { (0, suppressed) };
         if n < 5 {
-            tracing::warn!(event = "upstream.tls_failed", endpoint = %addr, reason = %reason, suppressed, "upstream TLS handshake failed");
+            tracing::warn!(event = "upstream.tls_failed", upstream, endpoint = %addr, reason = %reason, suppressed, "upstream TLS handshake failed");
             c.set((now, n + 1, 0));
         } else {
             c.set((now, n, suppressed + 1));
@@ -99,14 +105,8 @@ async fn tcp_connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, U
             let _ = s.set_nodelay(true);
             Ok(s)
         }
-        Ok(Err(e)) => Err(UpstreamError {
-            kind: classify(&e),
-            retry_safe: true,
-        }),
-        Err(_) => Err(UpstreamError {
-            kind: UpstreamErrorKind::ConnectTimeout,
-            retry_safe: true,
-        }),
+        Ok(Err(e)) => Err(UpstreamError::retry_safe(classify(&e))),
+        Err(_) => Err(UpstreamError::retry_safe(UpstreamErrorKind::ConnectTimeout)),
     }
 }
 

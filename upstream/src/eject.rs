@@ -50,6 +50,19 @@ impl Health {
         self.ejected_until.get().is_some_and(|t| now < t)
     }
 
+    /// How long the endpoint stays ejected after `now` (`None`: not ejected).
+    pub fn ejected_for(&self, now: Instant) -> Option<Duration> {
+        self.ejected_until
+            .get()
+            .filter(|&t| now < t)
+            .map(|t| t - now)
+    }
+
+    /// Consecutive connect failures so far.
+    pub fn failures(&self) -> u32 {
+        self.failures.get()
+    }
+
     /// When it last failed to connect (for choosing among all-ejected endpoints).
     pub fn last_failure(&self) -> Option<Instant> {
         self.last_failure.get()

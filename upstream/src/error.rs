@@ -1,7 +1,7 @@
 //! One error type for the upstream side: a kind (mapped to status, counter and log event in exactly one
 //! place, the frontend's `respond` module) and whether a retry is safe.
 
-use std::fmt;
+use std::{fmt, net::SocketAddr};
 
 use edge_core::metrics::{ShedReason, UpstreamErrorLabel, UpstreamPhase};
 
@@ -41,6 +41,10 @@ pub struct UpstreamError {
     /// Nothing reached the upstream application (refused or timed-out connect, or a reused pooled
     /// connection that was closed before any response byte), so the request may be sent again.
     pub retry_safe: bool,
+    /// The endpoint it happened on, for the `endpoint` field of its log line (DESIGN.md
+    /// "Observability"); `None` when no endpoint was involved (`NoEndpoint`) or before the orchestrator
+    /// names it ([`UpstreamError::at`]).
+    pub endpoint: Option<SocketAddr>,
 }
 
 impl UpstreamError {
@@ -49,6 +53,25 @@ impl UpstreamError {
         UpstreamError {
             kind,
             retry_safe: false,
+            endpoint: None,
+        }
+    }
+
+    /// An error that is safe to retry: nothing reached the upstream application.
+    pub const fn retry_safe(kind: UpstreamErrorKind) -> Self {
+        UpstreamError {
+            kind,
+            retry_safe: true,
+            endpoint: None,
+        }
+    }
+
+    /// The same error, on `endpoint`.
+    #[must_use]
+    pub const fn at(self, endpoint: SocketAddr) -> Self {
+        UpstreamError {
+            endpoint: Some(endpoint),
+            ..self
         }
     }
 

@@ -4,7 +4,7 @@
 //! ([`head`]) and the received response ([`received`]) in their protocol-neutral HTTP/1.1 syntax;
 //! connecting under `connect_timeout` ([`connect`]), endpoint choice ([`balance`], with the policies in
 //! [`policy`]), passive ejection ([`eject`]), active health checks on their own thread and as a worker
-//! reads them ([`health`]), the zombie clock ([`zombie`]), the retry policy ([`retry`]), and the upstream
+//! reads them ([`health`]), what a worker publishes for the admin API ([`publish`]), the zombie clock ([`zombie`]), the retry policy ([`retry`]), and the upstream
 //! error type with its kind and retry-safety ([`error`]).
 //!
 //! Everything here is per worker (`Rc`/`RefCell`, no locks): a worker never uses another worker's
@@ -20,6 +20,7 @@ pub mod health;
 pub mod permit;
 pub mod policy;
 pub mod pool;
+pub mod publish;
 pub mod received;
 pub mod retry;
 pub mod session;

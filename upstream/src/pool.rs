@@ -21,7 +21,7 @@ use std::{cell::RefCell, rc::Rc, time::Duration};
 use edge_core::{buf::RecvBuf, io::Transport};
 use monoio::time::Instant;
 
-use crate::connect::UpstreamStream;
+use crate::{connect::UpstreamStream, session::ClientConn};
 
 /// One upstream connection, checked out for one exchange or idle in a pool. `T` is its transport
 /// ([`UpstreamStream`] for every connection edge opens; tests may use another). Its fields
@@ -64,6 +64,9 @@ pub struct Connection<T: Transport = UpstreamStream> {
     registration: edge_core::runtime::orphans::Registration,
     /// The watch while pooled (armed once it sits idle for a sweep period).
     watch: watch::Watch,
+    /// The client connection its PROXY protocol header described (`send_proxy_protocol`); it is
+    /// reused only for requests of that client connection ([`Pool::take`]).
+    pub proxied: Option<ClientConn>,
 }
 
 impl<T: Transport> UpstreamConn<T> {
@@ -81,6 +84,7 @@ impl<T: Transport> UpstreamConn<T> {
             expires: now,
             returned: now,
             watch: watch::Watch::default(),
+            proxied: None,
         }))
     }
 
@@ -105,6 +109,7 @@ impl<T: Transport> UpstreamConn<T> {
             returned,
             registration,
             watch,
+            proxied,
         } = *self.0;
         let parts = ConnParts {
             buf,
@@ -115,6 +120,7 @@ impl<T: Transport> UpstreamConn<T> {
             returned,
             registration,
             watch,
+            proxied,
         };
         (stream, parts)
     }
@@ -131,6 +137,7 @@ pub struct ConnParts {
     returned: Instant,
     registration: edge_core::runtime::orphans::Registration,
     watch: watch::Watch,
+    proxied: Option<ClientConn>,
 }
 
 impl ConnParts {
@@ -146,6 +153,7 @@ impl ConnParts {
             returned: self.returned,
             registration: self.registration,
             watch: self.watch,
+            proxied: self.proxied,
         }))
     }
 }
@@ -178,14 +186,36 @@ pub enum Reuse {
 #[derive(Default)]
 pub struct Pool {
     idle: RefCell<Vec<UpstreamConn>>,
+    /// The upstream's name and the endpoint's address, for the pool's own log lines (empty and `None`
+    /// for a pool made by [`Default`], in tests).
+    upstream: Rc<str>,
+    endpoint: Option<std::net::SocketAddr>,
 }
 
 impl Pool {
+    /// An empty pool of endpoint `endpoint` of `upstream` (named in its log lines).
+    pub fn for_endpoint(upstream: &str, endpoint: std::net::SocketAddr) -> Self {
+        Pool {
+            idle: RefCell::default(),
+            upstream: upstream.into(),
+            endpoint: Some(endpoint),
+        }
+    }
+
+    /// (upstream, endpoint) for the `upstream` and `endpoint` fields of the pool's log lines.
+    pub(crate) fn names(&self) -> (&str, String) {
+        let endpoint = self
+            .endpoint
+            .map_or_else(|| "-".to_string(), |a| a.to_string());
+        (&self.upstream, endpoint)
+    }
+
     /// Takes the most recently returned connection that is still within its lifetime and quiet: it gets
     /// a non-blocking `MSG_PEEK` ([`Transport::is_quiet`]) unless `reuse` is [`Reuse::RetrySafe`] and
-    /// it is watched or came back within the last clock tick. `None` when `reuse` is
-    /// [`Reuse::Fresh`].
-    pub fn take(&self, reuse: Reuse) -> Option<UpstreamConn> {
+    /// it is watched or came back within the last clock tick. Only a connection opened for `proxied`
+    /// qualifies: one whose PROXY protocol header described another client connection (or that had
+    /// none, when `proxied` is set) stays in the pool. `None` when `reuse` is [`Reuse::Fresh`].
+    pub fn take(&self, reuse: Reuse, proxied: Option<ClientConn>) -> Option<UpstreamConn> {
         if reuse == Reuse::Fresh {
             return None;
         }
@@ -194,8 +224,10 @@ impl Pool {
         let recent = now.checked_sub(edge_core::clock::tick()).unwrap_or(now);
         let mut idle = self.idle.borrow_mut();
         // Checked where it lies and moved out once, into the caller's hands (bench/README.md "Future
-        // moves"); one that fails the check is dropped.
-        while let Some(c) = idle.last_mut() {
+        // moves"); one that fails the check is dropped. Without PROXY headers every connection
+        // qualifies and the last one is the candidate at once.
+        while let Some(i) = idle.iter().rposition(|c| c.proxied == proxied) {
+            let c = &mut idle[i];
             // For a retry-safe request, watched or back within the last tick: the retry covers a close
             // (`Reuse::RetrySafe`). Otherwise probed (`Reuse::Checked`).
             let unprobed =
@@ -208,9 +240,9 @@ impl Pool {
             if c.expires > now && quiet {
                 c.watch.check_out();
                 c.reused = true;
-                return idle.pop();
+                return Some(idle.remove(i));
             }
-            idle.pop();
+            idle.remove(i);
         }
         None
     }

@@ -89,20 +89,34 @@ pub trait Open {
 
     /// Opens a session on the endpoint the balancing policy picks, reusing a connection as `reuse`
     /// allows ([`Reuse::Fresh`] for the retry after a reused connection failed), or connecting
-    /// (retrying once on another endpoint when the connect is refused or times out).
+    /// (retrying once on another endpoint when the connect is refused or times out). `client` is the
+    /// request's client connection, for an upstream that sends the PROXY protocol: a new connection
+    /// starts with its header, and only a connection opened for the same client connection is reused.
+    ///
+    /// `key` is the request's hash for `balance = "hash"` (`None`: not hashed; the policy picks as
+    /// round robin).
     ///
     /// # Errors
     /// The connect error of the last attempt, or `QueueTimeout` (retry-safe: nothing was sent).
     ///
     /// # Cancel safety
     /// Cancel safe: a connection being opened is closed.
-    /// `key`: the request's hash for `balance = "hash"` (`None`: not hashed; the policy picks as round
-    /// robin).
     fn open(
         &self,
         reuse: Reuse,
+        client: ClientConn,
         key: Option<u64>,
     ) -> impl Future<Output = Result<Opened<Self::Session<'_>>, UpstreamError>>;
+}
+
+/// The client connection a request came on, as an upstream PROXY protocol header describes it
+/// (`send_proxy_protocol`, DESIGN.md "Observability").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientConn {
+    /// The client's address edge uses (the inbound PROXY header's source when there was one).
+    pub source: SocketAddr,
+    /// The address the client reached edge on (edge's local address of that connection).
+    pub destination: SocketAddr,
 }
 
 /// An opened session.
@@ -130,6 +144,11 @@ pub trait UpstreamSession: Sized {
 
     /// The endpoint's address, for log lines.
     fn endpoint(&self) -> SocketAddr;
+
+    /// The endpoint's counters on this worker
+    /// (`edge_upstream_endpoint_requests_total{worker,upstream,endpoint,status_class}`), for the
+    /// orchestrator to count the attempt's outcome.
+    fn endpoint_metrics(&self) -> &edge_core::metrics::EndpointMetrics;
 
     /// The response bytes received and not yet consumed, in HTTP/1.1 syntax ([`crate::received`]): the
     /// heads, then the body in the framing the final head declares.
@@ -343,8 +362,9 @@ impl Open for Upstream {
     fn open(
         &self,
         reuse: Reuse,
+        client: ClientConn,
         key: Option<u64>,
     ) -> impl Future<Output = Result<Opened<H1Exchange<'_>>, UpstreamError>> {
-        self.checkout(reuse, key)
+        self.checkout(reuse, client, key)
     }
 }

@@ -214,6 +214,34 @@ pub enum ProxyProtocol {
     Any,
 }
 
+/// `send_proxy_protocol` on `[[upstreams]]`: the PROXY protocol header each new upstream connection
+/// starts with (DESIGN.md "Observability"), carrying the client address edge uses. A header describes a
+/// connection, so a pooled connection that carried one is reused only for requests from the same
+/// client connection (the same source and destination addresses, `edge_upstream::pool`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendProxyProtocol {
+    /// No header.
+    #[default]
+    Off,
+    /// The text header (version 1).
+    V1,
+    /// The binary header (version 2).
+    V2,
+}
+
+impl SendProxyProtocol {
+    /// The header version to write, `None` when off.
+    pub fn version(self) -> Option<crate::proxy_protocol::encode::Version> {
+        use crate::proxy_protocol::encode::Version;
+        match self {
+            SendProxyProtocol::Off => None,
+            SendProxyProtocol::V1 => Some(Version::V1),
+            SendProxyProtocol::V2 => Some(Version::V2),
+        }
+    }
+}
+
 /// The default `resolve` interval.
 pub(super) fn resolve_default() -> Limit {
     Limit(Some(std::time::Duration::from_secs(30)))

@@ -24,7 +24,8 @@ use std::{fmt, time::Duration};
 
 pub use cidr::Cidr;
 pub use discovery::{
-    Balance, EndpointSpec, HashKey, HealthCheck, ProxyProtocol, StatusRange, WeightedEndpoint,
+    Balance, EndpointSpec, HashKey, HealthCheck, ProxyProtocol, SendProxyProtocol, StatusRange,
+    WeightedEndpoint,
 };
 pub use http2::Http2;
 pub use locate::add_lines;
@@ -284,6 +285,9 @@ pub struct Upstream {
     /// Whether received bytes count as activity for zombie detection.
     #[serde(default = "yes")]
     pub zombie_counts_received: bool,
+    /// Start each new upstream connection with a PROXY protocol header ([`SendProxyProtocol`]).
+    #[serde(default)]
+    pub send_proxy_protocol: SendProxyProtocol,
     /// Connect with TLS (DESIGN.md "TLS", origination); the `tls_*` keys need it.
     #[serde(default)]
     pub tls: bool,
@@ -352,6 +356,7 @@ impl Upstream {
             max_inactive: d10s(),
             max_inactive_cap: d60s(),
             zombie_counts_received: true,
+            send_proxy_protocol: SendProxyProtocol::Off,
             tls: false,
             tls_server_name: None,
             tls_ca: None,

@@ -56,6 +56,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Upstream deadlines that expired (connect, write, request, zombie), by phase.",
     ),
     (
+        "edge_upstream_endpoint_requests_total",
+        "Attempts sent to each upstream endpoint, by the class of the response head (1xx..5xx), or error when none came.",
+    ),
+    (
         "edge_upstream_retries_total",
         "Requests sent again after a retry-safe upstream failure.",
     ),

@@ -14,9 +14,6 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use crate::latency::DurationHistogram;
 
 pub mod help;
-mod upstream;
-
-pub use upstream::UpstreamMetrics;
 
 /// Installs the global Prometheus recorder (no HTTP listener: the admin handler renders it, followed by
 /// [`crate::latency::render`] for `edge_request_duration_seconds`).
@@ -48,6 +45,11 @@ macro_rules! label_enum {
         }
     };
 }
+
+// After `label_enum!`, which it uses.
+mod upstream;
+
+pub use upstream::{EndpointMetrics, StatusClass, UpstreamMetrics};
 
 label_enum!(
     /// `reason` of `edge_requests_invalid_total` (DESIGN.md "Status codes").

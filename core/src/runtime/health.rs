@@ -35,6 +35,15 @@ impl ActiveHealth {
             .clone()
     }
 
+    /// The state of endpoint `addr` of `upstream` without creating an entry: `None` when nobody holds a
+    /// flag for it (no check runs on it yet). For the admin API, never per request.
+    pub fn state(&self, upstream: &str, addr: SocketAddr) -> Option<bool> {
+        let flags = self.flags.lock().unwrap_or_else(PoisonError::into_inner);
+        flags
+            .get(&(upstream.to_string(), addr))
+            .map(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Drops the entries whose flag nobody else holds (the health thread calls it after a reload).
     pub fn prune(&self) {
         let mut flags = self.flags.lock().unwrap_or_else(PoisonError::into_inner);

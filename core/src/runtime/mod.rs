@@ -3,6 +3,7 @@
 //! process-wide [`Shared`] state (drain flag, heartbeats, connection count), and the supervisor that
 //! restarts a worker thread that dies, on the same CPU with the same listener.
 
+pub mod board;
 pub mod cpus;
 pub mod health;
 pub mod listen;
@@ -159,6 +160,10 @@ pub struct Shared {
     /// Open connections per client address (`max_connections_per_client`), sized for
     /// `max_connections` at start.
     pub clients: crate::policy::limit::conns::ClientConns,
+    /// Per-worker endpoint numbers for the admin API, written at each worker's heartbeat.
+    pub board: board::UpstreamBoard,
+    /// The last resolution of each endpoint name, for the admin API.
+    pub resolutions: board::Resolutions,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -188,6 +193,8 @@ impl Shared {
             health: Default::default(),
             tls_port: AtomicU16::new(0),
             clients: crate::policy::limit::conns::ClientConns::new(max_connections),
+            board: board::UpstreamBoard::new(workers),
+            resolutions: Default::default(),
         }
     }
 

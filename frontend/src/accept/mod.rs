@@ -54,17 +54,18 @@ pub async fn accept_loop(w: Rc<Worker>, listener: TcpListener, kind: ListenerKin
                 let (slot, open) =
                     ConnectionSlot::take(&w.shared, std::os::fd::AsRawFd::as_raw_fd(&stream));
                 let over = !make_room(&w, open);
+                let local = local_address(&w, &stream);
                 // Counted before the task first runs: the worker ends once `open` is 0, and a connection
                 // accepted just before `closing` must not be dropped unserved with its task.
                 w.open.set(w.open.get() + 1);
                 match kind {
                     ListenerKind::Plain => {
-                        let accepted = crate::server::h1::Accepted::plain(peer, over);
+                        let accepted = crate::server::h1::Accepted::plain(peer, local, over);
                         let serve = crate::server::h1::serve(w.clone(), stream, accepted);
                         monoio::spawn(guarded(w.clone(), peer, slot, Box::pin(serve)));
                     }
                     ListenerKind::Tls => {
-                        let serve = crate::accept::tls::serve(w.clone(), stream, peer, over);
+                        let serve = crate::accept::tls::serve(w.clone(), stream, peer, local, over);
                         monoio::spawn(guarded(w.clone(), peer, slot, Box::pin(serve)));
                     }
                 }
@@ -163,6 +164,19 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_default()
+}
+
+/// The connection's local address (the address the client reached edge on), looked up (one
+/// `getsockname`) only while an upstream sends the PROXY protocol, whose header carries it
+/// (`send_proxy_protocol`); `None` otherwise.
+fn local_address(w: &Worker, stream: &monoio::net::TcpStream) -> Option<SocketAddr> {
+    let live = w.current();
+    let wanted = live
+        .cfg
+        .upstreams
+        .iter()
+        .any(|u| u.config.send_proxy_protocol.version().is_some());
+    wanted.then(|| stream.local_addr().ok()).flatten()
 }
 
 #[cfg(test)]

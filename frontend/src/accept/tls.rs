@@ -53,6 +53,7 @@ pub fn serve(
     w: Rc<Worker>,
     stream: Plain,
     peer: SocketAddr,
+    local: Option<SocketAddr>,
     over_capacity: bool,
 ) -> impl std::future::Future<Output = ()> {
     // An async block: an `async fn` would keep its arguments beside the locals they move into.
@@ -82,6 +83,7 @@ pub fn serve(
         if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
             let from = crate::server::h2::Origin {
                 peer,
+                local,
                 https: true,
                 shed,
             };
@@ -91,6 +93,7 @@ pub fn serve(
         let accepted = Accepted {
             peer,
             shed,
+            local,
             https: true,
             proxy_header_read,
         };

@@ -20,7 +20,7 @@ use std::{
 use edge_core::{
     config::{Resolved, Routes},
     metrics::WorkerMetrics,
-    runtime::{health::ActiveHealth, Shared},
+    runtime::Shared,
 };
 use edge_upstream::{Upstream, UpstreamCounters};
 
@@ -45,14 +45,15 @@ pub struct Live {
 
 impl Live {
     /// Builds worker `id`'s state for `cfg`; with `previous`, pools of endpoints that stay are kept (see
-    /// [`Upstream::rebuild`]); endpoint health flags come from `health` ([`Upstream::with_checks`]).
+    /// [`Upstream::rebuild`]); endpoint health flags come from `shared.health`
+    /// ([`Upstream::with_checks`]), the admin API's cells from `shared.board` ([`Upstream::with_board`]).
     fn build(
         cfg: Arc<Resolved>,
         generation: u64,
         id: usize,
         counters: &UpstreamCounters,
         previous: Option<&Live>,
-        health: &ActiveHealth,
+        shared: &Shared,
     ) -> Live {
         let upstreams = cfg
             .upstreams
@@ -60,7 +61,9 @@ impl Live {
             .map(|u| {
                 let old = previous
                     .and_then(|p| p.upstreams.iter().find(|o| o.config.name == u.config.name));
-                Upstream::rebuild(u, id, counters, old).with_checks(health)
+                Upstream::rebuild(u, id, counters, old)
+                    .with_checks(&shared.health)
+                    .with_board(&shared.board)
             })
             .collect();
         let limited = cfg
@@ -122,7 +125,7 @@ impl Worker {
                 id,
                 &upstream_counters,
                 None,
-                &shared.health,
+                &shared,
             ))),
             upstream_counters,
             metrics,
@@ -162,7 +165,7 @@ impl Worker {
             self.id,
             &self.upstream_counters,
             Some(&old),
-            &self.shared.health,
+            &self.shared,
         );
         *self.live.borrow_mut() = Rc::new(new);
         tracing::debug!(

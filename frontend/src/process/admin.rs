@@ -1,8 +1,9 @@
 //! The admin listener (DESIGN.md "Process model", "Metrics"): its own unpinned thread with its own small
 //! monoio runtime (epoll), at most 64 connections, not counted in `edge_connections_*`. Serves
 //! `GET /metrics` (Prometheus text rendered from the recorder), `GET /_health` (readiness), `GET /_live`
-//! (liveness) and `GET /config` (the effective configuration as TOML, DESIGN.md "Observability": the
-//! configuration holds certificate and key files as paths only, so no key material is printed); `HEAD`
+//! (liveness), `GET /config` (the effective configuration as TOML, DESIGN.md "Observability": the
+//! configuration holds certificate and key files as paths only, so no key material is printed) and
+//! `GET /upstreams` (JSON, [`crate::process::admin_upstreams`]); `HEAD`
 //! answers each like `GET` without the body (load balancers probe with HEAD). Also runs the recorder's
 //! upkeep so histograms do not grow without scrapes.
 
@@ -144,6 +145,10 @@ async fn handle(mut stream: TcpStream, shared: &Shared, prom: &PrometheusHandle)
             (true, b"/config") => {
                 let text = shared.config.get().0.config.to_toml();
                 answer(200, "application/toml", text.as_bytes(), close)
+            }
+            (true, b"/upstreams") => {
+                let text = crate::process::admin_upstreams::render(shared);
+                answer(200, "application/json", text.as_bytes(), close)
             }
             (false, _) => answer(405, "text/plain", b"method not allowed\n", true),
             _ => answer(404, "text/plain", b"not found\n", close),

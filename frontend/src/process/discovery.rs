@@ -21,7 +21,7 @@ use std::{
 
 use edge_core::{
     config::{resolve_all, Resolved, ResolvedEndpoint},
-    runtime::Shared,
+    runtime::{board::Resolution, Shared},
 };
 
 /// How often an endpoint name that has no address yet is looked up again.
@@ -155,6 +155,14 @@ fn apply(shared: &Shared, answer: Answer) {
         if upstream.config.endpoints.get(j).map(|e| e.address()) != Some(text.as_str()) {
             continue;
         }
+        shared.resolutions.record(
+            &answer.upstream,
+            &text,
+            Resolution {
+                at: std::time::SystemTime::now(),
+                result: result.clone(),
+            },
+        );
         match result {
             Ok(addrs) => {
                 endpoints = replaced(&endpoints, j, &addrs, upstream.config.endpoints[j].weight())
@@ -176,6 +184,35 @@ fn apply(shared: &Shared, answer: Answer) {
         .collect();
     let generation = shared.config.publish(next);
     tracing::info!(event = "upstream.resolved", upstream = %answer.upstream, endpoints = %listed.join(","), generation, "endpoint addresses changed; new requests use them");
+}
+
+/// Records the resolution of every endpoint name of `cfg` as loaded (at start and at every reload, for
+/// the admin API's `GET /upstreams`): its addresses, or why it did not resolve; names no longer in `cfg`
+/// are forgotten.
+pub fn record_load(shared: &Shared, cfg: &Resolved) {
+    let at = std::time::SystemTime::now();
+    for (i, u) in cfg.upstreams.iter().enumerate() {
+        for (j, text) in names(&u.config.endpoints) {
+            let key = format!("upstreams[{i}].endpoints[{j}]");
+            let result = match cfg.unresolved.iter().find(|e| e.key == key) {
+                Some(e) => Err(e.reason.clone()),
+                None => Ok(u
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.spec == j)
+                    .map(|e| e.addr)
+                    .collect()),
+            };
+            shared
+                .resolutions
+                .record(&u.config.name, &text, Resolution { at, result });
+        }
+    }
+    shared.resolutions.retain(|upstream, name| {
+        cfg.upstreams.iter().any(|u| {
+            u.config.name == upstream && u.config.endpoints.iter().any(|e| e.address() == name)
+        })
+    });
 }
 
 /// `endpoints` with the addresses of entry `spec` replaced by `addrs` (in their place, entry order kept).

@@ -166,6 +166,7 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
     }
     announce(&new);
     crate::request::route::log_warnings(&new);
+    crate::process::discovery::record_load(shared, &new);
     let (upstreams, routes) = (new.upstreams.len(), new.routes.len());
     let generation = shared.config.publish(new);
     tracing::info!(

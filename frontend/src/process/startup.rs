@@ -347,12 +347,14 @@ fn publish(
         driver.as_str(),
         max_connections,
     );
-    Arc::new(Shared::new(
+    let shared = Arc::new(Shared::new(
         workers,
         max_connections,
         driver,
         resolved.clone(),
-    ))
+    ));
+    crate::process::discovery::record_load(&shared, resolved);
+    shared
 }
 
 /// Starts the admin thread on `inherited` (from an upgrade) or on a listener bound to `at`; returns the

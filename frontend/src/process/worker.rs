@@ -88,6 +88,10 @@ async fn heartbeat(w: Rc<Worker>) {
         w.metrics.relay_bytes.set(w.relay.held() as f64);
         w.metrics.publish();
         drop(w.live()); // picks up a reloaded configuration while no request arrives
+        let now = edge_core::clock::coarse_now();
+        for u in &w.current().upstreams {
+            u.publish(now); // the admin API's `GET /upstreams`
+        }
         w.log_limit.flush();
         crate::faults::on_tick();
         if w.shared.close_idle.load(Ordering::Relaxed) {

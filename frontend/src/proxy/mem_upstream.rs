@@ -105,6 +105,7 @@ impl Open for MemUpstream {
     async fn open(
         &self,
         reuse: Reuse,
+        _client: edge_upstream::session::ClientConn,
         _key: Option<u64>,
     ) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
         self.record(format!("open {reuse:?}"));
@@ -116,6 +117,7 @@ impl Open for MemUpstream {
                 replies: script.replies.iter().copied().collect(),
                 script,
                 buf: RecvBuf::new(),
+                endpoint_metrics: edge_core::metrics::EndpointMetrics::noop(),
             },
             retried: false,
         })
@@ -128,6 +130,7 @@ pub(super) struct MemExchange<'a> {
     script: Script,
     replies: VecDeque<Reply>,
     buf: RecvBuf,
+    endpoint_metrics: edge_core::metrics::EndpointMetrics,
 }
 
 impl MemExchange<'_> {
@@ -135,8 +138,8 @@ impl MemExchange<'_> {
     /// close or reset as an error (retry-safe while no response byte arrived, `received_before`).
     async fn next(&mut self, received_before: bool) -> Result<bool, UpstreamError> {
         let failed = |kind| UpstreamError {
-            kind,
             retry_safe: !received_before,
+            ..UpstreamError::new(kind)
         };
         match self.replies.pop_front().unwrap_or(Reply::Close) {
             Reply::Bytes(b) => {
@@ -163,6 +166,10 @@ impl UpstreamSession for MemExchange<'_> {
         SocketAddr::from(([127, 0, 0, 1], 1))
     }
 
+    fn endpoint_metrics(&self) -> &edge_core::metrics::EndpointMetrics {
+        &self.endpoint_metrics
+    }
+
     fn received(&self) -> &RecvBuf {
         &self.buf
     }
@@ -176,8 +183,8 @@ impl UpstreamSession for MemExchange<'_> {
         self.up.record(format!("head {text}"));
         match self.script.head_fails {
             Some(kind) => Err(UpstreamError {
-                kind,
                 retry_safe: kind != UpstreamErrorKind::WriteTimeout,
+                ..UpstreamError::new(kind)
             }),
             None => Ok(()),
         }

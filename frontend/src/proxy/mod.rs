@@ -191,7 +191,7 @@ async fn exchange<S: Session, O: Open>(
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
         };
-        let opened = match open.open(reuse, req.hash_key).await {
+        let opened = match open.open(reuse, client_conn(req), req.hash_key).await {
             Ok(opened) => opened,
             Err(e) => return failed(Failure::Upstream(e), sent_whole),
         };
@@ -230,8 +230,10 @@ async fn exchange<S: Session, O: Open>(
             }
             Err(stop) => Err(stop),
         };
+        let endpoint = up.endpoint();
         match r {
             Ok(answered) => {
+                up.endpoint_metrics().answered(answered.head.status);
                 // The upstream head is no longer needed (no retry once a head arrived): its buffer goes
                 // back to the pool before the session takes one for the response.
                 drop(out);
@@ -241,14 +243,24 @@ async fn exchange<S: Session, O: Open>(
                 }
                 let (outcome, finish) = relay::respond(w, s, req, &mut up, answered, fields).await;
                 up.finish(finish);
-                return outcome;
+                return on_endpoint(outcome, endpoint);
             }
             // Asked for only where `on.may_retry` allowed it.
             Err(Stop::Retry) => {
+                up.endpoint_metrics().failed();
                 previous += 1;
                 req.upstream.metrics.retries.increment(1);
             }
-            Err(Stop::End(o)) => return o,
+            Err(Stop::End(o)) => {
+                if let Outcome::Failed {
+                    failure: Failure::Upstream(_),
+                    ..
+                } = o
+                {
+                    up.endpoint_metrics().failed();
+                }
+                return on_endpoint(o, endpoint);
+            }
         }
     }
 }
@@ -375,6 +387,34 @@ async fn response_head<S: Session, E: UpstreamSession>(
                 return Err(Stop::End(failed(Failure::Upstream(e), !early)));
             }
         }
+    }
+}
+
+/// The request's client connection as an upstream PROXY protocol header describes it: the client
+/// address edge uses and the address it reached edge on (the unspecified address of the client's
+/// family when that was not looked up: a connection accepted before a reload turned
+/// `send_proxy_protocol` on).
+fn client_conn(req: &Admitted<'_>) -> edge_upstream::session::ClientConn {
+    let unspecified = match req.peer {
+        std::net::SocketAddr::V4(_) => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+        std::net::SocketAddr::V6(_) => std::net::SocketAddr::from(([0u16; 8], 0)),
+    };
+    edge_upstream::session::ClientConn {
+        source: req.peer,
+        destination: req.local.unwrap_or(unspecified),
+    }
+}
+
+/// `o` with its upstream failure (if any) placed on `endpoint`, for the log line
+/// ([`UpstreamError::endpoint`]): the sessions' errors do not name their endpoint, the orchestrator
+/// does, in this one place.
+fn on_endpoint<U>(o: Outcome<U>, endpoint: std::net::SocketAddr) -> Outcome<U> {
+    match o {
+        Outcome::Failed {
+            failure: Failure::Upstream(e),
+            body_done,
+        } => failed(Failure::Upstream(e.at(endpoint)), body_done),
+        o => o,
     }
 }
 

@@ -74,9 +74,11 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
     // The upstream clocks run on only while body bytes are still to come from the upstream.
     clock.pause(coarse_now() - write_started);
     let mut hold = RelayHold::start(w, s.passthrough(), up.received_mut()).await;
+    let endpoint = up.endpoint();
     while !complete {
         let more = up.read_body(&mut clock, hold.size()).await;
-        let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);
+        let mid_body =
+            |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, endpoint, cause);
         match more {
             Err(e) if e.kind == UpstreamErrorKind::Zombie => {
                 log_zombie(w, &req.log, up.endpoint(), &clock, req.request_timeout);
@@ -147,9 +149,10 @@ fn upstream_failed_mid_body<U>(
     log: &RequestLog<'_>,
     status: u16,
     kind: UpstreamErrorKind,
+    endpoint: SocketAddr,
     cause: &'static str,
 ) -> Outcome<U> {
-    respond::record_upstream_mid_body(w, log, status, kind, cause);
+    respond::record_upstream_mid_body(w, log, status, kind, endpoint, cause);
     truncated(w, log, status, cause)
 }
 

@@ -272,6 +272,7 @@ pub(super) fn admitted<'a>(
         client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
         close: false,
         peer: "127.0.0.1:1".parse().unwrap(),
+        local: None,
         https: false,
         log: RequestLog::new(b"GET /", b"test-1"),
         rewrite: Default::default(),

@@ -59,6 +59,8 @@ pub struct Incoming<'b> {
     pub info: RequestInfo,
     /// The client's address (the PROXY header's source when there was one).
     pub peer: SocketAddr,
+    /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub local: Option<SocketAddr>,
     /// The connection came over TLS.
     pub https: bool,
     /// An HTTP/2 connection shed at accept (and why): its stream is shed unless it is a health probe.
@@ -71,6 +73,10 @@ pub struct Incoming<'b> {
 }
 
 /// How admission ended.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per request and matched at once; boxing `Admitted` would allocate per request"
+)]
 pub enum Admission<'a> {
     /// Answered by edge itself (phase 1, or phase 3: a rate limit, the route's `redirect` / `respond`).
     Local(Local),
@@ -107,6 +113,8 @@ pub struct Admitted<'a> {
     pub close: bool,
     /// The client's address.
     pub peer: SocketAddr,
+    /// The client connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub local: Option<SocketAddr>,
     /// The client connection came over TLS.
     pub https: bool,
     /// Method, target and request id, for log lines.
@@ -233,6 +241,7 @@ pub fn admit<'a>(
                 .unwrap_or(server.timeouts.request.0),
         close: r.close,
         peer: r.peer,
+        local: r.local,
         https: r.https,
         log: RequestLog {
             line,

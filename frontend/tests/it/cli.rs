@@ -49,6 +49,32 @@ fn unknown_config_key_exits_2_naming_file_and_key() {
 }
 
 #[test]
+fn zero_idle_timeout_is_refused_naming_file_key_and_line() {
+    // A value that parses but does not validate (DESIGN.md "Configuration": config errors name the
+    // file, the key and the reason), with the line of the key in the file.
+    let dir = crate::harness::TempDir::new();
+    let path = dir.0.join("idle.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n[server.timeouts]\nidle = \"0s\"\n",
+    )
+    .unwrap();
+    for args in [&["--check"][..], &[]] {
+        let out = edge_cmd()
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("idle.toml"), "{err}");
+        assert!(err.contains("server.timeouts.idle"), "{err}");
+        assert!(err.contains("must be greater than zero (line 5)"), "{err}");
+    }
+}
+
+#[test]
 fn a_bad_flag_value_is_reported_against_the_flag() {
     let out = edge_cmd()
         .args(["--check", "--upstream", "notaport"])

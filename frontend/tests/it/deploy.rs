@@ -1,7 +1,9 @@
 //! deploy/ checks (DESIGN.md "Layout", deploy/): every JSON and YAML file parses; every metric the alerts and the dashboard name
 //! exists in a running edge's /metrics; the embedded config and the Kubernetes ConfigMap's edge.toml pass
-//! `edge --check` (the ConfigMap's `[server.tls]` with a self-signed certificate made here in place of the
-//! Secret's files); the TLS pieces of the manifests agree (certificate paths under the Secret mount, ports);
+//! `edge --check`, as shipped and with its opt-in `[server.tls]` block uncommented (a self-signed
+//! certificate made here in place of the Secret's files); the TLS pieces of the manifests agree
+//! (certificate paths under the Secret mount, which is optional, ports); a plain
+//! `kubectl apply -f deploy/k8s/` needs no CRD (the ServiceMonitor is in deploy/k8s/prometheus-operator/);
 //! stop timeouts cover drain_delay + drain + 5 s; the systemd unit passes `systemd-analyze verify` where
 //! that tool exists.
 
@@ -56,7 +58,7 @@ fn the_deploy_layout_of_design_md_is_there() {
         "k8s/configmap.yaml",
         "k8s/pdb.yaml",
         "k8s/hpa.yaml",
-        "k8s/servicemonitor.yaml",
+        "k8s/prometheus-operator/servicemonitor.yaml",
         "prometheus/alerts.yaml",
         "grafana/dashboard.json",
     ] {
@@ -68,7 +70,7 @@ fn the_deploy_layout_of_design_md_is_there() {
         "configmap",
         "pdb",
         "hpa",
-        "servicemonitor",
+        "prometheus-operator/servicemonitor",
     ]
     .iter()
     .flat_map(|f| yaml_docs(&read(&format!("k8s/{f}.yaml"))))
@@ -87,6 +89,37 @@ fn the_deploy_layout_of_design_md_is_there() {
             "no {k} in deploy/k8s: {kinds:?}"
         );
     }
+}
+
+#[test]
+fn a_plain_apply_of_deploy_k8s_needs_no_crd() {
+    // `kubectl apply -f deploy/k8s/` takes the files of that directory (not its subdirectories): every
+    // object there must be of a built-in kind, so the apply works without the Prometheus Operator.
+    let builtin = ["v1", "apps/v1", "policy/v1", "autoscaling/v2"];
+    let dir = deploy_dir().join("k8s");
+    let mut top = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() && p.extension().is_some_and(|x| x == "yaml") {
+            top.push(p);
+        }
+    }
+    assert!(top.len() >= 5, "{top:?}");
+    for p in &top {
+        for d in yaml_docs(&std::fs::read_to_string(p).unwrap()) {
+            let api = d["apiVersion"].as_str().unwrap_or("");
+            assert!(
+                builtin.contains(&api),
+                "{}: {} of apiVersion {api} needs a CRD: move it to a subdirectory",
+                p.display(),
+                d["kind"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    let operator = yaml_docs(&read("k8s/prometheus-operator/servicemonitor.yaml"));
+    assert!(operator
+        .iter()
+        .any(|d| d["apiVersion"] == "monitoring.coreos.com/v1" && d["kind"] == "ServiceMonitor"));
 }
 
 #[test]
@@ -269,6 +302,26 @@ fn configmap_toml() -> String {
         .to_string()
 }
 
+/// The ConfigMap's edge.toml with its opt-in TLS block uncommented as its comment says: every line from
+/// `# [server.tls]` to the blank line after it loses its leading `# `.
+fn configmap_toml_with_tls() -> String {
+    let mut out = String::new();
+    let mut in_block = false;
+    for line in configmap_toml().lines() {
+        in_block = (in_block && !line.trim().is_empty()) || line == "# [server.tls]";
+        let line = match in_block {
+            true => line
+                .strip_prefix("# ")
+                .or(line.strip_prefix('#'))
+                .unwrap_or(line),
+            false => line,
+        };
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// Where the Deployment mounts the `edge-tls` Secret.
 const TLS_MOUNT: &str = "/etc/edge/tls";
 
@@ -281,17 +334,24 @@ fn the_embedded_and_the_configmap_config_pass_check() {
     // Everything else as shipped.
     let dir = TempDir::new();
     self_signed(&dir.0, "tls.crt", "tls.key");
+    // As shipped, TLS is off: the pods need no Secret.
     let shipped = configmap_toml();
+    let c = Config::parse(&shipped, "configmap edge.toml").unwrap();
+    assert!(c.server.tls.is_none(), "TLS is opt-in in the ConfigMap");
+    // With the opt-in block uncommented.
+    let with_tls = configmap_toml_with_tls();
     assert!(
-        shipped.contains(&format!("{TLS_MOUNT}/")),
-        "the ConfigMap's edge.toml names no file under {TLS_MOUNT}"
+        with_tls.contains(&format!("{TLS_MOUNT}/")),
+        "the ConfigMap's TLS block names no file under {TLS_MOUNT}"
     );
-    let text = shipped
-        .replace("app.default.svc.cluster.local", "localhost")
-        .replace(&format!("{TLS_MOUNT}/"), &format!("{}/", dir.0.display()));
-    let path = dir.0.join("edge.toml");
-    std::fs::write(&path, text).unwrap();
-    check(Some(&path));
+    for (name, text) in [("plain.toml", shipped), ("tls.toml", with_tls)] {
+        let text = text
+            .replace("app.default.svc.cluster.local", "localhost")
+            .replace(&format!("{TLS_MOUNT}/"), &format!("{}/", dir.0.display()));
+        let path = dir.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        check(Some(&path));
+    }
 }
 
 /// The port of a `host:port` listener address.
@@ -301,14 +361,14 @@ fn port(addr: &str) -> u64 {
 
 #[test]
 fn the_tls_setup_agrees_across_the_deploy_files() {
-    // Kubernetes: the ConfigMap's [server.tls] serves files of the Secret volume, on the container port
-    // named https, which the Service's 443 targets.
-    let c = Config::parse(&configmap_toml(), "configmap edge.toml").unwrap();
+    // Kubernetes: the ConfigMap's opt-in [server.tls] serves files of the Secret volume (optional, so pods
+    // start without the Secret), on the container port named https, which the Service's 443 targets.
+    let c = Config::parse(&configmap_toml_with_tls(), "configmap edge.toml").unwrap();
     let tls = c
         .server
         .tls
         .as_ref()
-        .expect("[server.tls] in the ConfigMap");
+        .expect("an opt-in [server.tls] block in the ConfigMap");
     let dep = &yaml_docs(&read("k8s/deployment.yaml"))[0];
     let pod = &dep["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
@@ -328,6 +388,11 @@ fn the_tls_setup_agrees_across_the_deploy_files() {
     assert!(
         secret["secretName"].is_string(),
         "the tls volume is a Secret"
+    );
+    assert_eq!(
+        secret["optional"].as_bool(),
+        Some(true),
+        "the pods must start without the TLS Secret"
     );
     let files: Vec<String> = secret["items"]
         .as_sequence()

@@ -1,6 +1,7 @@
 //! Upstream failures (DESIGN.md "Status codes"): a body cut short after the head was sent is truncated
 //! (and the client connection closed), a malformed response head is 502 `bad_response`, an upstream that
-//! never answers is 504 at the route's `request_timeout`. Nothing stays in flight afterwards.
+//! never answers is 504 at the route's `request_timeout`. Nothing stays in flight afterwards. Upstream
+//! lines and `edge_upstream_endpoint_requests_total` name the endpoint (DESIGN.md "Observability").
 
 use std::time::{Duration, Instant};
 
@@ -300,4 +301,92 @@ both_drivers!(upstream_counters_and_lines_name_the_upstream, |d| {
     assert!(edge
         .wait_log_all(&["upstream.error", "upstream=\"dead\""], 2 * SEC)
         .is_some());
+});
+
+// DESIGN.md "Observability": every upstream log line names the endpoint, and
+// `edge_upstream_endpoint_requests_total` counts each endpoint's attempts by response class, so an
+// operator can tell which endpoint of an upstream fails.
+both_drivers!(endpoint_counters_and_lines_name_the_failing_endpoint, |d| {
+    let good = Origin::fixed(b"good");
+    let dead = crate::harness::refused_addr();
+    // "pair": one endpoint refuses, the other answers (each refused connect is retried on it);
+    // "dead": its one endpoint refuses, so the client gets 502.
+    let cfg = Cfg::new(d, good.addr)
+        .endpoints(&[dead, good.addr])
+        .add_upstream(crate::harness::Upstream::new("dead", &[dead]))
+        .add_route(crate::harness::Route::new("/dead", "dead"));
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    for _ in 0..4 {
+        assert_eq!(c.get("/ok").body, b"good");
+    }
+    assert_eq!(c.get("/dead/x").status, 502);
+    let on = |upstream: &str, addr: std::net::SocketAddr, class: &str| {
+        [
+            format!("upstream=\"{upstream}\""),
+            format!("endpoint=\"{addr}\""),
+            format!("status_class=\"{class}\""),
+        ]
+    };
+    let count = |labels: [String; 3]| {
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        edge.metric("edge_upstream_endpoint_requests_total", &labels)
+    };
+    assert_eq!(
+        edge.wait_metric(
+            "edge_upstream_endpoint_requests_total",
+            &["upstream=\"dead\"", "status_class=\"error\""],
+            1.0
+        ),
+        1.0
+    );
+    assert_eq!(count(on("origin", good.addr, "2xx")), 4.0);
+    assert_eq!(count(on("origin", good.addr, "error")), 0.0);
+    // Round robin from the refusing endpoint: every other request tried it first.
+    let refused = count(on("origin", dead, "error"));
+    assert_eq!(refused, 2.0);
+    assert_eq!(edge.metric("edge_upstream_retries_total", &[]), refused);
+    assert_eq!(count(on("origin", dead, "2xx")), 0.0);
+    assert_eq!(count(on("dead", dead, "error")), 1.0);
+    // Every class of every endpoint exports from the start.
+    assert_eq!(count(on("origin", good.addr, "5xx")), 0.0);
+    let line = edge
+        .wait_log_all(&["upstream.error", "upstream=\"dead\""], 2 * SEC)
+        .expect("no upstream.error line");
+    assert!(line.contains(&format!("endpoint={dead}")), "{line}");
+    assert!(line.contains("kind=\"refused\""), "{line}");
+});
+
+both_drivers!(timeout_and_shed_lines_name_the_endpoint, |d| {
+    // upstream.timeout names the endpoint that did not answer; request.shed for an upstream whose
+    // `max_active` is reached names the endpoint waited for.
+    let origin = Origin::silent();
+    let cfg = Cfg::new(d, origin.addr)
+        .route_field("request_timeout", "1s")
+        .upstream_field("max_active", 1)
+        .upstream_field("queue_timeout", "200ms");
+    let edge = Edge::start(&cfg);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| Client::connect(edge.addr).get("/held").status);
+        assert_eq!(
+            edge.wait_metric("edge_upstream_connections", &["state=\"active\""], 1.0),
+            1.0
+        );
+        assert_eq!(Client::connect(edge.addr).get("/queued").status, 503);
+        assert_eq!(first.join().unwrap(), 504);
+    });
+    let endpoint = format!("endpoint={}", origin.addr);
+    for event in ["upstream.timeout", "request.shed"] {
+        let line = edge
+            .wait_log_all(&[event, "upstream=\"origin\""], 2 * SEC)
+            .unwrap_or_else(|| panic!("no {event} line"));
+        assert!(line.contains(&endpoint), "{line}");
+    }
+    let error = ["upstream=\"origin\"", "status_class=\"error\""];
+    assert_eq!(
+        edge.wait_metric("edge_upstream_endpoint_requests_total", &error, 1.0),
+        1.0,
+        "the timed-out attempt counts as an error; the shed request was never sent"
+    );
+    assert_settled(&edge);
 });

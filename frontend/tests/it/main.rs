@@ -24,6 +24,7 @@ macro_rules! both_drivers {
     };
 }
 
+mod admin_api;
 mod balancing;
 mod capacity;
 mod cli;
@@ -42,6 +43,7 @@ mod lifecycle;
 mod limits;
 mod proxy;
 mod proxy_protocol;
+mod proxy_protocol_upstream;
 mod reload;
 mod routing;
 mod rules;

@@ -72,6 +72,20 @@ both_drivers!(a_broken_file_is_rejected_and_traffic_goes_on, |d| {
         )
         .expect("config.rejected with the key");
     assert!(line.contains("nope"), "gives the reason: {line}");
+    assert!(line.contains("(line "), "gives the line: {line}");
+    assert_eq!(kept.get("/b/x").body, b"from-a");
+
+    // A value refused after parsing (a zero idle timeout): file, key and line.
+    edge.rewrite_config(&with_b(d, a.addr, None).timeout("idle", "0s"));
+    edge.signal(SIGHUP);
+    let line = edge
+        .wait_log_all(
+            &["config.rejected", "server.timeouts.idle"],
+            Duration::from_secs(5),
+        )
+        .expect("config.rejected with the key");
+    assert!(line.contains(&file), "names the file: {line}");
+    assert!(line.contains("greater than zero (line "), "{line}");
     assert_eq!(kept.get("/b/x").body, b"from-a");
     assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-a");
     assert_eq!(edge.count_log("config.reloaded"), 0);

@@ -47,8 +47,8 @@ pub(crate) async fn read_head<T: Transport>(
         };
         // A large buffer: the body bytes behind the head usually come in the same read.
         let failed = |kind| UpstreamError {
-            kind,
             retry_safe: !received_any,
+            ..UpstreamError::new(kind)
         };
         let (buf, stream) = conn.buf_and_stream();
         match timeout_at(until, buf.fill_large(stream)).await {
@@ -86,8 +86,8 @@ pub(crate) async fn wait_more<T: Transport>(
         }
     };
     let failed = |kind| UpstreamError {
-        kind,
         retry_safe: !received_before,
+        ..UpstreamError::new(kind)
     };
     match r {
         Ok(0) => Err(failed(UpstreamErrorKind::ClosedEarly)),

@@ -51,6 +51,10 @@ impl UpstreamSession for H1Exchange<'_> {
         self.up.endpoints[self.conn.endpoint].addr
     }
 
+    fn endpoint_metrics(&self) -> &edge_core::metrics::EndpointMetrics {
+        &self.up.endpoints[self.conn.endpoint].metrics
+    }
+
     fn received(&self) -> &RecvBuf {
         &self.conn.buf
     }

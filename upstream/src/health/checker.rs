@@ -41,6 +41,9 @@ struct Settings {
     request: Vec<u8>,
     /// TLS to the endpoint, for a `tls = true` upstream (probes speak what requests speak).
     tls: Option<crate::connect::TlsTarget>,
+    /// With `send_proxy_protocol`, the header a probe's connection starts with: v2 LOCAL or v1
+    /// `UNKNOWN` (the probe is edge's own connection, not a client's).
+    proxy_header: Option<Vec<u8>>,
 }
 
 /// One checked endpoint.
@@ -101,6 +104,11 @@ fn apply(checker: &Rc<Checker>, cfg: &Resolved, shared: &Shared) {
                 request: probe::request(check, host),
                 check: check.clone(),
                 tls,
+                proxy_header: u.config.send_proxy_protocol.version().map(|v| {
+                    let mut h = Vec::new();
+                    edge_core::proxy_protocol::encode::local(v, &mut h);
+                    h
+                }),
             });
             wanted
                 .entry((u.config.name.clone(), e.addr))
@@ -149,10 +157,12 @@ async fn probe_loop(checker: Rc<Checker>, slot: Rc<Slot>) {
         let settings = slot.settings.borrow().clone();
         let started = Instant::now();
         let verdict = probe::probe(
+            &slot.upstream,
             slot.addr,
             settings.request.clone(),
             &settings.check,
             settings.tls.as_ref(),
+            settings.proxy_header.clone(),
         )
         .await;
         if slot.retired.get() {

@@ -34,18 +34,21 @@ pub fn request(check: &HealthCheck, host: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Probes `addr` with `request` (see [`request`]); passes when the status is within `check.expect_status`
-/// before `check.timeout`.
+/// Probes `addr` (an endpoint of `upstream`) with `request` (see [`request`]), the connection starting
+/// with `proxy_header` when there is one; passes when the status is within `check.expect_status` before
+/// `check.timeout`.
 ///
 /// # Cancel safety
 /// Dropping the future drops the connection; nothing outlives it.
 pub async fn probe(
+    upstream: &str,
     addr: SocketAddr,
     request: Vec<u8>,
     check: &HealthCheck,
     tls: Option<&TlsTarget>,
+    proxy_header: Option<Vec<u8>>,
 ) -> Verdict {
-    let exchange = exchange(addr, request, check.timeout.0, tls);
+    let exchange = exchange(upstream, addr, request, check.timeout.0, tls, proxy_header);
     match edge_core::clock::timeout(check.timeout.0, exchange).await {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(f)) => Err(f),
@@ -56,12 +59,14 @@ pub async fn probe(
 
 /// Connect (with TLS for a `tls = true` upstream), write, read the head; the response status.
 async fn exchange(
+    upstream: &str,
     addr: SocketAddr,
     request: Vec<u8>,
     timeout: std::time::Duration,
     tls: Option<&TlsTarget>,
+    proxy_header: Option<Vec<u8>>,
 ) -> Result<u16, Failure> {
-    let mut conn = connect(addr, timeout, tls)
+    let mut conn = connect(upstream, addr, timeout, tls, proxy_header)
         .await
         .map_err(|e| match e.kind {
             UpstreamErrorKind::ConnectTimeout => Failure::Timeout,

@@ -158,7 +158,7 @@ impl Watch {
             return;
         }
         if self.state.is_none() {
-            let Some(s) = spawn(fd) else {
+            let Some(s) = spawn(fd, pool) else {
                 self.unwatchable = true;
                 return;
             };
@@ -190,11 +190,12 @@ impl Drop for Watch {
 
 /// Starts the watcher of the socket `fd` on this worker; `None` (logged) when its descriptor cannot
 /// be duplicated.
-fn spawn(fd: RawFd) -> Option<Rc<State>> {
+fn spawn(fd: RawFd, pool: &Pool) -> Option<Rc<State>> {
     let sock = match duplicate(fd) {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(event = "upstream.pool_watch_failed", error = %e, "cannot watch an idle pooled connection; it is probed at checkout instead");
+            let (upstream, endpoint) = pool.names();
+            tracing::warn!(event = "upstream.pool_watch_failed", upstream, endpoint, error = %e, "cannot watch an idle pooled connection; it is probed at checkout instead");
             return None;
         }
     };
@@ -250,10 +251,15 @@ async fn run(state: Rc<State>, sock: TcpStream) {
             let pool = state.pool.borrow().upgrade();
             if let Some(pool) = pool {
                 drop(pool.remove(&state));
-                tracing::debug!(
-                    event = "upstream.pool_closed",
-                    "the upstream closed an idle pooled connection (or sent unasked bytes); removed"
-                );
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    let (upstream, endpoint) = pool.names();
+                    tracing::debug!(
+                        event = "upstream.pool_closed",
+                        upstream,
+                        endpoint,
+                        "the upstream closed an idle pooled connection (or sent unasked bytes); removed"
+                    );
+                }
             }
             return;
         }

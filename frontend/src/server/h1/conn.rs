@@ -56,6 +56,8 @@ pub(super) enum Next {
 pub(super) struct Conn<T: Transport> {
     pub(super) stream: T,
     pub(super) peer: SocketAddr,
+    /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub(super) local: Option<SocketAddr>,
     pub(super) rb: RecvBuf,
     pub(super) fields: Fields,
     served: u64,
@@ -95,6 +97,8 @@ pub struct Accepted {
     /// A plain connection's client limit is decided here, once the PROXY header told the client; a
     /// TLS connection's before its session was chosen ([`crate::accept::tls`]).
     pub shed: Option<ShedReason>,
+    /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub local: Option<SocketAddr>,
     /// It came over TLS (the handshake is done): `X-Forwarded-Proto: https`.
     pub https: bool,
     /// The PROXY protocol header, when one is expected, was already read (before the TLS handshake).
@@ -103,10 +107,11 @@ pub struct Accepted {
 
 impl Accepted {
     /// A plain connection as accepted, nothing read yet.
-    pub fn plain(peer: SocketAddr, over_capacity: bool) -> Self {
+    pub fn plain(peer: SocketAddr, local: Option<SocketAddr>, over_capacity: bool) -> Self {
         Accepted {
             peer,
             shed: over_capacity.then_some(ShedReason::Limit),
+            local,
             https: false,
             proxy_header_read: false,
         }
@@ -129,6 +134,7 @@ pub fn serve<T: Transport>(
     let Accepted {
         peer,
         shed,
+        local,
         https,
         proxy_header_read,
     } = accepted;
@@ -136,6 +142,7 @@ pub fn serve<T: Transport>(
     let mut c = Conn {
         stream,
         peer,
+        local,
         rb: RecvBuf::new(),
         fields: Fields::new(),
         served: 0,
@@ -396,6 +403,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         fields: &c.fields,
         info,
         peer: c.peer,
+        local: c.local,
         https: c.https,
         shed: None,
         close,

@@ -43,6 +43,7 @@ pub(super) async fn serve_h2<T: Transport>(
     }
     let from = crate::server::h2::Origin {
         peer: c.peer,
+        local: c.local,
         https: c.https,
         shed,
     };

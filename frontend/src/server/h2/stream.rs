@@ -36,6 +36,8 @@ const LOG_LINE_MAX: usize = 256;
 pub struct Origin {
     /// The client's address.
     pub peer: SocketAddr,
+    /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
+    pub local: Option<SocketAddr>,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub https: bool,
     /// Shed at accept (DESIGN.md "Capacity": `limit`; `max_connections_per_client`: `client_limit`):
@@ -180,6 +182,7 @@ pub async fn serve(
         fields: &fields,
         info,
         peer: from.peer,
+        local: from.local,
         https: from.https,
         shed: from.shed,
         close: false,
