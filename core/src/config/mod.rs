@@ -34,7 +34,8 @@ pub use rate_limits::{LimitKey, Rate, RateLimit, RateLimits, ResolvedLimit};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedUpstream};
 pub use routes::{FieldCondition, ResolvedRoute, Route, Routes};
 pub use rules::{
-    HeaderOps, LimitNames, LocalRule, Mirror, Redirect, Respond, RouteRules, Split, SplitTarget,
+    HeaderOps, LimitNames, LocalRule, Mirror, MirrorRule, Redirect, Respond, RouteRules, Split,
+    SplitTarget,
 };
 use serde::{Deserialize, Serialize};
 pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};

@@ -183,6 +183,51 @@ impl Split {
     }
 }
 
+/// A route's `mirror`: the upstream, its share in parts per million, and this worker's accumulator
+/// (cloned fresh per worker, as [`Split`]'s cursor), so exactly the share of a worker's requests is
+/// copied, evenly spread.
+#[derive(Debug)]
+pub struct MirrorRule {
+    /// Index of the mirror's upstream.
+    pub upstream: usize,
+    /// Share of requests copied, parts per million.
+    pub per_million: u32,
+    acc: std::sync::atomic::AtomicU32,
+}
+
+impl Clone for MirrorRule {
+    fn clone(&self) -> MirrorRule {
+        MirrorRule::new(self.upstream, self.per_million)
+    }
+}
+
+impl PartialEq for MirrorRule {
+    fn eq(&self, other: &MirrorRule) -> bool {
+        (self.upstream, self.per_million) == (other.upstream, other.per_million)
+    }
+}
+
+impl MirrorRule {
+    /// A mirror to `upstream` of `per_million` of requests.
+    pub fn new(upstream: usize, per_million: u32) -> MirrorRule {
+        MirrorRule {
+            upstream,
+            per_million,
+            acc: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// Whether this request is copied. Only the owning worker calls it (load and store, no
+    /// read-modify-write).
+    pub fn chosen(&self) -> bool {
+        let next = self.acc.load(Ordering::Relaxed) + self.per_million;
+        let hit = next >= 1_000_000;
+        self.acc
+            .store(if hit { next - 1_000_000 } else { next }, Ordering::Relaxed);
+        hit
+    }
+}
+
 fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 {
         a
@@ -210,8 +255,8 @@ pub struct RouteRules {
     pub response_headers: HeaderRules,
     /// Phase 5: a weighted split in place of the route's one upstream.
     pub split: Option<Split>,
-    /// Phase 5: the mirror's upstream index and its share in parts per million.
-    pub mirror: Option<(usize, u32)>,
+    /// Phase 5: the mirror.
+    pub mirror: Option<MirrorRule>,
 }
 
 impl RouteRules {
@@ -417,7 +462,7 @@ pub(super) fn compile(
             );
         }
         if let Some(i) = at.filter(|_| m.percent > 0.0 && m.percent <= 100.0) {
-            rules.mirror = Some((i, (m.percent * 10_000.0).round() as u32));
+            rules.mirror = Some(MirrorRule::new(i, (m.percent * 10_000.0).round() as u32));
         }
     }
     if let Some(names) = &r.rate_limit {
@@ -471,5 +516,19 @@ mod tests {
         assert_eq!(n1, 100);
         let fresh = s.clone();
         assert_eq!(fresh.next(), 0, "a worker's clone starts its own cursor");
+    }
+
+    #[test]
+    fn a_mirror_copies_its_exact_share_evenly() {
+        let m = super::MirrorRule::new(1, 100_000);
+        let picks: Vec<bool> = (0..100).map(|_| m.chosen()).collect();
+        assert!(
+            picks
+                .chunks(10)
+                .all(|c| c.iter().filter(|&&p| p).count() == 1),
+            "one in each ten"
+        );
+        let all = super::MirrorRule::new(1, 1_000_000);
+        assert!((0..50).all(|_| all.chosen()), "100 %");
     }
 }

@@ -65,7 +65,7 @@ fn every_rule_key_parses_compiles_and_prints_back() {
         Some("/v2"),
         "trailing slash dropped"
     );
-    assert_eq!(api.rules.mirror, Some((1, 100_000)));
+    assert_eq!(api.rules.mirror, Some(MirrorRule::new(1, 100_000)));
     let split = api.rules.split.as_ref().unwrap();
     let to_b = (0..100).filter(|_| split.next() == 1).count();
     assert_eq!(to_b, 5);

@@ -19,6 +19,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Requests refused by a rate limit (429), by worker and limit.",
     ),
     (
+        "edge_mirror_requests_total",
+        "Mirror copies of requests, by worker and how they ended (ok, error, timeout, dropped).",
+    ),
+    (
         "edge_requests_shed_total",
         "Requests refused for load (503), by reason.",
     ),

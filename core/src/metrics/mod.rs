@@ -224,6 +224,12 @@ pub fn requests_limited(worker: usize, limit: &str) -> Counter {
     c
 }
 
+/// `edge_mirror_requests_total{worker,result}`: mirror copies by how they ended (`ok`, `error`,
+/// `timeout`, `dropped`); registered with the worker's configuration snapshot.
+pub fn mirror_requests(worker: usize, result: &str) -> Counter {
+    counter!("edge_mirror_requests_total", "worker" => worker.to_string(), "result" => result.to_string())
+}
+
 /// Counts a worker restart (supervisor thread only).
 pub fn count_worker_restart() {
     counter!("edge_worker_restarts_total").increment(1);

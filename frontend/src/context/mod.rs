@@ -41,6 +41,8 @@ pub struct Live {
     /// `edge_requests_limited_total{worker,limit}`, one per `[[rate_limits]]` entry in config order
     /// (registered when the snapshot is built, never looked up per request).
     pub limited: Vec<metrics::Counter>,
+    /// `edge_mirror_requests_total{worker,result}`, in [`crate::proxy::mirror::RESULTS`] order.
+    pub mirror_results: Vec<metrics::Counter>,
 }
 
 impl Live {
@@ -72,8 +74,13 @@ impl Live {
             .iter()
             .map(|l| edge_core::metrics::requests_limited(id, &l.name))
             .collect();
+        let mirror_results = crate::proxy::mirror::RESULTS
+            .iter()
+            .map(|r| edge_core::metrics::mirror_requests(id, r))
+            .collect();
         Live {
             limited,
+            mirror_results,
             routes: cfg.routes.clone(),
             upstreams,
             generation,

@@ -463,3 +463,82 @@ both_drivers!(
         );
     }
 );
+
+both_drivers!(
+    a_mirror_sees_its_share_and_a_dead_mirror_changes_nothing_for_the_client,
+    |d: Driver| {
+        let origin = Origin::fixed(b"primary");
+        let shadow = Origin::fixed(b"shadow");
+        let dead = crate::harness::refused_addr();
+        let mirror = |to: &str| Value::Raw(format!(r#"{{ upstream = "{to}", percent = 50 }}"#));
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .add_upstream(Upstream::new("shadow", &[shadow.addr]))
+            .add_upstream(Upstream::new("dead", &[dead]))
+            .clear_routes()
+            .add_route(Route::new("/live", "origin").set("mirror", mirror("shadow")))
+            .add_route(Route::new("/dead", "origin").set("mirror", mirror("dead")))
+            .add_route(Route::new("/", "origin"));
+        let edge = Edge::start(&cfg);
+        let mut c = Client::connect(edge.addr);
+        for _ in 0..40 {
+            let (status, _, body) = get(&mut c, "/live/x?q=1", "X-Trace: t\r\n");
+            assert_eq!((status, body.as_str()), (200, "primary"));
+        }
+        assert!(
+            crate::harness::wait_until(Duration::from_secs(5), || shadow.seen_count() == 20),
+            "the mirror got half: {}",
+            shadow.seen_count()
+        );
+        let copy = shadow.last();
+        assert_eq!(
+            (copy.target.as_str(), copy.header("x-trace")),
+            ("/live/x?q=1", Some("t"))
+        );
+        // A dead mirror: every request still answered by the primary; the failures are counted.
+        for _ in 0..20 {
+            assert_eq!(get(&mut c, "/dead", "").2, "primary");
+        }
+        assert_eq!(
+            edge.wait_metric("edge_mirror_requests_total", &["result=\"error\""], 10.0),
+            10.0
+        );
+        // A body over 64 KiB is not copied: dropped, counted.
+        let body = vec![b'b'; 100 << 10];
+        for _ in 0..2 {
+            c.send(
+                format!(
+                    "POST /live HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            c.send(&body);
+            assert_eq!(c.read_response(false).unwrap().status, 200);
+        }
+        assert_eq!(
+            edge.wait_metric("edge_mirror_requests_total", &["result=\"dropped\""], 1.0),
+            1.0
+        );
+        assert_eq!(
+            edge.metric("edge_mirror_requests_total", &["result=\"ok\""]),
+            20.0
+        );
+        // Over h2 too.
+        let authority = edge.addr.to_string();
+        block_on(async {
+            let c = h2_connect(edge.addr).await;
+            for _ in 0..2 {
+                let r = h2_request(&c, "GET", "/live/h2", &authority, &[], b"")
+                    .await
+                    .unwrap();
+                assert_eq!(r.body, b"primary");
+            }
+        });
+        assert!(crate::harness::wait_until(
+            Duration::from_secs(5),
+            || shadow.seen_count() == 21
+        ));
+        assert_eq!(shadow.last().target, "/live/h2");
+    }
+);
