@@ -24,9 +24,13 @@ impl Drop for ClientSlot {
     }
 }
 
+/// The client already has `max_connections_per_client` connections open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtLimit;
+
 /// Counts a connection of `client`: `Ok(None)` when the limit is off (or the table is full),
-/// `Ok(Some(slot))` when counted, `Err(())` when the client is at its limit.
-pub fn enter(w: &Rc<Worker>, client: SocketAddr) -> Result<Option<ClientSlot>, ()> {
+/// `Ok(Some(slot))` when counted, `Err(AtLimit)` when the client is at its limit.
+pub fn enter(w: &Rc<Worker>, client: SocketAddr) -> Result<Option<ClientSlot>, AtLimit> {
     let limit = w
         .current()
         .cfg
@@ -39,7 +43,7 @@ pub fn enter(w: &Rc<Worker>, client: SocketAddr) -> Result<Option<ClientSlot>, (
     }
     match w.shared.clients.enter(client.ip(), limit) {
         Entry::Counted(slot) => Ok(Some(ClientSlot { w: w.clone(), slot })),
-        Entry::Over => Err(()),
+        Entry::Over => Err(AtLimit),
         Entry::Uncounted => Ok(None),
     }
 }

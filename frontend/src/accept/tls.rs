@@ -76,7 +76,7 @@ pub fn serve(
         if shed.is_none() {
             match crate::accept::clients::enter(&w, peer) {
                 Ok(slot) => _client = slot,
-                Err(()) => shed = Some(ShedReason::ClientLimit),
+                Err(_) => shed = Some(ShedReason::ClientLimit),
             }
         }
         // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).

@@ -240,6 +240,39 @@ pub fn redirect_location(host: Option<&[u8]>, target: &[u8], port: u16) -> Vec<u
     location
 }
 
+/// The answer of a route's `redirect` or `respond` (phase 3), its value filled for this request
+/// into a buffer of the worker's pool (no allocation once the pool holds buffers).
+pub fn route_answer(
+    rule: &edge_core::config::LocalRule,
+    vars: &super::vars::RequestVars<'_>,
+) -> Local {
+    use edge_core::config::LocalRule;
+    let mut out = edge_core::buf::take();
+    match rule {
+        LocalRule::Redirect { to, status } => {
+            to.fill(vars, &mut out);
+            Local::RouteRedirect {
+                status: *status,
+                location: out,
+            }
+        }
+        LocalRule::Respond {
+            status,
+            body,
+            content_type,
+        } => {
+            out.extend_from_slice(content_type.as_bytes());
+            let body_at = out.len();
+            body.fill(vars, &mut out);
+            Local::RouteRespond {
+                status: *status,
+                text: out,
+                body_at,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,39 +305,6 @@ mod tests {
         );
         for n in [0, 7, 10, 12345, u64::MAX] {
             assert_eq!(Digits::of(n).as_bytes(), n.to_string().as_bytes());
-        }
-    }
-}
-
-/// The answer of a route's `redirect` or `respond` (phase 3), its value filled for this request
-/// into a buffer of the worker's pool (no allocation once the pool holds buffers).
-pub fn route_answer(
-    rule: &edge_core::config::LocalRule,
-    vars: &super::vars::RequestVars<'_>,
-) -> Local {
-    use edge_core::config::LocalRule;
-    let mut out = edge_core::buf::take();
-    match rule {
-        LocalRule::Redirect { to, status } => {
-            to.fill(vars, &mut out);
-            Local::RouteRedirect {
-                status: *status,
-                location: out,
-            }
-        }
-        LocalRule::Respond {
-            status,
-            body,
-            content_type,
-        } => {
-            out.extend_from_slice(content_type.as_bytes());
-            let body_at = out.len();
-            body.fill(vars, &mut out);
-            Local::RouteRespond {
-                status: *status,
-                text: out,
-                body_at,
-            }
         }
     }
 }

@@ -350,8 +350,8 @@ both_drivers!(
         let edge = Edge::start(&with(4));
         let users = 200;
         let before: Vec<usize> = (0..users).map(|u| home(&edge, u)).collect();
-        for u in 0..users {
-            assert_eq!(home(&edge, u), before[u], "user {u} stays on its endpoint");
+        for (u, &h) in before.iter().enumerate() {
+            assert_eq!(home(&edge, u), h, "user {u} stays on its endpoint");
         }
         for e in 0..4 {
             let n = before.iter().filter(|&&h| h == e).count();
@@ -373,14 +373,8 @@ both_drivers!(
             .is_some());
         let after: Vec<usize> = (0..users).map(|u| home(&edge, u)).collect();
         let moved = (0..users).filter(|&u| after[u] != before[u]).count();
-        for u in 0..users {
-            assert_eq!(
-                after[u] != before[u],
-                before[u] == 3,
-                "user {u}: {} -> {}",
-                before[u],
-                after[u]
-            );
+        for (u, (b, a)) in before.iter().zip(&after).enumerate() {
+            assert_eq!(a != b, *b == 3, "user {u}: {b} -> {a}");
         }
         assert!(
             moved as f64 <= users as f64 * (0.25 + 0.05),

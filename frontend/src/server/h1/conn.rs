@@ -190,7 +190,7 @@ pub fn serve<T: Transport>(
         if shed.is_none() && !https {
             match crate::accept::clients::enter(&w, c.peer) {
                 Ok(slot) => _client = slot,
-                Err(()) => client_shed = Some(ShedReason::ClientLimit),
+                Err(_) => client_shed = Some(ShedReason::ClientLimit),
             }
         }
         if let Some(reason) = shed {
