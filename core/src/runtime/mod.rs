@@ -156,6 +156,8 @@ pub struct Shared {
     pub health: health::ActiveHealth,
     /// The port the TLS listener is bound to (0 without one): where `redirect_plain` sends clients.
     pub tls_port: AtomicU16,
+    /// The writer of access lines (`log.access`); the supervisor starts it and reopens its file.
+    pub access: crate::access_log::AccessWriter,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -184,6 +186,7 @@ impl Shared {
             config: Published::new(config),
             health: Default::default(),
             tls_port: AtomicU16::new(0),
+            access: Default::default(),
         }
     }
 

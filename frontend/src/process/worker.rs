@@ -89,6 +89,8 @@ async fn heartbeat(w: Rc<Worker>) {
         w.metrics.publish();
         drop(w.live()); // picks up a reloaded configuration while no request arrives
         w.log_limit.flush();
+        // Access lines of the last quarter second go to the writer (edge_core::access_log).
+        w.access.borrow_mut().flush();
         crate::faults::on_tick();
         if w.shared.close_idle.load(Ordering::Relaxed) {
             // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.
