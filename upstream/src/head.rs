@@ -205,15 +205,20 @@ mod tests {
 
     #[test]
     fn a_replaced_traceparent_drops_the_received_trace_context() {
-        let text = "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: bad\r\ntracestate: k=v\r\nX-Keep: y\r\n\r\n";
+        let text =
+            "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: bad\r\ntracestate: k=v\r\nX-Keep: y\r\n\r\n";
         let new = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
         let out = rewrite_traced(text, false, Some(new));
         assert!(!out.contains("bad") && !out.contains("tracestate"), "{out}");
         assert_eq!(out.matches("traceparent: ").count(), 1, "{out}");
-        assert!(out.contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\r\n"));
+        assert!(out
+            .contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\r\n"));
         // Without a replacement both go as received.
         let out = rewrite(text, false);
-        assert!(out.contains("traceparent: bad\r\ntracestate: k=v\r\n"), "{out}");
+        assert!(
+            out.contains("traceparent: bad\r\ntracestate: k=v\r\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -508,10 +508,7 @@ impl RouteCounters {
     /// Counts one answered request of this route.
     pub fn count(&self, protocol: Protocol, status: u16) {
         let mut seen = self.seen.borrow_mut();
-        if let Some((_, _, c)) = seen
-            .iter()
-            .find(|(s, p, _)| *s == status && *p == protocol)
-        {
+        if let Some((_, _, c)) = seen.iter().find(|(s, p, _)| *s == status && *p == protocol) {
             return c.increment(1);
         }
         let c = requests_total(&self.worker, protocol, status, &self.route);

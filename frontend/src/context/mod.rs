@@ -67,7 +67,11 @@ impl Live {
                 Upstream::rebuild(u, id, counters, old).with_checks(health)
             })
             .collect();
-        let mut labels: Vec<_> = cfg.routes.iter().map(|(_, r)| (r.index, &r.label)).collect();
+        let mut labels: Vec<_> = cfg
+            .routes
+            .iter()
+            .map(|(_, r)| (r.index, &r.label))
+            .collect();
         labels.sort_unstable_by_key(|(i, _)| *i);
         let route_counters = labels
             .into_iter()

@@ -70,7 +70,10 @@ pub struct AccessLine<'a> {
 impl AccessLine<'_> {
     /// The path part of the target.
     fn path(&self) -> &[u8] {
-        self.target.split(|&b| b == b'?').next().unwrap_or(self.target)
+        self.target
+            .split(|&b| b == b'?')
+            .next()
+            .unwrap_or(self.target)
     }
 }
 
@@ -266,7 +269,9 @@ fn logfmt_value(out: &mut Vec<u8>, v: &[u8]) {
     if v.is_empty() {
         return out.push(b'-');
     }
-    let plain = v.iter().all(|&b| b > b' ' && b < 0x7f && b != b'"' && b != b'=' && b != b'\\');
+    let plain = v
+        .iter()
+        .all(|&b| b > b' ' && b < 0x7f && b != b'"' && b != b'=' && b != b'\\');
     if plain {
         return out.extend_from_slice(v);
     }

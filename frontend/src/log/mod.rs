@@ -117,7 +117,16 @@ pub fn finish_request(
     let settings = &live.cfg.config.log;
     let slow = elapsed >= settings.slow_request.0;
     if settings.access {
-        access::write_line(w, settings.access_format, protocol, log, facts, peer, status, elapsed);
+        access::write_line(
+            w,
+            settings.access_format,
+            protocol,
+            log,
+            facts,
+            peer,
+            status,
+            elapsed,
+        );
     }
     if slow {
         let (method, path, request_id, trace_id) = log.parts();

@@ -31,7 +31,6 @@ pub mod tunnel;
 use std::time::Duration;
 
 use edge_core::{buf::SendBuf, clock::coarse_now, http::head::Fields, metrics::LocalGauge};
-use monoio::time::Instant;
 use edge_upstream::{
     head::{request_head, RequestRewrite},
     received::is_interim,
@@ -40,6 +39,7 @@ use edge_upstream::{
     zombie::{self, ActivityClock},
     UpstreamError, UpstreamErrorKind,
 };
+use monoio::time::Instant;
 
 pub use expect::CONTINUE_WAIT;
 
@@ -206,7 +206,9 @@ async fn exchange<S: Session, O: Open>(
         }
         req.upstream.metrics.requests.increment(1);
         let facts = req.facts;
-        facts.attempts.set(facts.attempts.get() + 1 + u32::from(opened.retried));
+        facts
+            .attempts
+            .set(facts.attempts.get() + 1 + u32::from(opened.retried));
         facts.endpoint.set(Some(opened.session.endpoint()));
         let sent_at = Instant::now();
         // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.

@@ -70,7 +70,9 @@ pub struct Incoming<'b> {
     pub started: Instant,
 }
 
-/// How admission ended.
+/// How admission ended. Returned by value once per request and matched at once: boxing the large
+/// variant would cost an allocation per request for no saving.
+#[allow(clippy::large_enum_variant)]
 pub enum Admission<'a> {
     /// Answered by edge itself (phase 1, later the route's `redirect` / `respond`).
     Local(Local),

@@ -108,7 +108,11 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool, id: &[u8]) {
         _ => &[],
     };
     let id = [("X-Request-Id", id)];
-    let id = if id[0].1.is_empty() { &id[..0] } else { &id[..] };
+    let id = if id[0].1.is_empty() {
+        &id[..0]
+    } else {
+        &id[..]
+    };
     let text = Text {
         content_type: "text/plain; charset=utf-8",
         body: f.text().as_bytes(),
@@ -147,6 +151,10 @@ pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: b
     let field = answer.field();
     let fields = field.as_slice();
     let id = [("X-Request-Id", id)];
-    let id = if id[0].1.is_empty() { &id[..0] } else { &id[..] };
+    let id = if id[0].1.is_empty() {
+        &id[..0]
+    } else {
+        &id[..]
+    };
     write_answer(out, answer.status(), text, &[fields, id], close, head_only);
 }
