@@ -25,6 +25,8 @@
 //!   land in the renamed file; lines still in workers' buffers (at most 250 ms of them) in the new one.
 //!   A path that cannot be opened keeps the old descriptor (`access_log.open_failed`, error). A reload
 //!   that changes `log.access_path` opens the new path the same way.
+//! - **Exit.** A worker hands over its buffer as it ends; the supervisor then waits (briefly) for the
+//!   writer to write everything handed over ([`AccessWriter::sync`]).
 
 use std::{
     fs::File,
@@ -54,6 +56,8 @@ enum Msg {
     Open(String),
     /// Write these lines, then give the buffer back to its worker.
     Lines(Vec<u8>, Arc<Return>),
+    /// Everything sent before was written: say so.
+    Sync(Sender<()>),
 }
 
 /// A worker's way back from the writer: its empty buffers and its dropped-line counter.
@@ -102,6 +106,18 @@ impl AccessWriter {
         if let Ok(tx) = self.tx.lock() {
             let _ = tx.send(Msg::Open(path.to_string()));
         }
+    }
+
+    /// Waits (at most `limit`) until everything handed to the writer so far is written: at exit, after
+    /// the workers ended (each flushes its buffer as it ends), so the last requests' lines are not lost.
+    pub fn sync(&self, limit: Duration) {
+        let (tx, rx) = channel();
+        if let Ok(w) = self.tx.lock() {
+            if w.send(Msg::Sync(tx)).is_err() {
+                return;
+            }
+        }
+        let _ = rx.recv_timeout(limit);
     }
 
     /// The buffer of one worker, counting its dropped lines in `dropped`
@@ -189,6 +205,13 @@ impl AccessBuffer {
     }
 }
 
+impl Drop for AccessBuffer {
+    /// A worker that ends (drained, or restarted after a panic) hands over what it buffered.
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// Lines in `buf`.
 fn count_lines(buf: &[u8]) -> u64 {
     buf.iter().filter(|&&b| b == b'\n').count() as u64
@@ -207,6 +230,9 @@ fn write_loop(rx: Receiver<Msg>) {
     while let Ok(msg) = rx.recv() {
         match msg {
             Msg::Open(path) => out = reopen(out, &path),
+            Msg::Sync(done) => {
+                let _ = done.send(());
+            }
             Msg::Lines(mut buf, ret) => {
                 let written = match &mut out {
                     Output::Stderr => write_stderr(&buf),

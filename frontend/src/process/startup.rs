@@ -116,6 +116,8 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     };
     let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover, watches);
     sup.join(Duration::from_millis(200));
+    // The workers handed over their last access lines as they ended.
+    shared.access.sync(Duration::from_millis(500));
     Ok(code)
 }
 

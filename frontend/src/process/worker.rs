@@ -59,6 +59,7 @@ pub async fn run(env: WorkerEnv) {
     while w.open.get() > 0 {
         monoio::time::sleep(Duration::from_millis(50)).await;
     }
+    w.access.borrow_mut().flush();
 }
 
 /// Runs one of the worker's own tasks; a panic in it stops the worker (see [`run`]) instead of unwinding

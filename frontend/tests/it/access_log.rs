@@ -404,3 +404,21 @@ both_drivers!(requests_are_counted_by_route, |d| {
     assert_eq!(count(&["route=\"1\"", "status=\"200\""]), 1.0);
     assert_eq!(count(&["route=\"-\"", "status=\"404\""]), 1.0);
 });
+
+both_drivers!(the_last_lines_are_written_before_exit, |d| {
+    // A graceful stop right after a request: the worker hands its buffer over as it ends and the
+    // supervisor waits for the writer, so the line is not lost with the process.
+    let origin = Origin::start(|_| Reply::ok(b"ok"));
+    let dir = TempDir::new();
+    let path = dir.0.join("access.log");
+    let mut edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .timeout("drain_delay", "0s")
+            .log("access", true)
+            .log("access_path", path.to_str().unwrap()),
+    );
+    assert_eq!(Client::connect(edge.addr).get("/last").status, 200);
+    assert_eq!(edge.terminate(10 * SEC), Some(0));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"path\":\"/last\""), "{text:?}");
+});

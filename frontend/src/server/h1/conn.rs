@@ -261,7 +261,13 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>, woke: Option<Instant>
                 FastWait::Idle => return Step::Idle,
             }
         }
-        match request(w, c).await {
+        let next = request(w, c).await;
+        if let Some(f) = c.facts.as_mut() {
+            // The connection must not keep the request's configuration snapshot alive (a reload
+            // frees the old one once its requests end).
+            f.live = None;
+        }
+        match next {
             Next::Keep => {}
             next => return Step::Next(next),
         }

@@ -225,6 +225,8 @@ pub async fn serve(
     };
     scratch.keep(fields, line);
     (scratch.id, scratch.path) = (id, path);
+    // A parked task must not keep the configuration snapshot (and its pools) alive.
+    scratch.facts.live = None;
 }
 
 impl Scratch {
