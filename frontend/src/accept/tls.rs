@@ -216,9 +216,8 @@ async fn handshake_failed(w: &Worker, peer: SocketAddr, e: Ended) {
 /// close.
 async fn plain_http(w: &Worker, mut io: Plain) {
     let failure = Failure::Invalid(InvalidReason::PlainHttpOnTls);
-    let (p, n, i) = w.next_request_id();
     let mut id = Vec::with_capacity(32);
-    edge_core::http::request_id::RequestId::Generated(p, n, i).write(b"", &[], &mut id);
+    w.generate_request_id(&mut id);
     failure.record(w, &RequestLog::new(b"", &id));
     let mut out = Vec::with_capacity(200);
     crate::server::h1::answer::error_response(&mut out, failure, true, &id);

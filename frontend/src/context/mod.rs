@@ -207,6 +207,14 @@ impl Worker {
         self.next_id.set(n);
         (self.id_prefix, self.id as u16, n)
     }
+
+    /// Replaces `out` with a new generated request id: for an answer to a request refused before
+    /// admission gave it one (DESIGN.md "Observability": X-Request-Id on every response).
+    pub fn generate_request_id(&self, out: &mut Vec<u8>) {
+        let (p, w, n) = self.next_request_id();
+        out.clear();
+        edge_core::http::request_id::RequestId::Generated(p, w, n).write(b"", &[], out);
+    }
 }
 
 fn id_prefix() -> u32 {

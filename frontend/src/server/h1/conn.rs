@@ -495,10 +495,8 @@ async fn record_and_answer<T: Transport>(
     let close = close || f.closes();
     if c.log_id.is_empty() {
         // Refused before admission (the head could not be read or checked): the answer still gets an
-        // id (DESIGN.md "Observability": X-Request-Id on every response).
-        let generated = w.next_request_id();
-        edge_core::http::request_id::RequestId::Generated(generated.0, generated.1, generated.2)
-            .write(b"", &[], &mut c.log_id);
+        // id.
+        w.generate_request_id(&mut c.log_id);
     }
     let trace = c.facts.as_deref().map_or(&b""[..], |f| f.trace_id());
     let log = RequestLog {

@@ -134,9 +134,7 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
         tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
     }
     // No request was admitted: the answer still gets an id (X-Request-Id on every response).
-    let (p, n, i) = w.next_request_id();
-    c.log_id.clear();
-    edge_core::http::request_id::RequestId::Generated(p, n, i).write(b"", &[], &mut c.log_id);
+    w.generate_request_id(&mut c.log_id);
     let mut out = SendBuf::take();
     crate::server::h1::answer::local_answer(&mut out.0, &Local::Shed, true, false, &c.log_id);
     let r =

@@ -12,7 +12,6 @@ use edge_core::{
     http::{
         framing::{request_info, Body, RequestInfo},
         head::{parse_request, Fields, HeadError, RequestHead},
-        request_id::RequestId,
     },
     metrics::{InvalidReason, Protocol, ResetSide, ShedReason},
 };
@@ -167,10 +166,8 @@ pub async fn serve(
                 info: NO_INFO,
             };
             let mut s = new_session(req, fields, deadline);
-            // Refused before admission: the answer still gets an id (X-Request-Id on every response).
-            let (p, n, i) = w.next_request_id();
-            scratch.id.clear();
-            RequestId::Generated(p, n, i).write(b"", &[], &mut scratch.id);
+            // Refused before admission: the answer still gets an id.
+            w.generate_request_id(&mut scratch.id);
             let log = RequestLog::new(&line, &scratch.id);
             fail(w, &mut s, f, &log, &scratch.facts, from.peer, started).await;
             return scratch.keep(s.take_fields(), line);
