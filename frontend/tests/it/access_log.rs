@@ -422,3 +422,40 @@ both_drivers!(the_last_lines_are_written_before_exit, |d| {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"path\":\"/last\""), "{text:?}");
 });
+
+both_drivers!(
+    a_stalled_writer_drops_and_counts_lines_instead_of_stalling_requests,
+    |d| {
+        // The access path is a FIFO nobody reads: the writer thread blocks opening it, the worker's
+        // buffers never come back, and once they are full further lines are dropped and counted while
+        // every request is still answered.
+        let origin = Origin::start(|_| Reply::ok(b"ok"));
+        let dir = TempDir::new();
+        let fifo = dir.0.join("stalled.log");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let edge = Edge::start(
+            &Cfg::new(d, origin.addr)
+                .log("access", true)
+                .log("access_path", fifo.to_str().unwrap()),
+        );
+        let mut c = Client::connect(edge.addr);
+        // Four 64 KiB buffers hold about 450 lines of about 600 bytes (within one connection's
+        // `max_requests_per_connection`).
+        let padding = "p".repeat(200);
+        for i in 0..900 {
+            assert_eq!(c.get(&format!("/r{i}?{padding}")).status, 200);
+        }
+        let dropped = edge.wait_metric_where(
+            "edge_access_log_dropped_total",
+            &["worker=\"0\""],
+            5 * SEC,
+            |v| v > 0.0,
+        );
+        assert!(dropped > 0.0, "nothing counted as dropped");
+        assert!(
+            dropped < 900.0,
+            "{dropped}: the buffers should have taken some lines"
+        );
+    }
+);
