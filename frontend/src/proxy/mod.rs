@@ -196,8 +196,15 @@ async fn exchange<S: Session, O: Open>(
         let opened = match open.open(reuse).await {
             Ok(opened) => opened,
             Err(e) => {
-                // A connection was tried (unless no endpoint could be: `no_endpoint`, the queue).
-                req.facts.attempts.set(req.facts.attempts.get() + 1);
+                // A connection was tried, unless none could be (no endpoint address, or the queue for
+                // `max_active` timed out).
+                let tried = !matches!(
+                    e.kind,
+                    UpstreamErrorKind::NoEndpoint | UpstreamErrorKind::QueueTimeout
+                );
+                req.facts
+                    .attempts
+                    .set(req.facts.attempts.get() + u32::from(tried));
                 return failed(Failure::Upstream(e), sent_whole);
             }
         };

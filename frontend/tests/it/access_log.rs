@@ -459,3 +459,53 @@ both_drivers!(
         );
     }
 );
+
+both_drivers!(answers_edge_makes_itself_get_access_lines_too, |d| {
+    // Health probes, 404 and an upstream failure each get a line; the route is `-` before routing.
+    let origin = Origin::start(|_| Reply::ok(b"ok"));
+    let dir = TempDir::new();
+    let path = dir.0.join("access.log");
+    let dead = refused_addr();
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .route_prefix("/api")
+            .add_upstream(Upstream::new("dead", &[dead]))
+            .add_route(Route::new("/dead", "dead").set("name", "down"))
+            .log("access", true)
+            .log("access_path", path.to_str().unwrap()),
+    );
+    for (target, status) in [("/_health", 200), ("/nowhere", 404), ("/dead/x", 502)] {
+        assert_eq!(Client::connect(edge.addr).get(target).status, status);
+    }
+    let lines = wait_lines(&path, 3);
+    let v: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_path = |p: &str| v.iter().find(|l| l["path"] == p).expect(p).clone();
+    let health = by_path("/_health");
+    assert_eq!(
+        (health["status"].as_u64(), health["route"].as_str()),
+        (Some(200), Some("-"))
+    );
+    assert_eq!(health["response_bytes"].as_u64(), Some(2));
+    let missing = by_path("/nowhere");
+    assert_eq!(
+        (missing["status"].as_u64(), missing["route"].as_str()),
+        (Some(404), Some("-"))
+    );
+    assert!(missing["upstream"].is_null() && missing["attempts"].as_u64() == Some(0));
+    let failed = by_path("/dead/x");
+    assert_eq!(failed["status"].as_u64(), Some(502));
+    assert_eq!(failed["route"].as_str(), Some("down"));
+    assert_eq!(failed["upstream"].as_str(), Some("dead"));
+    assert_eq!(failed["attempts"].as_u64(), Some(1));
+    assert!(failed["upstream_ttfb_ms"].is_null() && failed["endpoint"].is_null());
+    for l in &v {
+        assert!(
+            l["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+            "{l}"
+        );
+        assert_eq!(l["trace_id"].as_str().map(str::len), Some(32), "{l}");
+    }
+});
