@@ -278,9 +278,10 @@ fn reopen(old: Output, path: &str) -> Output {
 }
 
 /// Writes `buf` to stderr in pieces of at most [`PIPE_BUF`] bytes, each ending at a line's end (a
-/// longer line goes whole).
+/// longer line goes whole). The process's stderr lock is taken per piece, not for the whole buffer,
+/// so the log lines of other threads wait for at most one piece.
 fn write_stderr(buf: &[u8]) -> std::io::Result<()> {
-    let mut err = std::io::stderr().lock();
+    let mut err = std::io::stderr();
     let mut rest = buf;
     while !rest.is_empty() {
         let window = &rest[..rest.len().min(PIPE_BUF)];
