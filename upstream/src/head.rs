@@ -1,6 +1,7 @@
 //! The upstream request head (RFC 9110 §7.6, DESIGN.md "HTTP/1.1 rules"): always HTTP/1.1, hop-by-hop
 //! fields removed and framing re-derived, Via added, X-Forwarded-For / X-Forwarded-Proto appended to from
-//! trusted peers and replaced otherwise (with Forwarded and X-Real-IP dropped), the request id sent.
+//! trusted peers and replaced otherwise (with Forwarded and X-Real-IP dropped), the request id sent, and
+//! a `traceparent` edge started or replaced sent in place of the received trace context.
 //! Encoded from a protocol-neutral [`RequestView`], into a reused buffer: no allocation once the buffer
 //! has grown.
 //!
@@ -41,6 +42,10 @@ pub struct RequestRewrite<'a> {
     /// The normalised path to send in place of the received one when they differ (DESIGN.md
     /// "Routing"); the received query, from its `?`, follows it. `None`: the target as received.
     pub path: Option<&'a [u8]>,
+    /// W3C trace context (DESIGN.md "Observability", `log.traceparent = "propagate"`): a `traceparent`
+    /// edge started or put in place of an invalid one; the received `traceparent` and `tracestate`
+    /// fields are dropped and this one sent. `None`: both go upstream as received.
+    pub traceparent: Option<&'a [u8]>,
 }
 
 /// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream (`Connection: upgrade`
@@ -95,6 +100,7 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
             }
             FieldKind::XForwardedProto => proto_kept = true,
             FieldKind::RequestId => continue, // written below
+            FieldKind::TraceParent | FieldKind::TraceState if rw.traceparent.is_some() => continue,
             FieldKind::Host => {
                 if let Some(a) = &head.authority {
                     lines.flush(out, buf);
@@ -128,6 +134,9 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     out.extend_from_slice(b"X-Request-Id: ");
     out.extend_from_slice(rw.id);
     out.extend_from_slice(b"\r\n");
+    if let Some(t) = rw.traceparent {
+        field(out, b"traceparent", t);
+    }
     field(out, b"Via", VIA);
     match rw.body {
         Body::Length(n) => {
@@ -163,6 +172,10 @@ mod tests {
     }
 
     fn rewrite(text: &str, trusted: bool) -> String {
+        rewrite_traced(text, trusted, None)
+    }
+
+    fn rewrite_traced(text: &str, trusted: bool, traceparent: Option<&[u8]>) -> String {
         let mut f = Fields::new();
         let h = parse_request(text.as_bytes(), 100, &mut f)
             .unwrap()
@@ -183,10 +196,29 @@ mod tests {
             upgrade: info.upgrade,
             max_forwards: info.max_forwards,
             path: None,
+            traceparent,
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_replaced_traceparent_drops_the_received_trace_context() {
+        let text =
+            "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: bad\r\ntracestate: k=v\r\nX-Keep: y\r\n\r\n";
+        let new = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let out = rewrite_traced(text, false, Some(new));
+        assert!(!out.contains("bad") && !out.contains("tracestate"), "{out}");
+        assert_eq!(out.matches("traceparent: ").count(), 1, "{out}");
+        assert!(out
+            .contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\r\n"));
+        // Without a replacement both go as received.
+        let out = rewrite(text, false);
+        assert!(
+            out.contains("traceparent: bad\r\ntracestate: k=v\r\n"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -329,6 +361,7 @@ mod tests {
             upgrade: false,
             max_forwards: None,
             path: Some(b"/v2/~a"),
+            traceparent: None,
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -389,6 +422,7 @@ mod tests {
                 upgrade: false,
                 max_forwards: None,
                 path: None,
+                traceparent: None,
             };
             let mut out = Vec::new();
             request_head(&mut out, &view(buf, &h, &f), &rw);

@@ -11,22 +11,26 @@
 //! 4. the request rewrite plan;
 //! 5. upstream choice;
 //!
-//! then the request id, the deadlines (the route's `client_request_timeout` and `request_timeout`) and
-//! retry-safety (RFC 9110 §9.2.2). Phase 6, what is added to the response head (Via, then the route's
-//! response rules), is decided here too ([`ResponseFields`]) and written by each session. Nothing here allocates per request: the request id is written into a buffer
-//! the connection (or the HTTP/2 stream task) keeps.
+//! then the deadlines (the route's `client_request_timeout` and `request_timeout`) and retry-safety
+//! (RFC 9110 §9.2.2). Before phase 1 the request gets its id and its W3C trace context ([`trace`]), so
+//! every answer, local ones included, carries the id. Phase 6, what is added to the response head (Via,
+//! X-Request-Id, then the route's response rules), is decided here too ([`ResponseFields`]) and written
+//! by each session. What the access line needs of the head is noted in the request's
+//! [`RequestFacts`]. Nothing here allocates per request: the request id is written into a buffer the
+//! connection (or the HTTP/2 stream task) keeps, and so are the facts.
 
 pub mod local;
 pub mod response;
 pub mod route;
+pub mod trace;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, rc::Rc, time::Duration};
 
 use edge_core::{
     config::{Resolved, ResolvedRoute},
     http::{
         framing::RequestInfo,
-        head::{Fields, RequestHead},
+        head::{FieldKind, Fields, RequestHead},
         request_id::RequestId,
     },
     metrics::InvalidReason,
@@ -39,7 +43,7 @@ pub use response::ResponseFields;
 
 use crate::{
     context::{Live, Worker},
-    log::{RequestLog, UpstreamTag},
+    log::{facts, RequestFacts, RequestLog, UpstreamTag},
     respond::Failure,
 };
 
@@ -109,12 +113,15 @@ pub struct Admitted<'a> {
     pub local: Option<SocketAddr>,
     /// The client connection came over TLS.
     pub https: bool,
-    /// Method, target and request id, for log lines.
+    /// Method, target, request id and trace id, for log lines.
     pub log: RequestLog<'a>,
     /// What is changed in the request on its way upstream.
     pub rewrite: Rewrite<'a>,
     /// What is added to the response on its way to the client (phase 6).
-    pub response: ResponseFields,
+    pub response: ResponseFields<'a>,
+    /// The request's facts for its access line: the orchestrator notes attempts, endpoint, time to
+    /// first byte and body bytes in them.
+    pub facts: &'a RequestFacts,
 }
 
 /// The request rewrite plan (DESIGN.md "Request pipeline and traffic rules", phase 4): what the
@@ -124,20 +131,25 @@ pub struct Rewrite<'a> {
     /// The normalised path, when it differs from the received one (DESIGN.md "Routing"): sent in place
     /// of the received path, followed by the received query.
     pub path: Option<&'a [u8]>,
+    /// A `traceparent` edge started or replaced, sent in place of the received trace context
+    /// ([`trace`]).
+    pub traceparent: Option<&'a [u8]>,
 }
 
 /// Admits the request `r` on the configuration snapshot `live` (phases 1 to 5 of DESIGN.md "Request
 /// pipeline and traffic rules"). `line` is the request's method and target for log lines; the request
-/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id`, and the
-/// normalised path into `scratch` when it differs from the received one. Both buffers belong to the
-/// connection (or the HTTP/2 stream task) and are reused, so admission allocates nothing per request.
+/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id` whatever the
+/// outcome, the normalised path into `scratch` when it differs from the received one, and what the
+/// access line needs into `facts` (cleared first). The buffers belong to the connection (or the HTTP/2
+/// stream task) and are reused, so admission allocates nothing per request.
 pub fn admit<'a>(
     w: &Worker,
-    live: &'a Live,
+    live: &'a Rc<Live>,
     r: &Incoming<'_>,
     line: &'a [u8],
     id: &'a mut Vec<u8>,
     scratch: &'a mut Vec<u8>,
+    facts: &'a mut RequestFacts,
 ) -> Admission<'a> {
     let server = &live.cfg.config.server;
     let buf = r.buf;
@@ -149,6 +161,10 @@ pub fn admit<'a>(
         Some(a) => Some(&buf[a.clone()]),
         None => r.info.host.map(|i| r.fields[i].value(buf)),
     };
+    // The request's id and trace context, and what its access line needs, before any answer.
+    id.clear();
+    RequestId::of(buf, r.fields, w.next_request_id()).write(buf, r.fields, id);
+    note_facts(w, live, r, target, host, facts);
     // Phase 1: local answers, before any rule.
     let probe = local::Probe {
         path,
@@ -178,17 +194,20 @@ pub fn admit<'a>(
     let Some(route) = routed.route else {
         return Admission::Refused(Failure::NoRoute);
     };
+    facts.route = Some(route.index);
     // Phase 3, the route's request-phase rules (limits, then redirect / respond), goes here: a rule
     // returns an `Admission::Local` or `Admission::Refused` to answer.
     // Phase 4: the rewrite plan. Today the normalised path, sent in place of the received one; the
     // route's path, host and header rewrites join it here.
-    let rewrite = Rewrite {
-        path: routed.rewritten.then_some(scratch.as_slice()),
-    };
     // Phase 5: the upstream.
     let upstream = &live.upstreams[route.upstream];
-    id.clear();
-    RequestId::of(buf, r.fields, w.next_request_id()).write(buf, r.fields, id);
+    facts.upstream = Some(route.upstream);
+    let facts: &'a RequestFacts = facts;
+    let rewrite = Rewrite {
+        path: routed.rewritten.then_some(scratch.as_slice()),
+        traceparent: facts.trace_started.then_some(&facts.traceparent[..]),
+    };
+    let id: &'a [u8] = id;
     Admission::Forward(Admitted {
         info: r.info,
         is_head: method == b"HEAD",
@@ -212,10 +231,44 @@ pub fn admit<'a>(
             line,
             id,
             upstream: Some(UpstreamTag::of(upstream)),
+            trace: facts.trace_id(),
         },
         rewrite,
-        response: ResponseFields::forwarded(),
+        response: ResponseFields::forwarded(id),
+        facts,
     })
+}
+
+/// Notes in `facts` what the request's access line and log lines need of its head: the snapshot it
+/// runs on, its trace context ([`trace::note`]), its query length, and (only while `log.access` is on,
+/// copies of at most 256 bytes) its host, user agent and referer.
+fn note_facts(
+    w: &Worker,
+    live: &Rc<Live>,
+    r: &Incoming<'_>,
+    target: &[u8],
+    host: Option<&[u8]>,
+    facts: &mut RequestFacts,
+) {
+    facts.clear();
+    facts.live = Some(live.clone());
+    let log = &live.cfg.config.log;
+    trace::note(w, log.traceparent, r.buf, r.fields, facts);
+    facts.query_len = target
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(0, |q| target.len() - q - 1);
+    if !log.access {
+        return;
+    }
+    facts::keep(&mut facts.host, host.unwrap_or_default());
+    for f in r.fields.iter() {
+        match f.kind {
+            FieldKind::UserAgent => facts::keep(&mut facts.user_agent, f.value(r.buf)),
+            FieldKind::Referer => facts::keep(&mut facts.referer, f.value(r.buf)),
+            _ => {}
+        }
+    }
 }
 
 /// Whether `method` is idempotent (RFC 9110 §9.2.2), so a request that failed on a reused connection
