@@ -2,6 +2,7 @@
 //! runtime, HTTP/1.1 framing, metric names, logging setup, and the traffic rules compiled at load
 //! (`policy`). See DESIGN.md "Layout".
 
+pub mod access_log;
 pub mod buf;
 pub mod clock;
 pub mod config;

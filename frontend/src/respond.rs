@@ -78,13 +78,14 @@ pub fn record_undelivered(w: &Worker, log: &RequestLog<'_>, status: u16, cause: 
     if !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
-    let (method, path, request_id) = log.parts();
+    let (method, path, request_id, trace_id) = log.parts();
     tracing::debug!(
         event = "response.undelivered",
         worker = w.id,
         method,
         path,
         request_id,
+        trace_id,
         status,
         cause
     );
@@ -222,13 +223,14 @@ impl Failure {
     pub fn record(self, w: &Worker, req: &RequestLog<'_>) {
         let status = self.status();
         if self != Failure::NoRoute && w.log_limit.allow() {
-            let (method, path, request_id) = req.parts();
+            let (method, path, request_id, trace_id) = req.parts();
             tracing::info!(
                 event = "request.failed",
                 worker = w.id,
                 method,
                 path,
                 request_id,
+                trace_id,
                 status,
                 kind = self.kind()
             );

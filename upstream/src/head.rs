@@ -1,6 +1,7 @@
 //! The upstream request head (RFC 9110 §7.6, DESIGN.md "HTTP/1.1 rules"): always HTTP/1.1, hop-by-hop
 //! fields removed and framing re-derived, Via added, X-Forwarded-For / X-Forwarded-Proto appended to from
-//! trusted peers and replaced otherwise (with Forwarded and X-Real-IP dropped), the request id sent.
+//! trusted peers and replaced otherwise (with Forwarded and X-Real-IP dropped), the request id sent, and
+//! a `traceparent` edge started or replaced sent in place of the received trace context.
 //! Encoded from a protocol-neutral [`RequestView`], into a reused buffer: no allocation once the buffer
 //! has grown.
 //!
@@ -51,6 +52,10 @@ pub struct RequestRewrite<'a> {
     pub rules: Option<&'a HeaderRules>,
     /// The rules' fields, filled for this request, as `Name: value\r\n` lines written after edge's own.
     pub added: &'a [u8],
+    /// W3C trace context (DESIGN.md "Observability", `log.traceparent = "propagate"`): a `traceparent`
+    /// edge started or put in place of an invalid one; the received `traceparent` and `tracestate`
+    /// fields are dropped and this one sent. `None`: both go upstream as received.
+    pub traceparent: Option<&'a [u8]>,
 }
 
 impl RequestRewrite<'_> {
@@ -113,6 +118,7 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
             }
             FieldKind::XForwardedProto => proto_kept = true,
             FieldKind::RequestId => continue, // written below
+            FieldKind::TraceParent | FieldKind::TraceState if rw.traceparent.is_some() => continue,
             FieldKind::Host => {
                 let host = rw.host.or(head.authority.as_ref().map(|a| &buf[a.clone()]));
                 if let Some(host) = host {
@@ -183,6 +189,9 @@ fn forwarding_fields(
     out.extend_from_slice(b"X-Request-Id: ");
     out.extend_from_slice(rw.id);
     out.extend_from_slice(b"\r\n");
+    if let Some(t) = rw.traceparent {
+        field(out, b"traceparent", t);
+    }
     field(out, b"Via", VIA);
 }
 
@@ -198,7 +207,7 @@ fn forwarding_fields_with_rules(
 ) {
     let start = out.len();
     forwarding_fields(out, req, rw, xff_prev, proto_kept);
-    // Four short lines just written: drop those a rule replaces or removes, in place.
+    // The few short lines just written: drop those a rule replaces or removes, in place.
     let mut kept = start;
     let mut at = start;
     while at < out.len() {
@@ -237,6 +246,10 @@ mod tests {
     }
 
     fn rewrite(text: &str, trusted: bool) -> String {
+        rewrite_traced(text, trusted, None)
+    }
+
+    fn rewrite_traced(text: &str, trusted: bool, traceparent: Option<&[u8]>) -> String {
         let mut f = Fields::new();
         let h = parse_request(text.as_bytes(), 100, &mut f)
             .unwrap()
@@ -260,10 +273,29 @@ mod tests {
             host: None,
             rules: None,
             added: b"",
+            traceparent,
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_replaced_traceparent_drops_the_received_trace_context() {
+        let text =
+            "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: bad\r\ntracestate: k=v\r\nX-Keep: y\r\n\r\n";
+        let new = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let out = rewrite_traced(text, false, Some(new));
+        assert!(!out.contains("bad") && !out.contains("tracestate"), "{out}");
+        assert_eq!(out.matches("traceparent: ").count(), 1, "{out}");
+        assert!(out
+            .contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\r\n"));
+        // Without a replacement both go as received.
+        let out = rewrite(text, false);
+        assert!(
+            out.contains("traceparent: bad\r\ntracestate: k=v\r\n"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -409,6 +441,7 @@ mod tests {
             host: None,
             rules: None,
             added: b"",
+            traceparent: None,
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -457,6 +490,7 @@ mod tests {
             host: Some(b"internal.api"),
             rules: Some(&rules),
             added: b"X-Forwarded-Proto: https\r\nX-Env: prod\r\n",
+            traceparent: None,
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -510,6 +544,7 @@ mod tests {
                 host: None,
                 rules: None,
                 added: b"",
+                traceparent: None,
             };
             let mut out = Vec::new();
             request_head(&mut out, &view(buf, &h, &f), &rw);

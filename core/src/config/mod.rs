@@ -39,7 +39,10 @@ pub use rules::{
 };
 use serde::{Deserialize, Serialize};
 pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
-pub use values::{ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, Workers};
+pub use values::{
+    AccessFormat, ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, TraceMode,
+    Workers,
+};
 
 /// The default configuration, `deploy/edge.toml`, embedded at build time.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../deploy/edge.toml");
@@ -220,8 +223,14 @@ pub struct Log {
     pub level: String,
     /// Requests slower than this log `request.slow` at warn.
     pub slow_request: Dur,
-    /// One structured line per request.
+    /// One access line per request (DESIGN.md "Observability").
     pub access: bool,
+    /// How access lines are written.
+    pub access_format: AccessFormat,
+    /// Where access lines go: `""` = stderr, else a file appended to and reopened on SIGUSR1.
+    pub access_path: String,
+    /// W3C trace context handling.
+    pub traceparent: TraceMode,
 }
 
 impl Default for Log {
@@ -231,6 +240,9 @@ impl Default for Log {
             level: "info".into(),
             slow_request: Dur::secs(5),
             access: false,
+            access_format: AccessFormat::Json,
+            access_path: String::new(),
+            traceparent: TraceMode::Propagate,
         }
     }
 }

@@ -173,10 +173,31 @@ fn check_upgrade_socket(path: &str, p: &mut Problems<'_>) {
     }
 }
 
-/// `[log]`: the level must be a valid tracing filter.
+/// `[log]`: the level must be a valid tracing filter; `access_path` an absolute path (it is reopened
+/// on SIGUSR1, when the working directory may have changed meaning) whose directory exists.
 fn check_log(log: &Log, p: &mut Problems<'_>) {
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log.level) {
         p.add("log.level", format!("invalid filter {:?}: {e}", log.level));
+    }
+    let path = Path::new(&log.access_path);
+    if log.access_path.is_empty() {
+        return;
+    }
+    if !path.is_absolute() {
+        p.add(
+            "log.access_path",
+            "must be an absolute path (or \"\" for stderr)",
+        );
+    } else if !path.parent().is_some_and(Path::is_dir) {
+        p.add(
+            "log.access_path",
+            format!("the directory of {:?} does not exist", log.access_path),
+        );
+    } else if path.is_dir() {
+        p.add(
+            "log.access_path",
+            format!("{:?} is a directory, not a file", log.access_path),
+        );
     }
 }
 

@@ -226,3 +226,50 @@ fn http2_keys_parse_with_defaults_and_errors_name_file_and_key() {
     assert_eq!(errors[0].key, "server.http2.max_frame_size");
     assert_eq!(errors[0].file, "x.toml");
 }
+
+#[test]
+fn log_access_keys_parse_and_errors_name_file_and_key() {
+    let base = format!("{DEFAULT_CONFIG}\n");
+    let with = |log: &str| base.replace("[log]\n", &format!("[log]\n{log}\n"));
+    let c = Config::parse(&base, "e.toml").unwrap();
+    assert_eq!(c.log.access_format, AccessFormat::Json);
+    assert_eq!(c.log.traceparent, TraceMode::Propagate);
+    assert_eq!(c.log.access_path, "");
+    let c = Config::parse(
+        &with("access_format = \"combined\"\ntraceparent = \"off\""),
+        "e.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.log.access_format, c.log.traceparent),
+        (AccessFormat::Combined, TraceMode::Off)
+    );
+    let e = Config::parse(&with("access_format = \"xml\""), "e.toml").unwrap_err();
+    assert_eq!(
+        (e.file.as_str(), e.key.as_str()),
+        ("e.toml", "log.access_format")
+    );
+    let e = Config::parse(&with("traceparent = \"always\""), "e.toml").unwrap_err();
+    assert_eq!(e.key, "log.traceparent");
+    let resolve_errors = |log: &str| {
+        Config::parse(&with(log), "e.toml")
+            .unwrap()
+            .resolve("e.toml")
+            .unwrap_err()
+    };
+    let dir = std::env::temp_dir();
+    for (path, why) in [
+        ("logs/a.log".to_string(), "absolute"),
+        ("/nonexistent-edge-dir/a.log".to_string(), "does not exist"),
+        (dir.to_string_lossy().into_owned(), "directory"),
+    ] {
+        let errors = resolve_errors(&format!("access_path = {path:?}"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].key, "log.access_path");
+        assert_eq!(errors[0].file, "e.toml");
+        assert!(errors[0].reason.contains(why), "{}", errors[0].reason);
+    }
+    let ok = dir.join("edge-access-config-test.log");
+    let c = Config::parse(&with(&format!("access_path = {ok:?}")), "e.toml").unwrap();
+    assert!(c.resolve("e.toml").is_ok());
+}

@@ -293,6 +293,31 @@ impl FromStr for LogFormat {
     }
 }
 
+/// `log.access_format` (DESIGN.md "Observability").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessFormat {
+    /// One JSON object per line.
+    Json,
+    /// `key=value` pairs (logfmt).
+    Text,
+    /// nginx/Apache combined, then the duration in seconds and the request id.
+    Combined,
+}
+
+/// `log.traceparent`: W3C trace context handling (DESIGN.md "Observability").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceMode {
+    /// Forward a valid `traceparent` (with `tracestate`); replace an invalid one and start one when
+    /// absent (random ids, sampled flag off; `tracestate` dropped).
+    Propagate,
+    /// Pass `traceparent` and `tracestate` through as received; a valid trace id is logged.
+    Forward,
+    /// Pass them through; no trace id in log lines.
+    Off,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,8 @@ pub struct BodyScanner {
     limit: u64,
     /// Payload bytes of a close-delimited body so far (the only kind that declares no size).
     seen: u64,
+    /// Payload bytes passed so far, every framing (the access line's body byte counts).
+    payload: u64,
     done: bool,
 }
 
@@ -63,6 +65,7 @@ impl BodyScanner {
             decoder: ChunkedDecoder::with_limit(limit),
             limit,
             seen: 0,
+            payload: 0,
             done,
         }
     }
@@ -75,6 +78,11 @@ impl BodyScanner {
     /// Whether the whole body has passed.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Payload bytes that passed so far (chunk framing not counted).
+    pub fn payload(&self) -> u64 {
+        self.payload
     }
 
     /// Marks a close-delimited body complete (the sender closed).
@@ -104,11 +112,16 @@ impl BodyScanner {
                 let n = self.left.min(data.len() as u64) as usize;
                 self.left -= n as u64;
                 self.done = self.left == 0;
+                self.payload += n as u64;
                 on_data(0..n);
                 Ok(n)
             }
             Body::Chunked => {
-                let p = self.decoder.feed(data, on_data)?;
+                let payload = &mut self.payload;
+                let p = self.decoder.feed(data, |r: Range<usize>| {
+                    *payload += r.len() as u64;
+                    on_data(r)
+                })?;
                 self.done = p.done;
                 Ok(p.consumed)
             }
@@ -118,6 +131,7 @@ impl BodyScanner {
                     .checked_add(data.len() as u64)
                     .filter(|&n| n <= self.limit)
                     .ok_or(BodyError::TooLarge)?;
+                self.payload += data.len() as u64;
                 on_data(0..data.len());
                 Ok(data.len())
             }

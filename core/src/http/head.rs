@@ -66,6 +66,14 @@ pub enum FieldKind {
     Via,
     /// `Keep-Alive` on a response (parsed for the upstream's idle timeout, then removed).
     KeepAlive,
+    /// `traceparent` (W3C trace context, DESIGN.md "Observability").
+    TraceParent,
+    /// `tracestate` (W3C trace context): forwarded with a valid `traceparent`, dropped with a replaced one.
+    TraceState,
+    /// `User-Agent`, for the access line.
+    UserAgent,
+    /// `Referer`, for the access line's combined format.
+    Referer,
 }
 
 fn classify(name: &[u8]) -> FieldKind {
@@ -92,6 +100,10 @@ fn classify(name: &[u8]) -> FieldKind {
         12 if is!(b"max-forwards") => FieldKind::MaxForwards,
         6 if is!(b"expect") => FieldKind::Expect,
         3 if is!(b"via") => FieldKind::Via,
+        11 if is!(b"traceparent") => FieldKind::TraceParent,
+        10 if is!(b"tracestate") => FieldKind::TraceState,
+        10 if is!(b"user-agent") => FieldKind::UserAgent,
+        7 if is!(b"referer") => FieldKind::Referer,
         _ => FieldKind::Other,
     }
 }

@@ -25,6 +25,10 @@ pub fn is_hop_by_hop(buf: &[u8], fields: &[Field], f: &Field, named: bool) -> bo
         | FieldKind::MaxForwards
         | FieldKind::Via
         | FieldKind::RequestId
+        | FieldKind::TraceParent
+        | FieldKind::TraceState
+        | FieldKind::UserAgent
+        | FieldKind::Referer
         | FieldKind::ForwardedOther => named && connection_has(buf, fields, f.name(buf)),
         _ => false,
     }

@@ -8,7 +8,7 @@ use metrics::{describe_counter, describe_gauge};
 const COUNTERS: &[(&str, &str)] = &[
     (
         "edge_requests_total",
-        "Requests answered, by worker, protocol and status code.",
+        "Requests answered, by worker, protocol, status code and route (its name, else its index; \"-\" for a request answered before routing).",
     ),
     (
         "edge_requests_invalid_total",
@@ -98,6 +98,10 @@ const COUNTERS: &[(&str, &str)] = &[
     (
         "edge_relay_buffer_waits_total",
         "Response relays that waited for the worker's relay-memory budget.",
+    ),
+    (
+        "edge_access_log_dropped_total",
+        "Access lines dropped because the access-log writer was behind (or could not write), by worker.",
     ),
     (
         "edge_worker_allocations_total",

@@ -323,6 +323,8 @@ pub struct WorkerMetrics {
     pub upstream_tls_handshakes: Arc<[Counter; 4]>,
     /// `edge_tls_handshake_duration_seconds{worker}`
     pub tls_handshake_duration: Arc<DurationHistogram>,
+    /// `edge_access_log_dropped_total{worker}`: access lines dropped (`crate::access_log`).
+    pub access_log_dropped: Counter,
 }
 
 impl WorkerMetrics {
@@ -383,6 +385,7 @@ impl WorkerMetrics {
                 .unwrap_or_else(|_| unreachable!("TlsResult has four values")),
             ),
             tls_handshake_duration: crate::latency::tls_handshakes_for_worker(id),
+            access_log_dropped: counter!("edge_access_log_dropped_total", "worker" => w.clone()),
             worker: w,
         };
         // Every label combination exports from the start (0 until it moves). Counters are only touched,
@@ -399,7 +402,13 @@ impl WorkerMetrics {
             .chain(&m.http2_resets)
             .chain(&m.http2_goaways)
             .chain(m.upstream_tls_handshakes.iter());
-        let singles = [&m.truncated, &m.evicted, &m.panics, &m.relay_waits];
+        let singles = [
+            &m.truncated,
+            &m.evicted,
+            &m.panics,
+            &m.relay_waits,
+            &m.access_log_dropped,
+        ];
         for c in counters.chain(singles) {
             c.increment(0);
         }
@@ -432,20 +441,25 @@ impl WorkerMetrics {
         &self.tls_handshakes[r as usize]
     }
 
-    /// Counts one answered request in `edge_requests_total{worker,protocol,status}`.
+    /// Counts one request answered before routing (no route known: `route="-"`,
+    /// [`NO_ROUTE`]) in `edge_requests_total{worker,protocol,status,route}`; a routed request counts in
+    /// its route's [`RouteCounters`].
     pub fn count_status(&self, protocol: Protocol, status: u16) {
         let idx = protocol as usize * 600 + usize::from(status).min(599);
         let mut table = self.status.borrow_mut();
         table[idx]
-            .get_or_insert_with(|| {
-                counter!(
-                    "edge_requests_total",
-                    "worker" => self.worker.clone(),
-                    "protocol" => protocol.as_str(),
-                    "status" => status.to_string()
-                )
-            })
+            .get_or_insert_with(|| requests_total(&self.worker, protocol, status, NO_ROUTE))
             .increment(1);
+    }
+
+    /// The `edge_requests_total` handles of one route on this worker ([`RouteCounters`]); made when
+    /// the worker builds its routes (at start and at each reload).
+    pub fn route_counters(&self, route: &str) -> RouteCounters {
+        RouteCounters {
+            worker: self.worker.clone(),
+            route: route.to_string(),
+            seen: RefCell::new(Vec::new()),
+        }
     }
 
     /// Counts a connection whose session started, in `edge_connections_total{worker,protocol}`: a
@@ -476,6 +490,49 @@ impl WorkerMetrics {
     /// `edge_inbound_timeouts_total{worker,phase}`
     pub fn inbound_timeout(&self, p: InboundPhase) -> &Counter {
         &self.inbound_timeouts[p as usize]
+    }
+}
+
+/// The `route` label of a request answered before a route was known (phase 1 answers, 400s, no route).
+pub const NO_ROUTE: &str = "-";
+
+/// `edge_requests_total{worker,protocol,status,route}` for one combination (registered once; the
+/// registry hands back the same series to a later registration, so counts survive a reload).
+fn requests_total(worker: &str, protocol: Protocol, status: u16, route: &str) -> Counter {
+    counter!(
+        "edge_requests_total",
+        "worker" => worker.to_string(),
+        "protocol" => protocol.as_str(),
+        "status" => status.to_string(),
+        "route" => route.to_string()
+    )
+}
+
+/// One route's `edge_requests_total` handles on one worker (DESIGN.md "Metrics": `route` is the route's
+/// name, else its index). A route sees few distinct statuses, so the handles are kept in a short list
+/// registered on a status's first use and scanned per request (no lookup by name, no allocation once
+/// the status was seen).
+pub struct RouteCounters {
+    worker: String,
+    route: String,
+    seen: RefCell<Vec<(u16, Protocol, Counter)>>,
+}
+
+impl RouteCounters {
+    /// The `route` label value: the route's name, else its index.
+    pub fn label(&self) -> &str {
+        &self.route
+    }
+
+    /// Counts one answered request of this route.
+    pub fn count(&self, protocol: Protocol, status: u16) {
+        let mut seen = self.seen.borrow_mut();
+        if let Some((_, _, c)) = seen.iter().find(|(s, p, _)| *s == status && *p == protocol) {
+            return c.increment(1);
+        }
+        let c = requests_total(&self.worker, protocol, status, &self.route);
+        c.increment(1);
+        seen.push((status, protocol, c));
     }
 }
 

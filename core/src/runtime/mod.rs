@@ -164,6 +164,8 @@ pub struct Shared {
     pub board: board::UpstreamBoard,
     /// The last resolution of each endpoint name, for the admin API.
     pub resolutions: board::Resolutions,
+    /// The writer of access lines (`log.access`); the supervisor starts it and reopens its file.
+    pub access: crate::access_log::AccessWriter,
 }
 
 /// A heartbeat older than this makes the process unready (DESIGN.md "Inbound deadlines", Health).
@@ -195,6 +197,7 @@ impl Shared {
             clients: crate::policy::limit::conns::ClientConns::new(max_connections),
             board: board::UpstreamBoard::new(workers),
             resolutions: Default::default(),
+            access: Default::default(),
         }
     }
 

@@ -229,9 +229,11 @@ async fn handshake_failed(w: &Worker, peer: SocketAddr, e: Ended) {
 /// close.
 async fn plain_http(w: &Worker, mut io: Plain) {
     let failure = Failure::Invalid(InvalidReason::PlainHttpOnTls);
-    failure.record(w, &RequestLog::new(b"", b""));
-    let mut out = Vec::with_capacity(160);
-    crate::server::h1::answer::error_response(&mut out, failure, true);
+    let mut id = Vec::with_capacity(32);
+    w.generate_request_id(&mut id);
+    failure.record(w, &RequestLog::new(b"", &id));
+    let mut out = Vec::with_capacity(200);
+    crate::server::h1::answer::error_response(&mut out, failure, true, &id);
     let send = w.current().cfg.config.server.timeouts.send.0;
     if crate::server::send::within_send(send, io.fd(), async {
         edge_core::io::progress::write_all(&mut io, out).await.0

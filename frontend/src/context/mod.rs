@@ -1,7 +1,8 @@
 //! The per-worker context every connection, session and exchange of a worker shares (single-threaded,
 //! `Rc`, nothing shared with other workers on the request path): the config-dependent [`Live`] snapshot
-//! (configuration, this worker's copy of the route table, upstream pools), metric handles, the warn-log limiter, the idle-connection list
-//! ([`idle`]) and the request-id counter.
+//! (configuration, this worker's copy of the route table, upstream pools, per-route counters), metric
+//! handles, the warn-log limiter, the idle-connection list ([`idle`]), the request-id counter, the
+//! access-log buffer and the trace-context random source.
 //!
 //! Config reload: each request takes the current snapshot once ([`Worker::live`]) and finishes on it;
 //! before that, the worker compares the supervisor's published generation with its own (a read of one
@@ -18,8 +19,10 @@ use std::{
 };
 
 use edge_core::{
+    access_log::AccessBuffer,
     config::{Resolved, Routes},
-    metrics::WorkerMetrics,
+    http::trace::TraceRng,
+    metrics::{RouteCounters, WorkerMetrics},
     runtime::Shared,
 };
 use edge_upstream::{Upstream, UpstreamCounters};
@@ -43,6 +46,9 @@ pub struct Live {
     pub limited: Vec<metrics::Counter>,
     /// `edge_mirror_requests_total{worker,result}`, in [`crate::proxy::mirror::RESULTS`] order.
     pub mirror_results: Vec<metrics::Counter>,
+    /// This worker's `edge_requests_total` handles of each route (DESIGN.md "Metrics": the `route`
+    /// label), indexed by the route's index in the file; built with the routes, at start and reload.
+    pub route_counters: Vec<RouteCounters>,
 }
 
 impl Live {
@@ -56,6 +62,7 @@ impl Live {
         counters: &UpstreamCounters,
         previous: Option<&Live>,
         shared: &Shared,
+        metrics: &WorkerMetrics,
     ) -> Live {
         let upstreams = cfg
             .upstreams
@@ -78,11 +85,22 @@ impl Live {
             .iter()
             .map(|r| edge_core::metrics::mirror_requests(id, r))
             .collect();
+        let mut labels: Vec<_> = cfg
+            .routes
+            .iter()
+            .map(|(_, r)| (r.index, &r.label))
+            .collect();
+        labels.sort_unstable_by_key(|(i, _)| *i);
+        let route_counters = labels
+            .into_iter()
+            .map(|(_, label)| metrics.route_counters(label))
+            .collect();
         Live {
             limited,
             mirror_results,
             routes: cfg.routes.clone(),
             upstreams,
+            route_counters,
             generation,
             cfg,
         }
@@ -114,6 +132,12 @@ pub struct Worker {
     /// one, so its counter starting again at 1 does not repeat the ids of the worker before it).
     pub id_prefix: u32,
     next_id: Cell<u64>,
+    /// This worker's access-log buffer (`log.access`, [`edge_core::access_log`]).
+    pub access: RefCell<AccessBuffer>,
+    /// The access line being formatted (reused).
+    pub access_line: RefCell<Vec<u8>>,
+    /// Random source of the trace contexts this worker starts (W3C trace context).
+    pub trace_rng: RefCell<TraceRng>,
 }
 
 impl Worker {
@@ -133,7 +157,15 @@ impl Worker {
                 &upstream_counters,
                 None,
                 &shared,
+                &metrics,
             ))),
+            access: RefCell::new(
+                shared
+                    .access
+                    .worker_buffer(metrics.access_log_dropped.clone()),
+            ),
+            access_line: RefCell::new(Vec::new()),
+            trace_rng: RefCell::new(TraceRng::seeded(id)),
             upstream_counters,
             metrics,
             log_limit: LogLimit::new(id),
@@ -173,6 +205,7 @@ impl Worker {
             &self.upstream_counters,
             Some(&old),
             &self.shared,
+            &self.metrics,
         );
         *self.live.borrow_mut() = Rc::new(new);
         tracing::debug!(
@@ -193,6 +226,14 @@ impl Worker {
         let n = self.next_id.get() + 1;
         self.next_id.set(n);
         (self.id_prefix, self.id as u16, n)
+    }
+
+    /// Replaces `out` with a new generated request id: for an answer to a request refused before
+    /// admission gave it one (DESIGN.md "Observability": X-Request-Id on every response).
+    pub fn generate_request_id(&self, out: &mut Vec<u8>) {
+        let (p, w, n) = self.next_request_id();
+        out.clear();
+        edge_core::http::request_id::RequestId::Generated(p, w, n).write(b"", &[], out);
     }
 }
 

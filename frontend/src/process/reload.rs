@@ -167,6 +167,10 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
     announce(&new);
     crate::request::route::log_warnings(&new);
     crate::process::discovery::record_load(shared, &new);
+    if new.config.log.access_path != old.config.log.access_path {
+        // Workers switch format with the new snapshot; the one writer switches file here.
+        shared.access.open(&new.config.log.access_path);
+    }
     let (upstreams, routes) = (new.upstreams.len(), new.routes.len());
     let generation = shared.config.publish(new);
     tracing::info!(

@@ -67,6 +67,11 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     };
     let prom = install_recorder()?;
     let shared = publish(resolved, traffic.workers, max_connections, driver);
+    // The access-log writer runs before the workers that hand it lines (edge_core::access_log).
+    if let Err(e) = shared.access.start(&resolved.config.log.access_path) {
+        tracing::error!(event = "startup.failed", error = %e, "cannot start the access-log writer thread");
+        return Err(EXIT_RUNTIME);
+    }
     if let Some(a) = traffic.tls_bound {
         shared
             .tls_port
@@ -111,6 +116,8 @@ pub(crate) fn run(resolved: &Resolved, source: &reload::ConfigSource, upgrade: b
     };
     let code = supervise::supervise(&mut sup, &shared, source, listeners, &handover, watches);
     sup.join(Duration::from_millis(200));
+    // The workers handed over their last access lines as they ended.
+    shared.access.sync(Duration::from_millis(500));
     Ok(code)
 }
 

@@ -1,5 +1,5 @@
 //! The supervisor's loop (DESIGN.md "Process model", "Drain and upgrade"): waits for signals, restarts
-//! dead workers, reloads the configuration on SIGHUP, hands the listening sockets to `edge --upgrade`,
+//! dead workers, reloads the configuration on SIGHUP, reopens the access log on SIGUSR1, hands the listening sockets to `edge --upgrade`,
 //! and drains: after SIGTERM on the drain_delay/drain timeline; after a handover at once, without
 //! closing the (now shared) listening sockets.
 
@@ -49,8 +49,8 @@ pub fn sd_notify(state: &str) {
     }
 }
 
-/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and so in the worker threads it starts) so the
-/// supervisor can wait for them with `sigtimedwait`.
+/// Blocks SIGTERM/SIGINT/SIGHUP/SIGUSR1 in this thread (and so in the worker threads it starts) so
+/// the supervisor can wait for them with `sigtimedwait`.
 pub fn block_signals() {
     // SAFETY: plain signal-mask manipulation on a local set.
     unsafe {
@@ -59,12 +59,13 @@ pub fn block_signals() {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 
-/// Waits up to `timeout` for SIGTERM or SIGINT, and SIGHUP when `hup` (during a drain SIGHUP stays
-/// pending and is ignored).
+/// Waits up to `timeout` for SIGTERM or SIGINT, and SIGHUP and SIGUSR1 when `hup` (during a drain
+/// they stay pending and are ignored).
 fn wait_signal(timeout: Duration, hup: bool) -> Option<i32> {
     // SAFETY: sigtimedwait on a local set and timespec.
     unsafe {
@@ -74,6 +75,7 @@ fn wait_signal(timeout: Duration, hup: bool) -> Option<i32> {
         libc::sigaddset(&mut set, libc::SIGINT);
         if hup {
             libc::sigaddset(&mut set, libc::SIGHUP);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
         }
         let ts = libc::timespec {
             tv_sec: timeout.as_secs() as _,
@@ -144,6 +146,14 @@ pub fn supervise(
             Some(libc::SIGHUP) => {
                 reload::reload(shared, source, "SIGHUP");
                 config_file.seen();
+                continue;
+            }
+            Some(libc::SIGUSR1) => {
+                // logrotate renamed the access log: the writer opens the path again (one file
+                // descriptor for every worker; see edge_core::access_log).
+                let (cfg, _) = shared.config.get();
+                tracing::info!(event = "access_log.reopen", path = %cfg.config.log.access_path, "SIGUSR1");
+                shared.access.open(&cfg.config.log.access_path);
                 continue;
             }
             Some(s) => break Stop::Signal(s),

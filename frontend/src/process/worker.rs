@@ -59,6 +59,7 @@ pub async fn run(env: WorkerEnv) {
     while w.open.get() > 0 {
         monoio::time::sleep(Duration::from_millis(50)).await;
     }
+    w.access.borrow_mut().flush();
 }
 
 /// Runs one of the worker's own tasks; a panic in it stops the worker (see [`run`]) instead of unwinding
@@ -93,6 +94,8 @@ async fn heartbeat(w: Rc<Worker>) {
             u.publish(now); // the admin API's `GET /upstreams`
         }
         w.log_limit.flush();
+        // Access lines of the last quarter second go to the writer (edge_core::access_log).
+        w.access.borrow_mut().flush();
         crate::faults::on_tick();
         if w.shared.close_idle.load(Ordering::Relaxed) {
             // DESIGN.md "Drain and upgrade": at t0 + drain_delay idle connections close.

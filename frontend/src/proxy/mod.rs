@@ -40,6 +40,7 @@ use edge_upstream::{
     zombie::{self, ActivityClock},
     UpstreamError, UpstreamErrorKind,
 };
+use monoio::time::Instant;
 
 pub use expect::CONTINUE_WAIT;
 
@@ -122,6 +123,9 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Admitted<'_>) -> Outcom
     let mut fields = s.take_fields();
     let outcome = exchange(w, s, &req, req.upstream, out, &mut fields, wait_continue).await;
     s.put_fields(fields);
+    let (taken, sent) = s.body_bytes();
+    req.facts.request_bytes.set(taken);
+    req.facts.response_bytes.set(sent);
     outcome
 }
 
@@ -150,6 +154,7 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool, us
             host: req.rewrite.host,
             rules: req.rewrite.rules,
             added: req.rewrite.added,
+            traceparent: req.rewrite.traceparent,
         };
         request_head(&mut out.0, &view, &rw);
     }
@@ -206,12 +211,29 @@ async fn exchange<S: Session, O: Open>(
         };
         let opened = match open.open(reuse, client_conn(req), req.hash_key).await {
             Ok(opened) => opened,
-            Err(e) => return failed(Failure::Upstream(e), sent_whole),
+            Err(e) => {
+                // A connection was tried, unless none could be (no endpoint address, or the queue for
+                // `max_active` timed out).
+                let tried = !matches!(
+                    e.kind,
+                    UpstreamErrorKind::NoEndpoint | UpstreamErrorKind::QueueTimeout
+                );
+                req.facts
+                    .attempts
+                    .set(req.facts.attempts.get() + u32::from(tried));
+                return failed(Failure::Upstream(e), sent_whole);
+            }
         };
         if opened.retried {
             req.upstream.metrics.retries.increment(1);
         }
         req.upstream.metrics.requests.increment(1);
+        let facts = req.facts;
+        facts
+            .attempts
+            .set(facts.attempts.get() + 1 + u32::from(opened.retried));
+        facts.endpoint.set(Some(opened.session.endpoint()));
+        let sent_at = Instant::now();
         // Everything sent so far is in `out` (the body is whole in it, or not started): it can be replayed.
         let attempt = Attempt {
             reused: opened.session.reused(),
@@ -247,6 +269,7 @@ async fn exchange<S: Session, O: Open>(
         match r {
             Ok(answered) => {
                 up.endpoint_metrics().answered(answered.head.status);
+                facts.ttfb.set(Some(sent_at.elapsed()));
                 // The upstream head is no longer needed (no retry once a head arrived): its buffer goes
                 // back to the pool before the session takes one for the response.
                 drop(out);

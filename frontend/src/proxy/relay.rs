@@ -174,13 +174,14 @@ pub(crate) fn log_zombie(
     // same clock: a precise `now` could come out up to a tick before them.
     let now = coarse_now();
     let ago = |t: Instant| format!("{}ms ago", now.saturating_duration_since(t).as_millis());
-    let (method, path, id) = log.parts();
+    let (method, path, id, trace_id) = log.parts();
     tracing::warn!(
         event = "upstream.zombie",
         worker = w.id,
         method,
         path,
         request_id = id,
+        trace_id,
         upstream = log.upstream_name(),
         endpoint = %endpoint,
         inactive_duration_threshold_ms = clock.threshold.as_millis() as u64,

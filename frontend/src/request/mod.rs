@@ -11,25 +11,29 @@
 //! 4. the request rewrite plan;
 //! 5. upstream choice;
 //!
-//! then the request id, the deadlines (the route's `client_request_timeout` and `request_timeout`) and
-//! retry-safety (RFC 9110 §9.2.2). Phase 6, what is added to the response head (Via, then the route's
-//! response rules), is decided here too ([`ResponseFields`]) and written by each session. Nothing here allocates per request: the request id is written into a buffer
-//! the connection (or the HTTP/2 stream task) keeps.
+//! then the deadlines (the route's `client_request_timeout` and `request_timeout`) and retry-safety
+//! (RFC 9110 §9.2.2). Before phase 1 the request gets its id and its W3C trace context ([`trace`]), so
+//! every answer, local ones included, carries the id. Phase 6, what is added to the response head (Via,
+//! X-Request-Id, then the route's response rules), is decided here too ([`ResponseFields`]) and written
+//! by each session. What the access line needs of the head is noted in the request's
+//! [`RequestFacts`]. Nothing here allocates per request: the request id is written into a buffer the
+//! connection (or the HTTP/2 stream task) keeps, and so are the facts.
 
 pub mod limit;
 pub mod local;
 pub mod response;
 pub mod rewrite;
 pub mod route;
+pub mod trace;
 pub mod vars;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, rc::Rc, time::Duration};
 
 use edge_core::{
     config::{Resolved, ResolvedRoute},
     http::{
         framing::RequestInfo,
-        head::{Fields, RequestHead},
+        head::{FieldKind, Fields, RequestHead},
         request_id::RequestId,
     },
     metrics::InvalidReason,
@@ -43,7 +47,7 @@ pub use rewrite::Rewrite;
 
 use crate::{
     context::{Live, Worker},
-    log::{RequestLog, UpstreamTag},
+    log::{facts, RequestFacts, RequestLog, UpstreamTag},
     respond::Failure,
 };
 
@@ -117,26 +121,31 @@ pub struct Admitted<'a> {
     pub local: Option<SocketAddr>,
     /// The client connection came over TLS.
     pub https: bool,
-    /// Method, target and request id, for log lines.
+    /// Method, target, request id and trace id, for log lines.
     pub log: RequestLog<'a>,
     /// What is changed in the request on its way upstream.
     pub rewrite: Rewrite<'a>,
     /// What is added to the response on its way to the client (phase 6).
-    pub response: ResponseFields,
+    pub response: ResponseFields<'a>,
+    /// The request's facts for its access line: the orchestrator notes attempts, endpoint, time to
+    /// first byte and body bytes in them.
+    pub facts: &'a RequestFacts,
 }
 
 /// Admits the request `r` on the configuration snapshot `live` (phases 1 to 5 of DESIGN.md "Request
 /// pipeline and traffic rules"). `line` is the request's method and target for log lines; the request
-/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id`, and the
-/// normalised path into `scratch` when it differs from the received one. Both buffers belong to the
-/// connection (or the HTTP/2 stream task) and are reused, so admission allocates nothing per request.
+/// id (the client's `X-Request-Id` when valid, else a generated one) is written into `id` whatever the
+/// outcome, the normalised path into `scratch` when it differs from the received one, and what the
+/// access line needs into `facts` (cleared first). The buffers belong to the connection (or the HTTP/2
+/// stream task) and are reused, so admission allocates nothing per request.
 pub fn admit<'a>(
     w: &Worker,
-    live: &'a Live,
+    live: &'a Rc<Live>,
     r: &Incoming<'_>,
     line: &'a [u8],
     id: &'a mut Vec<u8>,
     scratch: &'a mut Vec<u8>,
+    facts: &'a mut RequestFacts,
 ) -> Admission<'a> {
     let server = &live.cfg.config.server;
     let buf = r.buf;
@@ -148,6 +157,10 @@ pub fn admit<'a>(
         Some(a) => Some(&buf[a.clone()]),
         None => r.info.host.map(|i| r.fields[i].value(buf)),
     };
+    // The request's id and trace context, and what its access line needs, before any answer.
+    id.clear();
+    RequestId::of(buf, r.fields, w.next_request_id()).write(buf, r.fields, id);
+    note_facts(w, live, r, target, host, facts);
     // Phase 1: local answers, before any rule.
     let probe = local::Probe {
         path,
@@ -177,10 +190,8 @@ pub fn admit<'a>(
     let Some(route) = routed.route else {
         return Admission::Refused(Failure::NoRoute);
     };
+    facts.route = Some(route.index);
     let normalised = routed.rewritten;
-    // The request id (the client's X-Request-Id when valid, else a generated one): rules may use it.
-    id.clear();
-    RequestId::of(buf, r.fields, w.next_request_id()).write(buf, r.fields, id);
     let id: &'a [u8] = id;
     let vars = vars::RequestVars {
         peer: r.peer,
@@ -198,7 +209,12 @@ pub fn admit<'a>(
         fields: r.fields,
     };
     if let Some((secs, i)) = limit::check(w, &live.cfg.rate_limits, &live.limited, route, &keyed) {
-        let log = RequestLog::new(line, id);
+        let log = RequestLog {
+            line,
+            id,
+            upstream: None,
+            trace: facts.trace_id(),
+        };
         let name = &live.cfg.rate_limits.0[i].name;
         crate::warn_limited!(w, log, event = "request.limited", limit = %name, route = %route.label, retry_after = secs);
         return Admission::Local(Local::Limited {
@@ -208,9 +224,8 @@ pub fn admit<'a>(
     if let Some(rule) = &route.rules.local {
         return Admission::Local(local::route_answer(rule, &vars));
     }
-    // Phase 4: the rewrite plan (the normalised path, then the route's path, host and header rules).
-    let rewrite = rewrite::plan(&route.rules, path, normalised, scratch, &vars);
-    // Phase 5: the upstream (the route's one, or its weighted split's pick for this worker).
+    // Phase 5: the upstream (the route's one, or its weighted split's pick for this worker), chosen
+    // before the phase 4 plan only because the plan borrows the request's facts for good.
     let upstream_index = match (&route.rules.split, route.upstream) {
         (Some(split), _) => split.next(),
         (None, Some(u)) => u,
@@ -218,10 +233,16 @@ pub fn admit<'a>(
         (None, None) => return Admission::Refused(Failure::NoRoute),
     };
     let upstream = &live.upstreams[upstream_index];
+    facts.upstream = Some(upstream_index);
+    let facts: &'a RequestFacts = facts;
     let hash_key = upstream
         .hash_key
         .as_ref()
         .and_then(|k| vars::hash_key(k, &vars));
+    // Phase 4: the rewrite plan (the normalised path, then the route's path, host and header rules;
+    // the trace context edge started or replaced).
+    let traceparent = facts.trace_started.then_some(&facts.traceparent[..]);
+    let rewrite = rewrite::plan(&route.rules, path, normalised, scratch, &vars, traceparent);
     Admission::Forward(Admitted {
         info: r.info,
         is_head: method == b"HEAD",
@@ -247,10 +268,44 @@ pub fn admit<'a>(
             line,
             id,
             upstream: Some(UpstreamTag::of(upstream)),
+            trace: facts.trace_id(),
         },
         rewrite,
-        response: ResponseFields::forwarded(),
+        response: ResponseFields::forwarded(id),
+        facts,
     })
+}
+
+/// Notes in `facts` what the request's access line and log lines need of its head: the snapshot it
+/// runs on, its trace context ([`trace::note`]), its query length, and (only while `log.access` is on,
+/// copies of at most 256 bytes) its host, user agent and referer.
+fn note_facts(
+    w: &Worker,
+    live: &Rc<Live>,
+    r: &Incoming<'_>,
+    target: &[u8],
+    host: Option<&[u8]>,
+    facts: &mut RequestFacts,
+) {
+    facts.clear();
+    facts.live = Some(live.clone());
+    let log = &live.cfg.config.log;
+    trace::note(w, log.traceparent, r.buf, r.fields, facts);
+    facts.query_len = target
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(0, |q| target.len() - q - 1);
+    if !log.access {
+        return;
+    }
+    facts::keep(&mut facts.host, host.unwrap_or_default());
+    for f in r.fields.iter() {
+        match f.kind {
+            FieldKind::UserAgent => facts::keep(&mut facts.user_agent, f.value(r.buf)),
+            FieldKind::Referer => facts::keep(&mut facts.referer, f.value(r.buf)),
+            _ => {}
+        }
+    }
 }
 
 /// Whether `method` is idempotent (RFC 9110 §9.2.2), so a request that failed on a reused connection

@@ -22,6 +22,9 @@ pub struct Rewrite<'a> {
     pub rules: Option<&'a HeaderRules>,
     /// Their fields filled for this request, as `Name: value\r\n` lines.
     pub added: &'a [u8],
+    /// A `traceparent` edge started or replaced, sent in place of the received trace context
+    /// ([`super::trace`]).
+    pub traceparent: Option<&'a [u8]>,
 }
 
 /// Builds the plan in `scratch`, which holds the normalised path when `normalised` (else `path`, the
@@ -33,10 +36,12 @@ pub fn plan<'a>(
     normalised: bool,
     scratch: &'a mut Vec<u8>,
     vars: &RequestVars<'_>,
+    traceparent: Option<&'a [u8]>,
 ) -> Rewrite<'a> {
     if !rules.rewrites() {
         return Rewrite {
             path: normalised.then_some(scratch.as_slice()),
+            traceparent,
             ..Rewrite::default()
         };
     }
@@ -65,6 +70,7 @@ pub fn plan<'a>(
         host: rules.host_rewrite.as_deref().map(str::as_bytes),
         rules: (!rules.request_headers.is_empty()).then_some(&rules.request_headers),
         added,
+        traceparent,
     }
 }
 

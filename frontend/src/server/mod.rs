@@ -137,6 +137,10 @@ pub trait Session: BodySource<Error = BodyFailure> {
         None
     }
 
+    /// (request body payload bytes taken from the client, response body payload bytes sent to it) so
+    /// far, for the access line (chunk framing not counted).
+    fn body_bytes(&self) -> (u64, u64);
+
     /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
     ///
     /// # Errors

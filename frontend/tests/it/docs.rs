@@ -10,7 +10,8 @@
 //!   table the base has (none but the arrays of tables).
 //! - Files an example names are made here: the string value of every `cert`, `key`, `tls_ca`,
 //!   `tls_client_cert` and `tls_client_key` key is replaced by a file generated at test time (a CA, a
-//!   leaf for `localhost` signed by it, a client certificate), so an example may write any path.
+//!   leaf for `localhost` signed by it, a client certificate), and `access_path` by a path in the test's
+//!   directory, so an example may write any path.
 //! - Endpoint and listener addresses in examples are IP literals (or `localhost`): `edge --check`
 //!   resolves names, and a name that does not resolve is an error.
 //! - Every relative link (`[text](path)`, `[text](path#anchor)`, `[text](#anchor)`) outside code blocks
@@ -162,6 +163,7 @@ fn every_toml_example_passes_edge_check() {
         ("tls_ca", ca_path),
         ("tls_client_cert", client_cert),
         ("tls_client_key", client_key),
+        ("access_path", dir.0.join("access.log")),
     ];
     let mut checked = 0;
     let mut failures = Vec::new();

@@ -24,6 +24,7 @@ macro_rules! both_drivers {
     };
 }
 
+mod access_log;
 mod admin_api;
 mod balancing;
 mod capacity;

@@ -95,9 +95,29 @@ fn write_answer(
     }
 }
 
-/// The error response for `f` (503 carries `Retry-After: 1`).
-pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool) {
-    simple(out, f.status(), f.text(), close, f.status() == 503, false);
+/// The error response for `f` (503 carries `Retry-After: 1`, 405 `Allow`) with the request's id
+/// (`X-Request-Id`, DESIGN.md "Observability"; none when `id` is empty).
+pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool, id: &[u8]) {
+    let status = f.status();
+    let retry: &[(&str, &[u8])] = match status {
+        503 => &[("Retry-After", b"1")],
+        _ => &[],
+    };
+    let allow: &[(&str, &[u8])] = match status {
+        405 => &[("Allow", ALLOW)],
+        _ => &[],
+    };
+    let id = [("X-Request-Id", id)];
+    let id = if id[0].1.is_empty() {
+        &id[..0]
+    } else {
+        &id[..]
+    };
+    let text = Text {
+        content_type: "text/plain; charset=utf-8",
+        body: f.text().as_bytes(),
+    };
+    write_answer(out, status, Some(text), &[retry, allow, id], close, false);
 }
 
 fn reason_phrase(status: u16) -> &'static str {
@@ -133,8 +153,9 @@ fn reason_phrase(status: u16) -> &'static str {
 
 /// Writes a local answer of the request pipeline's first phase ([`Local`]): its status, the text body
 /// (`text/plain`) or none, `Cache-Control: no-store`, its one extra field, and `Connection: close` when
-/// the connection closes after it. `head_only` (HEAD) leaves the body out but keeps its length.
-pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool) {
+/// the connection closes after it, and the request's `X-Request-Id` (none when `id` is empty).
+/// `head_only` (HEAD) leaves the body out but keeps its length.
+pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool, id: &[u8]) {
     let text = Some(answer.body())
         .filter(|t| !t.is_empty())
         .map(|body| Text {
@@ -143,5 +164,11 @@ pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: b
         });
     let field = answer.field();
     let fields = field.as_slice();
-    write_answer(out, answer.status(), text, &[fields], close, head_only);
+    let id = [("X-Request-Id", id)];
+    let id = if id[0].1.is_empty() {
+        &id[..0]
+    } else {
+        &id[..]
+    };
+    write_answer(out, answer.status(), text, &[fields, id], close, head_only);
 }

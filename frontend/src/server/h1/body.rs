@@ -36,6 +36,11 @@ impl RequestBody {
         self.scan.is_done()
     }
 
+    /// Payload bytes that passed so far.
+    pub fn payload(&self) -> u64 {
+        self.scan.payload()
+    }
+
     /// How many bytes at the start of `data` belong to the body. On an error none of `data` may go
     /// upstream.
     ///
@@ -95,6 +100,11 @@ impl ResponseBody {
     /// Whether the whole body has passed.
     pub fn done(&self) -> bool {
         self.scan.is_done()
+    }
+
+    /// Payload bytes that passed so far.
+    pub fn payload(&self) -> u64 {
+        self.scan.payload()
     }
 
     /// Bytes go to the client exactly as received (no re-framing), so they can be written straight from

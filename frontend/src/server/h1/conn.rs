@@ -31,7 +31,7 @@ use super::{
 };
 use crate::{
     context::Worker,
-    log::{RequestLog, UpstreamTag},
+    log::{RequestFacts, RequestLog, UpstreamTag},
     proxy::{self, Outcome},
     request::{self, Admission},
     respond::{self, Failure, SendFailure},
@@ -77,6 +77,9 @@ pub(super) struct Conn<T: Transport> {
     pub(super) refuse_proxy_header: bool,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+    /// The current request's facts for its access line and metrics (boxed so an idle connection holds
+    /// a pointer; handed to the worker's spares with the request vectors).
+    pub(super) facts: Option<Box<RequestFacts>>,
 }
 
 /// What a connection's active phase (run in its slot) ends with.
@@ -152,6 +155,7 @@ pub fn serve<T: Transport>(
         cancel: None,
         refuse_proxy_header: false,
         https,
+        facts: None,
     };
     // An async block, not an `async fn`: the arguments of an `async fn` stay in its state beside the
     // locals they are moved into, while a block's captures are used in place.
@@ -282,7 +286,13 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>, woke: Option<Instant>
                 FastWait::Idle => return Step::Idle,
             }
         }
-        match request(w, c).await {
+        let next = request(w, c).await;
+        if let Some(f) = c.facts.as_mut() {
+            // The connection must not keep the request's configuration snapshot alive (a reload
+            // frees the old one once its requests end).
+            f.live = None;
+        }
+        match next {
             Next::Keep => {}
             next => return Step::Next(next),
         }
@@ -376,6 +386,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     c.take_vectors();
     c.log_line.clear();
     c.log_id.clear();
+    c.facts.get_or_insert_with(Box::default).clear();
     // The configuration this request runs on to its end, even across a reload.
     let live = w.live();
     let server = &live.cfg.config.server;
@@ -409,7 +420,9 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         close,
         started,
     };
-    let req = match request::admit(w, &live, &incoming, &c.log_line, &mut c.log_id, &mut c.path) {
+    let facts = c.facts.get_or_insert_with(Box::default);
+    let (line, id, path) = (&c.log_line, &mut c.log_id, &mut c.path);
+    let req = match request::admit(w, &live, &incoming, line, id, path, facts) {
         Admission::Forward(req) => req,
         Admission::Local(local) => {
             let body = info.body;
@@ -484,8 +497,10 @@ async fn conclude<T: Transport>(
 
 /// Counts a finished request and logs it ([`crate::log::finish_request`]).
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
-    let log = RequestLog::new(&c.log_line, &c.log_id);
-    crate::log::finish_request(w, Protocol::Http1, &log, c.peer, status, started);
+    crate::log::with_facts(c.facts.as_deref(), |facts| {
+        let log = RequestLog::new(&c.log_line, &c.log_id).traced(facts.trace_id());
+        crate::log::finish_request(w, Protocol::Http1, &log, facts, c.peer, status, started);
+    });
 }
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.
@@ -504,14 +519,24 @@ async fn record_and_answer<T: Transport>(
     upstream: Option<UpstreamTag<'_>>,
 ) -> Next {
     let close = close || f.closes();
+    if c.log_id.is_empty() {
+        // Refused before admission (the head could not be read or checked): the answer still gets an
+        // id.
+        w.generate_request_id(&mut c.log_id);
+    }
+    let trace = c.facts.as_deref().map_or(&b""[..], |f| f.trace_id());
     let log = RequestLog {
         line: &c.log_line,
         id: &c.log_id,
         upstream,
+        trace,
     };
     f.record(w, &log);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::error_response(&mut out.0, f, close);
+    crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id);
+    if let Some(facts) = &c.facts {
+        facts.response_bytes.set(f.text().len() as u64);
+    }
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;

@@ -20,10 +20,10 @@ pub fn interim_head(
     buf: &[u8],
     head: &ResponseHead,
     fields: &[Field],
-    added: &ResponseFields,
+    added: &ResponseFields<'_>,
 ) {
     status_and_fields(out, buf, head, fields);
-    added_fields(out, added);
+    added_fields(out, added, fields);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -35,18 +35,19 @@ pub fn switching_head(
     buf: &[u8],
     head: &ResponseHead,
     fields: &[Field],
-    added: &ResponseFields,
+    added: &ResponseFields<'_>,
 ) {
     status_and_fields(out, buf, head, fields);
-    added_fields(out, added);
+    added_fields(out, added, fields);
     upgrade_fields(out, buf, fields, false);
     out.extend_from_slice(b"\r\n");
 }
 
-/// The fields edge adds to a forwarded response (the request pipeline's phase 6, [`ResponseFields`]).
-fn added_fields(out: &mut Vec<u8>, added: &ResponseFields) {
-    for (name, value) in added.each() {
-        field(out, name.as_bytes(), value.as_bytes());
+/// The fields edge adds to a forwarded response (the request pipeline's phase 6, [`ResponseFields`])
+/// whose own fields are `fields`.
+fn added_fields(out: &mut Vec<u8>, added: &ResponseFields<'_>, fields: &[Field]) {
+    for (name, value) in added.each(fields) {
+        field(out, name.as_bytes(), value);
     }
 }
 
@@ -84,13 +85,13 @@ pub fn response_head(
     buf: &[u8],
     head: &ResponseHead,
     fields: &[Field],
-    added: &ResponseFields,
+    added: &ResponseFields<'_>,
     framing: OutFraming,
     close: bool,
     keep_alive_10: bool,
 ) {
     status_and_fields(out, buf, head, fields);
-    added_fields(out, added);
+    added_fields(out, added, fields);
     let length = match framing {
         OutFraming::Length(n) => Some(n),
         OutFraming::None => bodyless_content_length(buf, head, fields),
@@ -128,7 +129,7 @@ mod tests {
             text.as_bytes(),
             &h,
             &f,
-            &ResponseFields::forwarded(),
+            &ResponseFields::forwarded(b""),
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
@@ -142,7 +143,7 @@ mod tests {
             text.as_bytes(),
             &h,
             &f,
-            &ResponseFields::forwarded(),
+            &ResponseFields::forwarded(b""),
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
@@ -190,7 +191,7 @@ mod tests {
             let mut f = Fields::new();
             let h = parse_response(text.as_bytes(), &mut f).unwrap().unwrap();
             let mut out = Vec::new();
-            let added = ResponseFields::forwarded();
+            let added = ResponseFields::forwarded(b"");
             response_head(
                 &mut out,
                 text.as_bytes(),

@@ -11,7 +11,10 @@ use edge_core::{
 use monoio::{io::Canceller, time::Instant};
 
 use super::conn::Conn;
-use crate::context::{idle::Left, Worker};
+use crate::{
+    context::{idle::Left, Worker},
+    log::RequestFacts,
+};
 
 thread_local! {
     /// This worker's spare request vectors ([`Conn::take_vectors`]; trimmed by [`trim_spare_vectors`]).
@@ -32,8 +35,9 @@ pub(crate) fn trim_spare_vectors() {
     SPARE_CANCELLERS.with(|s| s.borrow_mut().trim(SPARE_VECTORS_FLOOR));
 }
 
-/// A connection's head fields, log line, request id and normalised path storage.
-type RequestVectors = (Fields, Vec<u8>, Vec<u8>, Vec<u8>);
+/// A connection's head fields, log line, request id and normalised path storage, and its request
+/// facts (`crate::log::RequestFacts`).
+type RequestVectors = (Fields, Vec<u8>, Vec<u8>, Vec<u8>, Option<Box<RequestFacts>>);
 
 impl<T: Transport> Conn<T> {
     /// Gives the connection request vectors from the worker's spares when it has none (a new
@@ -43,8 +47,10 @@ impl<T: Transport> Conn<T> {
         if self.fields.capacity() > 0 {
             return;
         }
-        if let Some((fields, line, id, path)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop()) {
+        if let Some((fields, line, id, path, facts)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop())
+        {
             (self.fields, self.log_line, self.log_id, self.path) = (fields, line, id, path);
+            self.facts = facts;
         }
     }
 
@@ -56,6 +62,7 @@ impl<T: Transport> Conn<T> {
             std::mem::take(&mut self.log_line),
             std::mem::take(&mut self.log_id),
             std::mem::take(&mut self.path),
+            self.facts.take(),
         );
         if v.0.capacity() == 0 {
             return;
@@ -64,6 +71,10 @@ impl<T: Transport> Conn<T> {
         v.1.clear();
         v.2.clear();
         v.3.clear();
+        if let Some(f) = v.4.as_mut() {
+            // Releases the configuration snapshot of the last request.
+            f.clear();
+        }
         SPARE_VECTORS.with(|s| s.borrow_mut().push(v, SPARE_VECTORS_MAX));
     }
 }

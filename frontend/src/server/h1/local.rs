@@ -57,15 +57,17 @@ pub(super) async fn answer<T: Transport>(
     close: bool,
     started: Instant,
 ) -> Next {
-    answer_locally(w, c, head_len, body, close, started, |out, close| {
-        crate::server::h1::answer::local_answer(out, local, close, is_head);
-        local.status()
+    answer_locally(w, c, head_len, body, close, started, |out, close, id| {
+        crate::server::h1::answer::local_answer(out, local, close, is_head, id);
+        let sent = if is_head { 0 } else { local.body().len() };
+        (local.status(), sent as u64)
     })
     .await
 }
 
 /// A request edge answers itself: its body is discarded (up to the `request` deadline), `write` builds
-/// the response (given whether it closes) and returns its status, which is counted like any other.
+/// the response (given whether it closes and the request id) and returns its status, counted like any
+/// other, and its body bytes.
 /// A connection that closes with input possibly unread gets a lingering close.
 async fn answer_locally<T: Transport>(
     w: &Worker,
@@ -74,13 +76,16 @@ async fn answer_locally<T: Transport>(
     body: Body,
     close: bool,
     started: Instant,
-    write: impl FnOnce(&mut Vec<u8>, bool) -> u16,
+    write: impl FnOnce(&mut Vec<u8>, bool, &[u8]) -> (u16, u64),
 ) -> Next {
     c.rb.consume(head_len);
     let deadline = started + w.current().cfg.config.server.timeouts.request.0;
     let close = close || !discard_body(c, body, deadline).await;
     let mut out = SendBuf::take();
-    let status = write(&mut out.0, close);
+    let (status, sent) = write(&mut out.0, close, &c.log_id);
+    if let Some(facts) = &c.facts {
+        facts.response_bytes.set(sent);
+    }
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;
@@ -128,14 +133,20 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedR
     }
     w.metrics.connection_shed(reason).increment(1);
     crate::request::local::log_shed(w, c.peer, reason);
+    // No request was admitted: the answer still gets an id (X-Request-Id on every response).
+    w.generate_request_id(&mut c.log_id);
     let shed = Local::Shed(reason);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false);
+    crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, &c.log_id);
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;
-    w.metrics
-        .count_status(edge_core::metrics::Protocol::Http1, 503);
+    if let Some(h) = &head {
+        let line = &c.rb.data()[h.method.start..h.target.end.min(h.method.start + 256)];
+        c.log_line.clear();
+        c.log_line.extend_from_slice(line);
+    }
+    finish(w, &c, 503, started);
     if r.is_ok() {
         crate::server::h1::linger::linger_close(c.stream).await;
     }

@@ -44,7 +44,7 @@ pub struct H1Session<'c, T: Transport> {
     deadline: Instant,
     worker: usize,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
-    added: ResponseFields,
+    added: ResponseFields<'c>,
 }
 
 impl<'c, T: Transport> H1Session<'c, T> {
@@ -80,7 +80,7 @@ impl<'c, T: Transport> H1Session<'c, T> {
 
     /// The session with the fields edge adds to the forwarded response's heads, as admission decided
     /// them ([`crate::request::Admitted::response`]).
-    pub fn adding(mut self, added: ResponseFields) -> Self {
+    pub fn adding(mut self, added: ResponseFields<'c>) -> Self {
         self.added = added;
         self
     }
@@ -286,6 +286,10 @@ impl<T: Transport> Session for H1Session<'_, T> {
 
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
+    }
+
+    fn body_bytes(&self) -> (u64, u64) {
+        (self.body.payload(), self.relay.payload())
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {

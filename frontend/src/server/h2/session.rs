@@ -67,7 +67,7 @@ pub struct H2Session<'a> {
     moved: Option<Moved>,
     deadline: Instant,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
-    added: ResponseFields,
+    added: ResponseFields<'a>,
 }
 
 impl<'a> H2Session<'a> {
@@ -104,7 +104,7 @@ impl<'a> H2Session<'a> {
 
     /// The session with the fields edge adds to the forwarded response's heads, as admission decided
     /// them ([`crate::request::Admitted::response`]).
-    pub fn adding(mut self, added: ResponseFields) -> Self {
+    pub fn adding(mut self, added: ResponseFields<'a>) -> Self {
         self.added = added;
         self
     }
@@ -115,7 +115,8 @@ impl<'a> H2Session<'a> {
     }
 
     /// Answers the stream with a complete response edge made itself (`status`, `text/plain` `body`;
-    /// `retry_after` adds `Retry-After: 1`; `head_only` for HEAD).
+    /// `retry_after` adds `Retry-After: 1`; `head_only` for HEAD) carrying the request's `X-Request-Id`
+    /// (`id`; none when empty).
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -125,20 +126,24 @@ impl<'a> H2Session<'a> {
         body: &str,
         retry_after: bool,
         head_only: bool,
+        id: &[u8],
     ) -> Result<(), SendFailure> {
-        let retry: &[(&str, &[u8])] = match retry_after {
-            true => &[("retry-after", b"1")],
-            false => &[],
+        let fields = [("retry-after", &b"1"[..]), ("x-request-id", id)];
+        let fields = match (retry_after, id.is_empty()) {
+            (true, false) => &fields[..],
+            (true, true) => &fields[..1],
+            (false, false) => &fields[1..],
+            (false, true) => &fields[..0],
         };
         let text = Text {
             content_type: "text/plain; charset=utf-8",
             body: body.as_bytes(),
         };
-        self.answer_with(status, retry, text, head_only).await
+        self.answer_with(status, fields, text, head_only).await
     }
 
     /// [`Self::answer`] with `fields` (name, value) added to the head: `Location` of a redirect,
-    /// `Allow` of an OPTIONS answer, `Retry-After`.
+    /// `Allow` of an OPTIONS answer, `Retry-After`, `X-Request-Id`.
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -217,24 +222,31 @@ impl<'a> H2Session<'a> {
     }
 
     /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and the fields edge
-    /// adds (`added`, the request pipeline's phase 6: Via). The head's bytes are copied once and every
-    /// field value is a slice of that copy (no allocation per value; a field name outside the standard
-    /// ones is still one).
+    /// adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the added
+    /// values are copied once, into one buffer, and every field value is a slice of that copy (no
+    /// allocation per value; a field name outside the standard ones is still one).
     fn response(
         buf: &[u8],
         head: &ResponseHead,
         fields: &[Field],
-        added: &ResponseFields,
+        added: &ResponseFields<'_>,
     ) -> Option<http::Response<()>> {
         let mut resp = http::Response::new(());
         *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
         let end = fields
             .iter()
             .map(|f| (f.value_start + f.value_len) as usize)
-            .max();
-        let shared = Bytes::copy_from_slice(&buf[..end.unwrap_or(0)]);
+            .max()
+            .unwrap_or(0);
+        let extra: usize = added.each(fields).map(|(_, v)| v.len()).sum();
+        let mut copy = Vec::with_capacity(end + extra);
+        copy.extend_from_slice(&buf[..end]);
+        for (_, v) in added.each(fields) {
+            copy.extend_from_slice(v);
+        }
+        let shared = Bytes::from(copy);
         let map = resp.headers_mut();
-        map.reserve(fields.len() + 1); // and what edge adds
+        map.reserve(fields.len() + 2); // and what edge adds
         for f in fields
             .iter()
             .filter(|f| !is_hop_by_hop(buf, fields, f, true))
@@ -244,9 +256,12 @@ impl<'a> H2Session<'a> {
             let value = shared.slice(start..start + f.value_len as usize);
             map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
         }
-        for (name, value) in added.each() {
+        let mut at = end;
+        for (name, v) in added.each(fields) {
             let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
-            map.append(name, http::HeaderValue::from_static(value));
+            let value = shared.slice(at..at + v.len());
+            at += v.len();
+            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
         }
         Some(resp)
     }
@@ -460,6 +475,10 @@ impl Session for H2Session<'_> {
     /// Relay-sized (256 KiB) upstream reads for a pass-through body, as for HTTP/1.1: 16 and 64 KiB
     /// reads cost 1.3-1.4x the CPU per large response, at the price of up to 256 KiB per stream in the
     /// receive buffer and as much again queued in h2 (bench/README.md "HTTP/2").
+    fn body_bytes(&self) -> (u64, u64) {
+        (self.received, self.relay.payload())
+    }
+
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
     }

@@ -22,9 +22,9 @@ use super::session::{Chunk, H2Session, Request};
 use crate::server::Session as _;
 use crate::{
     context::Worker,
-    log::RequestLog,
+    log::{RequestFacts, RequestLog},
     proxy::{self, Outcome},
-    request::{Admission, Admitted, Local, ResponseFields},
+    request::{Admission, Admitted, Local},
     respond::{self, Failure},
 };
 
@@ -101,13 +101,15 @@ fn log_line(buf: &[u8], out: &mut Vec<u8>) {
 }
 
 /// What a stream task keeps from one stream to the next, so that serving a stream allocates none of
-/// it again: the parsed fields, the log line, the request id and the normalised path.
+/// it again: the parsed fields, the log line, the request id, the normalised path and the request's
+/// facts for its access line.
 #[derive(Default)]
 pub struct Scratch {
     fields: Fields,
     line: Vec<u8>,
     id: Vec<u8>,
     path: Vec<u8>,
+    facts: RequestFacts,
 }
 
 /// Whether the client reset the stream already (h2 hands over streams reset before they were
@@ -143,6 +145,7 @@ pub async fn serve(
         return;
     }
     let mut head_buf = SendBuf::take();
+    scratch.facts.clear();
     let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
     let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream());
@@ -166,8 +169,10 @@ pub async fn serve(
                 info: NO_INFO,
             };
             let mut s = new_session(req, fields, deadline);
-            let log = RequestLog::new(&line, b"-");
-            fail(w, &mut s, f, &log, from.peer, started).await;
+            // Refused before admission: the answer still gets an id.
+            w.generate_request_id(&mut scratch.id);
+            let log = RequestLog::new(&line, &scratch.id);
+            fail(w, &mut s, f, &log, &scratch.facts, from.peer, started).await;
             return scratch.keep(s.take_fields(), line);
         }
     };
@@ -190,28 +195,39 @@ pub async fn serve(
     };
     let mut id = std::mem::take(&mut scratch.id);
     let mut path = std::mem::take(&mut scratch.path);
-    let admission = crate::request::admit(w, &live, &incoming, &line, &mut id, &mut path);
+    let facts = &mut scratch.facts;
+    let admission = crate::request::admit(w, &live, &incoming, &line, &mut id, &mut path, facts);
     let is_head = parts.method == http::Method::HEAD;
-    // One session for every outcome: a forwarded stream runs under its route's deadline and gets the
-    // fields admission adds to its response.
-    let (deadline, added) = match &admission {
-        Admission::Forward(adm) => (adm.client_deadline, adm.response),
-        _ => (deadline, ResponseFields::default()),
-    };
-    let mut s = new_session(request, fields, deadline).adding(added);
-    match admission {
-        Admission::Forward(adm) => forward(w, &mut s, adm, started).await,
+    // A forwarded stream runs under its route's deadline and gets the fields admission adds to its
+    // response; a stream answered here under the stream's own.
+    let fields = match admission {
+        Admission::Forward(adm) => {
+            let mut s = new_session(request, fields, adm.client_deadline).adding(adm.response);
+            forward(w, &mut s, adm, started).await;
+            s.take_fields()
+        }
         Admission::Local(local) => {
-            let status = answer_locally(w, &mut s, &local, is_head, &line, from.peer).await;
-            finish(w, &RequestLog::new(&line, b"-"), from.peer, status, started);
+            let mut s = new_session(request, fields, deadline);
+            let facts = &scratch.facts;
+            let log = RequestLog::new(&line, &id).traced(facts.trace_id());
+            let status = answer_locally(w, &mut s, &local, is_head, &log, from.peer).await;
+            let sent = if is_head { 0 } else { local.body().len() };
+            facts.response_bytes.set(sent as u64);
+            finish(w, &log, facts, from.peer, status, started);
+            s.take_fields()
         }
         Admission::Refused(f) => {
-            let log = RequestLog::new(&line, b"-");
-            fail(w, &mut s, f, &log, from.peer, started).await;
+            let mut s = new_session(request, fields, deadline);
+            let facts = &scratch.facts;
+            let log = RequestLog::new(&line, &id).traced(facts.trace_id());
+            fail(w, &mut s, f, &log, facts, from.peer, started).await;
+            s.take_fields()
         }
-    }
-    scratch.keep(s.take_fields(), line);
+    };
+    scratch.keep(fields, line);
     (scratch.id, scratch.path) = (id, path);
+    // A parked task must not keep the configuration snapshot (and its pools) alive.
+    scratch.facts.live = None;
 }
 
 impl Scratch {
@@ -226,19 +242,20 @@ impl Scratch {
 async fn forward(w: &Worker, s: &mut H2Session<'_>, req: Admitted<'_>, started: Instant) {
     let log = req.log;
     let peer = req.peer;
+    let facts = req.facts;
     w.metrics.in_flight.increment(1.0);
     let outcome = proxy::run(w, s, req).await;
     w.metrics.in_flight.decrement(1.0);
     match outcome {
-        Outcome::Done { status, .. } => finish(w, &log, peer, status, started),
+        Outcome::Done { status, .. } => finish(w, &log, facts, peer, status, started),
         Outcome::Truncated { status } => {
             // The session resets the stream when it is dropped (RST_STREAM INTERNAL_ERROR).
             w.metrics.http2_reset(ResetSide::Edge).increment(1);
-            finish(w, &log, peer, status, started)
+            finish(w, &log, facts, peer, status, started)
         }
-        Outcome::Upgraded { .. } => finish(w, &log, peer, 101, started),
+        Outcome::Upgraded { .. } => finish(w, &log, facts, peer, 101, started),
         Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
-        Outcome::Failed { failure, .. } => fail(w, s, failure, &log, peer, started).await,
+        Outcome::Failed { failure, .. } => fail(w, s, failure, &log, facts, peer, started).await,
     }
 }
 
@@ -248,6 +265,7 @@ async fn fail(
     s: &mut H2Session<'_>,
     f: Failure,
     log: &RequestLog<'_>,
+    facts: &RequestFacts,
     peer: SocketAddr,
     started: Instant,
 ) {
@@ -256,8 +274,9 @@ async fn fail(
     if s.started() {
         return;
     }
+    facts.response_bytes.set(f.text().len() as u64);
     if let Err(e) = s
-        .answer(f.status(), f.text(), f.status() == 503, false)
+        .answer(f.status(), f.text(), f.status() == 503, false, log.id)
         .await
     {
         let cause = match e {
@@ -266,7 +285,7 @@ async fn fail(
         };
         respond::record_undelivered(w, &log, f.status(), cause);
     }
-    finish(w, &log, peer, f.status(), started);
+    finish(w, &log, facts, peer, f.status(), started);
 }
 
 /// Answers a stream of the pipeline's first phase ([`Local`], decided by [`crate::request::admit`]);
@@ -277,7 +296,7 @@ async fn answer_locally(
     s: &mut H2Session<'_>,
     local: &Local,
     is_head: bool,
-    line: &[u8],
+    log: &RequestLog<'_>,
     peer: SocketAddr,
 ) -> u16 {
     if let Local::Shed(reason) = local {
@@ -286,29 +305,40 @@ async fn answer_locally(
     }
     let status = local.status();
     let field = local.field();
-    let fields = field.as_slice();
+    let id = ("x-request-id", log.id);
+    let fields = match field {
+        Some(f) => [f, id],
+        None => [id, id],
+    };
+    let fields = &fields[..1 + usize::from(field.is_some())];
     let text = super::session::Text {
         content_type: local.content_type(),
         body: local.body(),
     };
     if let Err(e) = s.answer_with(status, fields, text, is_head).await {
         if matches!(local, Local::Shed(_)) {
-            let log = RequestLog::new(line, b"-");
             let cause = match e {
                 respond::SendFailure::Closed => "client reset the stream before the error response",
                 respond::SendFailure::Timeout => {
                     "client did not read the error response within send"
                 }
             };
-            respond::record_undelivered(w, &log, status, cause);
+            respond::record_undelivered(w, log, status, cause);
         }
     }
     status
 }
 
 /// Counts a finished stream and logs it as HTTP/1.1 requests are ([`crate::log::finish_request`]).
-fn finish(w: &Worker, log: &RequestLog<'_>, peer: SocketAddr, status: u16, started: Instant) {
-    crate::log::finish_request(w, Protocol::H2, log, peer, status, started);
+fn finish(
+    w: &Worker,
+    log: &RequestLog<'_>,
+    facts: &RequestFacts,
+    peer: SocketAddr,
+    status: u16,
+    started: Instant,
+) {
+    crate::log::finish_request(w, Protocol::H2, log, facts, peer, status, started);
 }
 
 #[cfg(test)]
