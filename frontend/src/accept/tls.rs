@@ -233,7 +233,7 @@ async fn plain_http(w: &Worker, mut io: Plain) {
     w.generate_request_id(&mut id);
     failure.record(w, &RequestLog::new(b"", &id));
     let mut out = Vec::with_capacity(200);
-    crate::server::h1::answer::error_response(&mut out, failure, true, &id);
+    crate::server::h1::answer::error_response(&mut out, failure, true, &id, b"");
     let send = w.current().cfg.config.server.timeouts.send.0;
     if crate::server::send::within_send(send, io.fd(), async {
         edge_core::io::progress::write_all(&mut io, out).await.0

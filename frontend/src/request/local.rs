@@ -45,6 +45,8 @@ pub enum Local {
     Limited {
         /// `Retry-After`, as decimal digits.
         retry_after: Digits,
+        /// The route's `response_headers` lines (empty, unallocated, when it has none).
+        fields: Vec<u8>,
     },
     /// A route's `redirect`: its status and the `Location` filled for this request (in a buffer of
     /// the worker's pool, given back when the answer is dropped).
@@ -53,6 +55,8 @@ pub enum Local {
         status: u16,
         /// The Location value.
         location: Vec<u8>,
+        /// The route's `response_headers` lines.
+        fields: Vec<u8>,
     },
     /// A route's `respond`: status, and its Content-Type followed by the body filled for this request
     /// (one pooled buffer, given back when the answer is dropped).
@@ -63,14 +67,27 @@ pub enum Local {
         text: Vec<u8>,
         /// Where the body starts in `text`.
         body_at: usize,
+        /// The route's `response_headers` lines.
+        fields: Vec<u8>,
     },
 }
 
 impl Drop for Local {
     fn drop(&mut self) {
         match self {
-            Local::RouteRedirect { location: b, .. } | Local::RouteRespond { text: b, .. } => {
-                edge_core::buf::give(std::mem::take(b))
+            Local::RouteRedirect {
+                location: b,
+                fields,
+                ..
+            }
+            | Local::RouteRespond {
+                text: b, fields, ..
+            } => {
+                edge_core::buf::give(std::mem::take(b));
+                edge_core::buf::give(std::mem::take(fields));
+            }
+            Local::Limited { fields, .. } if fields.capacity() > 0 => {
+                edge_core::buf::give(std::mem::take(fields))
             }
             _ => {}
         }
@@ -150,6 +167,17 @@ impl Local {
         }
     }
 
+    /// The route's `response_headers` fields for this answer, as `Name: value\r\n` lines (phase 6
+    /// applies to edge's own answers for the route too).
+    pub fn route_fields(&self) -> &[u8] {
+        match self {
+            Local::Limited { fields, .. }
+            | Local::RouteRedirect { fields, .. }
+            | Local::RouteRespond { fields, .. } => fields,
+            _ => b"",
+        }
+    }
+
     /// The field the answer carries besides the framing ones: `Location`, `Allow` or `Retry-After`
     /// (name in its usual case; HTTP/2 lower-cases it).
     pub fn field(&self) -> Option<(&'static str, &[u8])> {
@@ -158,7 +186,7 @@ impl Local {
             Local::Options | Local::Trace => Some(("Allow", ALLOW)),
             Local::Redirect(location) => Some(("Location", location)),
             Local::RouteRedirect { location, .. } => Some(("Location", location)),
-            Local::Limited { retry_after } => Some(("Retry-After", retry_after.as_bytes())),
+            Local::Limited { retry_after, .. } => Some(("Retry-After", retry_after.as_bytes())),
             Local::Health { ready: true } | Local::RouteRespond { .. } => None,
         }
     }
@@ -240,20 +268,24 @@ pub fn redirect_location(host: Option<&[u8]>, target: &[u8], port: u16) -> Vec<u
     location
 }
 
-/// The answer of a route's `redirect` or `respond` (phase 3), its value filled for this request
-/// into a buffer of the worker's pool (no allocation once the pool holds buffers).
+/// The answer of a route's `redirect` or `respond` (phase 3), its value and the route's
+/// `response_headers` (phase 6) filled for this request into buffers of the worker's pool (no
+/// allocation once the pool holds buffers).
 pub fn route_answer(
     rule: &edge_core::config::LocalRule,
+    response_headers: &edge_core::policy::headers::HeaderRules,
     vars: &super::vars::RequestVars<'_>,
 ) -> Local {
     use edge_core::config::LocalRule;
     let mut out = edge_core::buf::take();
+    let fields = route_fields(response_headers, vars);
     match rule {
         LocalRule::Redirect { to, status } => {
             to.fill(vars, &mut out);
             Local::RouteRedirect {
                 status: *status,
                 location: out,
+                fields,
             }
         }
         LocalRule::Respond {
@@ -268,9 +300,24 @@ pub fn route_answer(
                 status: *status,
                 text: out,
                 body_at,
+                fields,
             }
         }
     }
+}
+
+/// A route's `response_headers` filled for an answer edge makes for the route (a pooled buffer; an
+/// empty, unallocated one when the route has none).
+pub fn route_fields(
+    rules: &edge_core::policy::headers::HeaderRules,
+    vars: &super::vars::RequestVars<'_>,
+) -> Vec<u8> {
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    let mut fields = edge_core::buf::take();
+    super::rewrite::fill_lines(rules, vars, &mut fields);
+    fields
 }
 
 #[cfg(test)]
@@ -298,6 +345,7 @@ mod tests {
         assert_eq!(Local::Redirect(b"https://x/".to_vec()).status(), 308);
         let limited = Local::Limited {
             retry_after: Digits::of(30),
+            fields: Vec::new(),
         };
         assert_eq!(
             (limited.status(), limited.field()),

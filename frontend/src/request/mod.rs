@@ -219,10 +219,12 @@ pub fn admit<'a>(
         crate::warn_limited!(w, log, event = "request.limited", limit = %name, route = %route.label, retry_after = secs);
         return Admission::Local(Local::Limited {
             retry_after: local::Digits::of(secs),
+            fields: local::route_fields(&route.rules.response_headers, &vars),
         });
     }
     if let Some(rule) = &route.rules.local {
-        return Admission::Local(local::route_answer(rule, &vars));
+        let answer = local::route_answer(rule, &route.rules.response_headers, &vars);
+        return Admission::Local(answer);
     }
     // Phase 5: the upstream (the route's one, or its weighted split's pick for this worker), chosen
     // before the phase 4 plan only because the plan borrows the request's facts for good.
@@ -271,7 +273,10 @@ pub fn admit<'a>(
             trace: facts.trace_id(),
         },
         rewrite,
-        response: ResponseFields::forwarded(id),
+        response: ResponseFields::forwarded(id).with_rules(
+            (!route.rules.response_headers.is_empty()).then_some(&route.rules.response_headers),
+            rewrite.response_lines,
+        ),
         facts,
     })
 }

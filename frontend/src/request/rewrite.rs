@@ -25,6 +25,12 @@ pub struct Rewrite<'a> {
     /// A `traceparent` edge started or replaced, sent in place of the received trace context
     /// ([`super::trace`]).
     pub traceparent: Option<&'a [u8]>,
+    /// The route's `response_headers` fields filled for this request (phase 6), as `Name: value\r\n`
+    /// lines, and where they are in the plan's buffer (an HTTP/1.1 connection writes them on an error
+    /// answer after the exchange released its borrow of the buffer).
+    pub response_lines: &'a [u8],
+    /// `response_lines` as a range of the buffer: (start, end).
+    pub response_span: (usize, usize),
 }
 
 /// Builds the plan in `scratch`, which holds the normalised path when `normalised` (else `path`, the
@@ -38,7 +44,7 @@ pub fn plan<'a>(
     vars: &RequestVars<'_>,
     traceparent: Option<&'a [u8]>,
 ) -> Rewrite<'a> {
-    if !rules.rewrites() {
+    if !rules.rewrites() && rules.response_headers.is_empty() {
         return Rewrite {
             path: normalised.then_some(scratch.as_slice()),
             traceparent,
@@ -58,19 +64,29 @@ pub fn plan<'a>(
         changed = true;
     }
     let path_end = scratch.len();
-    for (name, value) in rules.request_headers.fields() {
-        scratch.extend_from_slice(name.written.as_bytes());
-        scratch.extend_from_slice(b": ");
-        value.fill(vars, scratch);
-        scratch.extend_from_slice(b"\r\n");
-    }
-    let (path, added) = scratch.split_at(path_end);
+    fill_lines(&rules.request_headers, vars, scratch);
+    let request_end = scratch.len();
+    fill_lines(&rules.response_headers, vars, scratch);
+    let (path, rest) = scratch.split_at(path_end);
+    let (added, response_lines) = rest.split_at(request_end - path_end);
     Rewrite {
         path: changed.then_some(path),
         host: rules.host_rewrite.as_deref().map(str::as_bytes),
         rules: (!rules.request_headers.is_empty()).then_some(&rules.request_headers),
         added,
         traceparent,
+        response_lines,
+        response_span: (request_end, request_end + response_lines.len()),
+    }
+}
+
+/// Appends `rules`' fields filled for this request to `out`, as `Name: value\r\n` lines.
+pub fn fill_lines(rules: &HeaderRules, vars: &RequestVars<'_>, out: &mut Vec<u8>) {
+    for (name, value) in rules.fields() {
+        out.extend_from_slice(name.written.as_bytes());
+        out.extend_from_slice(b": ");
+        value.fill(vars, out);
+        out.extend_from_slice(b"\r\n");
     }
 }
 

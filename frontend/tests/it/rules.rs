@@ -547,3 +547,86 @@ both_drivers!(
         assert_eq!(shadow.last().target, "/live/h2");
     }
 );
+
+both_drivers!(
+    response_headers_apply_to_forwarded_and_edges_own_answers_for_the_route,
+    |d: Driver| {
+        let origin = Origin::start(|_| {
+            Reply::raw(b"HTTP/1.1 200 OK\r\nServer: origin/1.0\r\nX-Keep: 1\r\nContent-Length: 2\r\n\r\nok", false)
+        });
+        let dead = crate::harness::refused_addr();
+        let rules = || {
+            Value::Raw(
+            r#"{ set = { "strict-transport-security" = "max-age=31536000" }, add = { "x-served-for" = "${client_ip} ${request_id}" }, remove = ["server"] }"#
+                .into(),
+        )
+        };
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .add_upstream(Upstream::new("dead", &[dead]))
+            .clear_routes()
+            .add_route(Route::new("/dead", "dead").set("response_headers", rules()))
+            .add_route(
+                Route::at("/here")
+                    .set(
+                        "respond",
+                        Value::Raw(r#"{ status = 200, body = "here" }"#.into()),
+                    )
+                    .set("response_headers", rules()),
+            )
+            .add_route(Route::new("/", "origin").set("response_headers", rules()));
+        let edge = Edge::start(&cfg);
+        let check = |how: &str, status: u16, header: &dyn Fn(&str) -> Option<String>, want: u16| {
+            assert_eq!(status, want, "{how}");
+            assert_eq!(
+                header("strict-transport-security").as_deref(),
+                Some("max-age=31536000"),
+                "{how}"
+            );
+            assert_eq!(header("server"), None, "{how}");
+            assert_eq!(
+                header("x-served-for").as_deref(),
+                Some("127.0.0.1 rid-1"),
+                "{how}"
+            );
+        };
+        let mut c = Client::connect(edge.addr);
+        for (path, want) in [("/", 200), ("/here", 200), ("/dead", 502)] {
+            c.send(
+                format!("GET {path} HTTP/1.1\r\nHost: test\r\nX-Request-Id: rid-1\r\n\r\n")
+                    .as_bytes(),
+            );
+            let r = c.read_response(false).unwrap();
+            check(
+                &format!("HTTP/1.1 {path}"),
+                r.status,
+                &|n| r.header(n).map(str::to_string),
+                want,
+            );
+            if path == "/" {
+                assert_eq!(r.header("x-keep"), Some("1"), "other fields are kept");
+            }
+            if r.header("connection") == Some("close") {
+                c = Client::connect(edge.addr);
+            }
+        }
+        let authority = edge.addr.to_string();
+        for (path, want) in [("/", 200), ("/here", 200), ("/dead", 502)] {
+            let r = block_on(async {
+                let c = h2_connect(edge.addr).await;
+                h2_request(
+                    &c,
+                    "GET",
+                    path,
+                    &authority,
+                    &[("x-request-id", "rid-1")],
+                    b"",
+                )
+                .await
+            })
+            .unwrap();
+            let header = |n: &str| r.headers.get(n).map(|v| v.to_str().unwrap().to_string());
+            check(&format!("h2 {path}"), r.status, &header, want);
+        }
+    }
+);

@@ -450,11 +450,24 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     // The upstream's index, not a reference: the admitted request also borrows this connection's log
     // buffers, which the answer after the exchange needs mutably.
     let upstream = req.upstream_index;
+    // Likewise where the route's response rules are in `c.path`, for an error answer.
+    let rules = req.rewrite.response_span;
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
     w.metrics.in_flight.decrement(1.0);
     let tag = live.upstreams.get(upstream).map(UpstreamTag::of);
-    conclude(w, c, outcome, close, started, tag).await
+    let exchange = Exchanged {
+        upstream: tag,
+        rules,
+    };
+    conclude(w, c, outcome, close, started, exchange).await
+}
+
+/// What the answer after an exchange needs of it: the upstream (for counters and log lines) and
+/// where the route's `response_headers` lines are in the connection's path buffer.
+struct Exchanged<'a> {
+    upstream: Option<UpstreamTag<'a>>,
+    rules: (usize, usize),
 }
 
 /// Counts the exchange's end and decides the connection's fate; a failure before the response head is
@@ -465,7 +478,7 @@ async fn conclude<T: Transport>(
     outcome: Outcome,
     close: bool,
     started: Instant,
-    upstream: Option<UpstreamTag<'_>>,
+    exchange: Exchanged<'_>,
 ) -> Next {
     match outcome {
         Outcome::Done {
@@ -490,7 +503,8 @@ async fn conclude<T: Transport>(
             Next::Tunnel(tunnel)
         }
         Outcome::Failed { failure, body_done } => {
-            record_and_answer(w, c, failure, !body_done || close, started, upstream).await
+            let close = !body_done || close;
+            record_and_answer(w, c, failure, close, started, exchange).await
         }
     }
 }
@@ -505,7 +519,11 @@ pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.
 async fn fail<T: Transport>(w: &Worker, c: &mut Conn<T>, f: Failure, started: Instant) -> Next {
-    record_and_answer(w, c, f, true, started, None).await
+    let before = Exchanged {
+        upstream: None,
+        rules: (0, 0),
+    };
+    record_and_answer(w, c, f, true, started, before).await
 }
 
 /// Counts and logs `f` (an upstream failure on `upstream`'s counters), answers it, and decides the
@@ -516,9 +534,10 @@ async fn record_and_answer<T: Transport>(
     f: Failure,
     close: bool,
     started: Instant,
-    upstream: Option<UpstreamTag<'_>>,
+    exchange: Exchanged<'_>,
 ) -> Next {
     let close = close || f.closes();
+    let upstream = exchange.upstream;
     if c.log_id.is_empty() {
         // Refused before admission (the head could not be read or checked): the answer still gets an
         // id.
@@ -533,7 +552,11 @@ async fn record_and_answer<T: Transport>(
     };
     f.record(w, &log);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id);
+    let lines = c
+        .path
+        .get(exchange.rules.0..exchange.rules.1)
+        .unwrap_or_default();
+    crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id, lines);
     if let Some(facts) = &c.facts {
         facts.response_bytes.set(f.text().len() as u64);
     }
@@ -571,5 +594,9 @@ async fn fail_after_head<T: Transport>(
 ) -> Next {
     let body_done = local::discard_body(c, body, deadline).await;
     let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
-    record_and_answer(w, c, f, close, started, None).await
+    let before = Exchanged {
+        upstream: None,
+        rules: (0, 0),
+    };
+    record_and_answer(w, c, f, close, started, before).await
 }

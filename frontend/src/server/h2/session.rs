@@ -116,7 +116,7 @@ impl<'a> H2Session<'a> {
 
     /// Answers the stream with a complete response edge made itself (`status`, `text/plain` `body`;
     /// `retry_after` adds `Retry-After: 1`; `head_only` for HEAD) carrying the request's `X-Request-Id`
-    /// (`id`; none when empty).
+    /// (`id`; none when empty) and, for an admitted stream, its route's `response_headers`.
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -139,11 +139,14 @@ impl<'a> H2Session<'a> {
             content_type: "text/plain; charset=utf-8",
             body: body.as_bytes(),
         };
-        self.answer_with(status, fields, text, head_only).await
+        let lines = self.added.rule_lines();
+        self.answer_with(status, fields, text, head_only, lines)
+            .await
     }
 
     /// [`Self::answer`] with `fields` (name, value) added to the head: `Location` of a redirect,
-    /// `Allow` of an OPTIONS answer, `Retry-After`, `X-Request-Id`.
+    /// `Allow` of an OPTIONS answer, `Retry-After`, `X-Request-Id`; then `lines`, a route's
+    /// `response_headers` as `Name: value\r\n` lines.
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -153,6 +156,7 @@ impl<'a> H2Session<'a> {
         fields: &[(&str, &[u8])],
         text: Text<'_>,
         head_only: bool,
+        lines: &[u8],
     ) -> Result<(), SendFailure> {
         let body = text.body;
         let mut resp = http::Response::builder()
@@ -164,6 +168,9 @@ impl<'a> H2Session<'a> {
         }
         for (name, value) in fields {
             resp = resp.header(*name, *value);
+        }
+        for (name, value) in crate::request::response::field_lines(lines) {
+            resp = resp.header(name, value);
         }
         let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
         let empty = head_only || body.is_empty();
@@ -249,7 +256,7 @@ impl<'a> H2Session<'a> {
         map.reserve(fields.len() + 2); // and what edge adds
         for f in fields
             .iter()
-            .filter(|f| !is_hop_by_hop(buf, fields, f, true))
+            .filter(|f| !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)))
         {
             let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
             let start = f.value_start as usize;
@@ -258,7 +265,7 @@ impl<'a> H2Session<'a> {
         }
         let mut at = end;
         for (name, v) in added.each(fields) {
-            let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let name = http::HeaderName::from_bytes(name).ok()?;
             let value = shared.slice(at..at + v.len());
             at += v.len();
             map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);

@@ -315,7 +315,8 @@ async fn answer_locally(
         content_type: local.content_type(),
         body: local.body(),
     };
-    if let Err(e) = s.answer_with(status, fields, text, is_head).await {
+    let lines = local.route_fields();
+    if let Err(e) = s.answer_with(status, fields, text, is_head, lines).await {
         if matches!(local, Local::Shed(_)) {
             let cause = match e {
                 respond::SendFailure::Closed => "client reset the stream before the error response",
