@@ -630,3 +630,94 @@ both_drivers!(
         }
     }
 );
+
+both_drivers!(
+    a_client_on_64_connections_over_2_workers_gets_its_rate_once,
+    |d: Driver| {
+        let origin = Origin::fixed(b"ok");
+        let cfg = Cfg::new(d, origin.addr)
+            .workers(2)
+            .rate_limit("per-client", "client_ip", "100/s", 20)
+            .clear_routes()
+            .add_route(Route::new("/", "origin").set("rate_limit", "per-client"));
+        let edge = Edge::start(&cfg);
+        // 8 threads, each with 8 keep-alive connections (so both workers serve this one client), send as
+        // fast as they are answered for 2 s.
+        let addr = edge.addr;
+        let started = std::time::Instant::now();
+        let until = started + Duration::from_secs(2);
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut conns: Vec<Client> = (0..8).map(|_| Client::connect(addr)).collect();
+                    let (mut ok, mut limited) = (0u64, 0u64);
+                    let mut i = 0;
+                    while std::time::Instant::now() < until {
+                        match get(&mut conns[i % 8], "/", "").0 {
+                            200 => ok += 1,
+                            429 => limited += 1,
+                            s => panic!("status {s}"),
+                        }
+                        i += 1;
+                    }
+                    (ok, limited)
+                })
+            })
+            .collect();
+        let (ok, limited) = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let elapsed = started.elapsed().as_secs_f64();
+        // rate × time + burst (+ the one request GCRA admits at once besides the burst).
+        let expected = 100.0 * elapsed + 21.0;
+        assert!(
+            limited > ok,
+            "the client sent well over its rate: {ok} admitted, {limited} limited"
+        );
+        assert!(
+            (ok as f64 - expected).abs() <= 0.05 * expected,
+            "{ok} admitted in {elapsed:.2} s, expected {expected:.0} within 5 %"
+        );
+        // Both workers served the client (the exactness is across cores, not within one).
+        let per_worker =
+            |w: &str| edge.metric("edge_requests_total", &[&format!("worker=\"{w}\"")]);
+        assert!(per_worker("0") > 0.0 && per_worker("1") > 0.0);
+    }
+);
+
+both_drivers!(
+    a_limit_tracking_few_keys_forgets_one_off_keys_before_a_limited_client,
+    |d: Driver| {
+        let origin = Origin::fixed(b"ok");
+        let cfg = Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .rate_limit_keys("per-user", "header:X-User", "1/h", 1, 100)
+            .clear_routes()
+            .add_route(Route::new("/", "origin").set("rate_limit", "per-user"));
+        let edge = Edge::start(&cfg);
+        let mut c = Client::connect(edge.addr);
+        let limited = "X-User: abuser\r\n";
+        let statuses: Vec<u16> = (0..3).map(|_| get(&mut c, "/", limited).0).collect();
+        assert_eq!(statuses, [200, 200, 429]);
+        // 2 000 one-off keys through a table for 100: each is admitted, and the table stays bounded.
+        let authority = edge.addr.to_string();
+        block_on(async {
+            // A connection per 500 streams (`max_requests_per_connection` is 1 000).
+            for batch in 0..4 {
+                let h2 = h2_connect(edge.addr).await;
+                for i in batch * 500..(batch + 1) * 500 {
+                    let user = format!("user-{i}");
+                    let r =
+                        h2_request(&h2, "GET", "/", &authority, &[("x-user", &user)], b"").await;
+                    assert_eq!(r.unwrap().status, 200, "{user}");
+                }
+            }
+        });
+        assert_eq!(
+            get(&mut c, "/", limited).0,
+            429,
+            "the limited client is still limited"
+        );
+    }
+);

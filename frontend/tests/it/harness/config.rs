@@ -227,6 +227,22 @@ impl Cfg {
         }
     }
 
+    /// A `[[rate_limits]]` entry like [`Cfg::rate_limit`], tracking at most `max_keys` keys.
+    pub fn rate_limit_keys(
+        self,
+        name: &str,
+        key: &str,
+        rate: &str,
+        burst: usize,
+        max_keys: usize,
+    ) -> Self {
+        let mut cfg = self.rate_limit(name, key, rate, burst);
+        if let Some(t) = cfg.rate_limits.last_mut() {
+            t.set("max_keys", max_keys);
+        }
+        cfg
+    }
+
     /// A `[[rate_limits]]` entry: `name`, `key`, `rate` and `burst` (`max_keys` default).
     pub fn rate_limit(mut self, name: &str, key: &str, rate: &str, burst: usize) -> Self {
         self.rate_limits.push(
