@@ -35,10 +35,22 @@ pub struct Endpoint {
     pub health: Rc<crate::eject::Health>,
     /// How to open TLS to it, for a `tls = true` upstream.
     pub tls: Option<crate::connect::TlsTarget>,
+    /// Its name for consistent hashing: a hash of its address, the same on every worker and across
+    /// reloads and re-resolutions that keep the address.
+    pub id: u64,
     /// Its attempts on this worker by response class
     /// (`edge_upstream_endpoint_requests_total{worker,upstream,endpoint,status_class}`), registered when
     /// the endpoint set is built.
     pub metrics: EndpointMetrics,
+}
+
+/// The consistent-hashing name of the endpoint at `addr` ([`Endpoint::id`]).
+fn endpoint_id(addr: SocketAddr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: every worker and every process computes the same value.
+    let mut h = std::hash::DefaultHasher::new();
+    addr.hash(&mut h);
+    h.finish()
 }
 
 /// One upstream, per worker.
@@ -48,6 +60,8 @@ pub struct Upstream {
     /// Endpoints in file order.
     pub endpoints: Vec<Endpoint>,
     picker: Picker,
+    /// What `balance = "hash"` hashes (`None` for the other policies).
+    pub hash_key: Option<edge_core::config::HashKey>,
     /// This upstream's counters on this worker (`upstream` label).
     pub metrics: edge_core::metrics::UpstreamMetrics,
     pub(crate) worker: usize,
@@ -144,6 +158,7 @@ impl Upstream {
                         slots: e.slots.clone(),
                         health: e.health.clone(),
                         tls: target(r.spec),
+                        id: endpoint_id(r.addr),
                         metrics: endpoint_metrics(r.addr),
                     },
                     None => Endpoint {
@@ -153,11 +168,21 @@ impl Upstream {
                         slots: Default::default(),
                         health: Default::default(),
                         tls: target(r.spec),
+                        id: endpoint_id(r.addr),
                         metrics: endpoint_metrics(r.addr),
                     },
                 })
                 .collect(),
             picker: Picker::new(r.config.balance, n, Rng::for_worker(worker)),
+            hash_key: match r.config.balance {
+                edge_core::config::Balance::Hash => Some(
+                    edge_core::config::HashKey::parse(
+                        r.config.hash_key.as_deref().unwrap_or("client_ip"),
+                    )
+                    .unwrap_or(edge_core::config::HashKey::ClientIp),
+                ),
+                _ => None,
+            },
             metrics: match counters.register {
                 true => edge_core::metrics::UpstreamMetrics::register(worker, &r.config.name),
                 false => edge_core::metrics::UpstreamMetrics::noop(),
@@ -184,7 +209,7 @@ impl Upstream {
             all: true,
         };
         for _ in 0..(self.worker as u64 % total) {
-            self.picker.pick(&all);
+            self.picker.pick(&all, None);
         }
     }
 
@@ -200,7 +225,7 @@ impl Upstream {
     /// `except` (the one whose connect just failed, so that a retry goes elsewhere when there are
     /// several); when none is usable, the least recently failed of them (DESIGN.md "Upstream pools and
     /// retries").
-    fn pick(&self, except: Option<usize>) -> usize {
+    fn pick(&self, except: Option<usize>, key: Option<u64>) -> usize {
         self.checks.begin_pick(&self.config.name, self.worker);
         if self.endpoints.len() == 1 {
             return 0;
@@ -212,7 +237,7 @@ impl Upstream {
             except,
             all: false,
         };
-        self.picker.pick(&candidates).unwrap_or_else(|| {
+        self.picker.pick(&candidates, key).unwrap_or_else(|| {
             crate::eject::least_recently_failed(self.endpoints.len(), except, |i| {
                 &self.endpoints[i].health
             })
@@ -294,6 +319,7 @@ impl Upstream {
         &self,
         reuse: Reuse,
         client: ClientConn,
+        key: Option<u64>,
     ) -> Result<Opened<H1Exchange<'_>>, UpstreamError> {
         let opened = |conn, retried| Opened {
             session: H1Exchange::new(self, conn),
@@ -308,7 +334,7 @@ impl Upstream {
         // With `send_proxy_protocol` a connection is labelled with the client connection its header
         // described, and only reused for it.
         let proxied = self.config.send_proxy_protocol.version().map(|_| client);
-        let first = self.pick(None);
+        let first = self.pick(None, key);
         let permit = self.permit(first).await?;
         if let Some(mut conn) = self.endpoints[first].pool.take(reuse, proxied) {
             conn.permit = permit;
@@ -325,7 +351,7 @@ impl Upstream {
             Err(e) => {
                 // One retry, on another endpoint.
                 drop(permit);
-                let second = self.pick(Some(first));
+                let second = self.pick(Some(first), key);
                 tracing::debug!(event = "upstream.connect_retry", worker = self.worker, upstream = %self.config.name, endpoint = %self.endpoints[first].addr, error = %e.kind);
                 let permit = self.permit(second).await?;
                 let mut conn = self.connect(second, proxied).await.map_err(|_| e)?;
@@ -399,6 +425,9 @@ impl crate::policy::Endpoints for Usable<'_> {
     }
     fn in_flight(&self, i: usize) -> usize {
         self.up.endpoints[i].slots.active()
+    }
+    fn id(&self, i: usize) -> u64 {
+        self.up.endpoints[i].id
     }
 }
 

@@ -19,6 +19,7 @@ use edge_core::http::{
     view::{RequestView, Version},
     write::{push_dec, push_ip},
 };
+use edge_core::policy::headers::HeaderRules;
 
 /// What the forwarded request needs besides the head itself.
 pub struct RequestRewrite<'a> {
@@ -42,10 +43,26 @@ pub struct RequestRewrite<'a> {
     /// The normalised path to send in place of the received one when they differ (DESIGN.md
     /// "Routing"); the received query, from its `?`, follows it. `None`: the target as received.
     pub path: Option<&'a [u8]>,
+    /// The route's `host_rewrite`: sent as Host in place of the received one (DESIGN.md "Request
+    /// pipeline and traffic rules", phase 4).
+    pub host: Option<&'a [u8]>,
+    /// The route's `request_headers`: the received fields they remove or replace are left out, and so
+    /// are edge's own forwarding fields of those names (X-Forwarded-*, X-Request-Id, Via), which a rule
+    /// may override.
+    pub rules: Option<&'a HeaderRules>,
+    /// The rules' fields, filled for this request, as `Name: value\r\n` lines written after edge's own.
+    pub added: &'a [u8],
     /// W3C trace context (DESIGN.md "Observability", `log.traceparent = "propagate"`): a `traceparent`
     /// edge started or put in place of an invalid one; the received `traceparent` and `tracestate`
     /// fields are dropped and this one sent. `None`: both go upstream as received.
     pub traceparent: Option<&'a [u8]>,
+}
+
+impl RequestRewrite<'_> {
+    /// Whether a rule removes or replaces the field `name`.
+    fn drops(&self, name: &[u8]) -> bool {
+        self.rules.is_some_and(|r| r.drops(name))
+    }
 }
 
 /// Writes the upstream request head: always HTTP/1.1, keep-alive to the upstream (`Connection: upgrade`
@@ -74,8 +91,9 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     let mut proto_kept = false;
     let mut max_forwards_done = false;
     let mut lines = FieldLines::default();
+    let mut host_done = false;
     for f in fields {
-        if is_hop_by_hop(buf, fields, f, named) {
+        if is_hop_by_hop(buf, fields, f, named) || (rw.rules.is_some() && rw.drops(f.name(buf))) {
             continue;
         }
         match f.kind {
@@ -102,9 +120,13 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
             FieldKind::RequestId => continue, // written below
             FieldKind::TraceParent | FieldKind::TraceState if rw.traceparent.is_some() => continue,
             FieldKind::Host => {
-                if let Some(a) = &head.authority {
+                let host = rw.host.or(head.authority.as_ref().map(|a| &buf[a.clone()]));
+                if let Some(host) = host {
                     lines.flush(out, buf);
-                    field(out, b"Host", &buf[a.clone()]);
+                    if !host_done {
+                        field(out, b"Host", host);
+                    }
+                    host_done = true;
                     continue;
                 }
             }
@@ -113,6 +135,39 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
         lines.push(out, buf, f);
     }
     lines.flush(out, buf);
+    if let (Some(host), false) = (rw.host, host_done) {
+        field(out, b"Host", host);
+    }
+    if rw.rules.is_some() {
+        forwarding_fields_with_rules(out, req, rw, xff_prev, proto_kept);
+    } else {
+        forwarding_fields(out, req, rw, xff_prev, proto_kept);
+    }
+    match rw.body {
+        Body::Length(n) => {
+            out.extend_from_slice(b"Content-Length: ");
+            push_dec(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        Body::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        Body::None | Body::CloseDelimited => {}
+    }
+    if rw.upgrade {
+        upgrade_fields(out, buf, fields, true);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// edge's forwarding fields (DESIGN.md "HTTP/1.1 rules"): X-Forwarded-For (the received list, when
+/// trusted, then the client), X-Forwarded-Proto unless a trusted peer sent one, X-Request-Id, Via.
+fn forwarding_fields(
+    out: &mut Vec<u8>,
+    req: &RequestView<'_>,
+    rw: &RequestRewrite<'_>,
+    xff_prev: bool,
+    proto_kept: bool,
+) {
+    let (buf, fields) = (req.buf, req.fields);
     out.extend_from_slice(b"X-Forwarded-For: ");
     if xff_prev {
         for f in fields.iter().filter(|f| f.kind == FieldKind::XForwardedFor) {
@@ -138,19 +193,38 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
         field(out, b"traceparent", t);
     }
     field(out, b"Via", VIA);
-    match rw.body {
-        Body::Length(n) => {
-            out.extend_from_slice(b"Content-Length: ");
-            push_dec(out, n);
-            out.extend_from_slice(b"\r\n");
+}
+
+/// [`forwarding_fields`] under the route's `request_headers`: each of edge's fields that a rule
+/// removes or sets is left out, then the rules' fields follow (phase 4 comes after edge's own
+/// fields, so a rule can override them).
+fn forwarding_fields_with_rules(
+    out: &mut Vec<u8>,
+    req: &RequestView<'_>,
+    rw: &RequestRewrite<'_>,
+    xff_prev: bool,
+    proto_kept: bool,
+) {
+    let start = out.len();
+    forwarding_fields(out, req, rw, xff_prev, proto_kept);
+    // The few short lines just written: drop those a rule replaces or removes, in place.
+    let mut kept = start;
+    let mut at = start;
+    while at < out.len() {
+        let end = at
+            + out[at..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(out.len() - at, |i| i + 1);
+        let name_end = at + out[at..end].iter().position(|&b| b == b':').unwrap_or(0);
+        if !rw.drops(&out[at..name_end]) {
+            out.copy_within(at..end, kept);
+            kept += end - at;
         }
-        Body::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        Body::None | Body::CloseDelimited => {}
+        at = end;
     }
-    if rw.upgrade {
-        upgrade_fields(out, buf, fields, true);
-    }
-    out.extend_from_slice(b"\r\n");
+    out.truncate(kept);
+    out.extend_from_slice(rw.added);
 }
 
 #[cfg(test)]
@@ -196,6 +270,9 @@ mod tests {
             upgrade: info.upgrade,
             max_forwards: info.max_forwards,
             path: None,
+            host: None,
+            rules: None,
+            added: b"",
             traceparent,
         };
         let mut out = Vec::new();
@@ -361,6 +438,9 @@ mod tests {
             upgrade: false,
             max_forwards: None,
             path: Some(b"/v2/~a"),
+            host: None,
+            rules: None,
+            added: b"",
             traceparent: None,
         };
         let mut out = Vec::new();
@@ -381,6 +461,45 @@ mod tests {
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
         assert!(out.starts_with(b"GET / HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn route_rules_rewrite_host_and_fields_after_edges_own() {
+        use edge_core::policy::headers::{Direction, HeaderRules};
+        let rules = HeaderRules::new(
+            Direction::Request,
+            &["x-debug".into()],
+            &[("X-Forwarded-Proto".into(), "https".into())],
+            &[("X-Env".into(), "prod".into())],
+        )
+        .unwrap();
+        let text = "GET /a HTTP/1.1\r\nHost: public.example\r\nX-Debug: 1\r\nX-Keep: k\r\nX-Forwarded-Proto: ftp\r\n\r\n";
+        let mut f = Fields::new();
+        let h = parse_request(text.as_bytes(), 100, &mut f)
+            .unwrap()
+            .unwrap();
+        let rw = RequestRewrite {
+            peer: "10.0.0.9".parse().unwrap(),
+            trusted: false,
+            https: false,
+            id: b"id",
+            body: Body::None,
+            upgrade: false,
+            max_forwards: None,
+            path: None,
+            host: Some(b"internal.api"),
+            rules: Some(&rules),
+            added: b"X-Forwarded-Proto: https\r\nX-Env: prod\r\n",
+            traceparent: None,
+        };
+        let mut out = Vec::new();
+        request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(
+            out,
+            "GET /a HTTP/1.1\r\nHost: internal.api\r\nX-Keep: k\r\nX-Forwarded-For: 10.0.0.9\r\n\
+             X-Request-Id: id\r\nVia: 1.1 edge\r\nX-Forwarded-Proto: https\r\nX-Env: prod\r\n\r\n"
+        );
     }
 
     use edge_core::http::framing::request_info;
@@ -422,6 +541,9 @@ mod tests {
                 upgrade: false,
                 max_forwards: None,
                 path: None,
+                host: None,
+                rules: None,
+                added: b"",
                 traceparent: None,
             };
             let mut out = Vec::new();

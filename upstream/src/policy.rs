@@ -23,6 +23,10 @@ pub trait Endpoints {
     fn weight(&self, i: usize) -> u32;
     /// Requests this worker has in flight on it.
     fn in_flight(&self, i: usize) -> usize;
+    /// Its stable name for consistent hashing (default: its index).
+    fn id(&self, i: usize) -> u64 {
+        i as u64
+    }
 }
 
 /// A xorshift64* generator in a `Cell`: fast, per worker, not for secrets.
@@ -213,12 +217,15 @@ impl Picker {
         }
     }
 
-    /// The endpoint the policy picks among the usable ones, or `None` when none is usable.
-    pub fn pick(&self, eps: &impl Endpoints) -> Option<usize> {
-        match self.balance {
-            Balance::RoundRobin => self.swrr.pick(eps),
-            Balance::LeastRequest => least_request(eps, &self.rng),
-            Balance::Random => random(eps, &self.rng),
+    /// The endpoint the policy picks among the usable ones, or `None` when none is usable. `key` is
+    /// the request's hash for [`Balance::Hash`]; a request without one (the header or cookie it hashes
+    /// is absent) is balanced by smooth weighted round robin.
+    pub fn pick(&self, eps: &impl Endpoints, key: Option<u64>) -> Option<usize> {
+        match (self.balance, key) {
+            (Balance::Hash, Some(key)) => rendezvous(eps, key, |i| eps.id(i)),
+            (Balance::RoundRobin | Balance::Hash, _) => self.swrr.pick(eps),
+            (Balance::LeastRequest, _) => least_request(eps, &self.rng),
+            (Balance::Random, _) => random(eps, &self.rng),
         }
     }
 }

@@ -93,6 +93,9 @@ pub trait Open {
     /// request's client connection, for an upstream that sends the PROXY protocol: a new connection
     /// starts with its header, and only a connection opened for the same client connection is reused.
     ///
+    /// `key` is the request's hash for `balance = "hash"` (`None`: not hashed; the policy picks as
+    /// round robin).
+    ///
     /// # Errors
     /// The connect error of the last attempt, or `QueueTimeout` (retry-safe: nothing was sent).
     ///
@@ -102,6 +105,7 @@ pub trait Open {
         &self,
         reuse: Reuse,
         client: ClientConn,
+        key: Option<u64>,
     ) -> impl Future<Output = Result<Opened<Self::Session<'_>>, UpstreamError>>;
 }
 
@@ -359,7 +363,8 @@ impl Open for Upstream {
         &self,
         reuse: Reuse,
         client: ClientConn,
+        key: Option<u64>,
     ) -> impl Future<Output = Result<Opened<H1Exchange<'_>>, UpstreamError>> {
-        self.checkout(reuse, client)
+        self.checkout(reuse, client, key)
     }
 }

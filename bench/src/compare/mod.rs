@@ -139,7 +139,9 @@ pub struct Args {
     pub baseline_edge_bin: Option<PathBuf>,
     /// A config file for the `edge-io_uring` and `edge-epoll` targets only (the baseline targets run
     /// without it): one binary with a setting on and off side by side, e.g. access logging
-    /// (`--baseline-edge-bin` the same binary). Plain HTTP/1.1 workloads only.
+    /// (`--baseline-edge-bin` the same binary). Plain HTTP/1.1 workloads only. A file that names
+    /// `{origin}` (e.g. `endpoints = ["{origin}"]`) keeps its own upstreams and routes, with the
+    /// origin's address put in; any other gets the origin with `--upstream`.
     #[arg(long)]
     pub edge_config: Option<PathBuf>,
     /// nginx executable.

@@ -102,12 +102,22 @@ pub fn proxy_command(
                     args.extend(["--config".to_string(), conf.display().to_string()]);
                 }
                 tls => {
-                    args.extend(["--upstream".to_string(), origin.to_string()]);
+                    // An edge config naming `{origin}` has its own upstreams and routes (the origin's
+                    // address put in); any other gets the origin by `--upstream`.
+                    let own = match (tls, k.is_baseline(), &bins.edge_config) {
+                        (None, false, Some(conf)) => Some(fs::read_to_string(conf)?),
+                        _ => None,
+                    };
+                    if !own.as_ref().is_some_and(|t| t.contains("{origin}")) {
+                        args.extend(["--upstream".to_string(), origin.to_string()]);
+                    }
                     if let Some((tls_listen, certs)) = tls {
                         let conf = dir.join("edge-tls.toml");
                         fs::write(&conf, edge_tls_toml(tls_listen, certs))?;
                         args.extend(["--config".to_string(), conf.display().to_string()]);
-                    } else if let (false, Some(conf)) = (k.is_baseline(), &bins.edge_config) {
+                    } else if let Some(text) = own {
+                        let conf = dir.join("edge-extra.toml");
+                        fs::write(&conf, text.replace("{origin}", &origin.to_string()))?;
                         args.extend(["--config".to_string(), conf.display().to_string()]);
                     }
                 }
@@ -429,27 +439,50 @@ mod tests {
             "127.0.0.1:1000".parse().unwrap(),
             "127.0.0.1:2000".parse().unwrap(),
         );
+        let dir = std::env::temp_dir().join(format!("edge-bench-cfg-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let access = dir.join("access.toml");
+        fs::write(&access, "[log]\naccess = true\n").unwrap();
         let bins = Binaries {
             baseline: Some("edge-old".into()),
-            edge_config: Some("/tmp/access.toml".into()),
+            edge_config: Some(access.clone()),
             ..bins()
         };
-        let dir = Path::new("/tmp");
         let config_of = |kind| {
-            let (_, args) = proxy_command(kind, &bins, dir, l, o, None, false).unwrap();
+            let (_, args) = proxy_command(kind, &bins, &dir, l, o, None, false).unwrap();
             let at = args.iter().position(|a| a == "--config");
-            at.map(|i| args[i + 1].clone())
+            (
+                at.map(|i| args[i + 1].clone()),
+                args.contains(&"--upstream".to_string()),
+            )
         };
+        let extra = dir.join("edge-extra.toml").display().to_string();
         assert_eq!(
-            config_of(TargetKind::EdgeUring).as_deref(),
-            Some("/tmp/access.toml")
+            config_of(TargetKind::EdgeUring),
+            (Some(extra.clone()), true)
         );
         assert_eq!(
-            config_of(TargetKind::EdgeEpoll).as_deref(),
-            Some("/tmp/access.toml")
+            config_of(TargetKind::EdgeEpoll),
+            (Some(extra.clone()), true)
         );
-        assert_eq!(config_of(TargetKind::BaselineUring), None);
-        assert_eq!(config_of(TargetKind::BaselineEpoll), None);
+        assert_eq!(config_of(TargetKind::BaselineUring), (None, true));
+        assert_eq!(config_of(TargetKind::BaselineEpoll), (None, true));
+        // A config with its own upstreams and routes: the origin's address put in, no --upstream.
+        fs::write(
+            &access,
+            "[[upstreams]]\nname = \"o\"\nendpoints = [\"{origin}\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config_of(TargetKind::EdgeUring),
+            (Some(extra.clone()), false)
+        );
+        let written = fs::read_to_string(&extra).unwrap();
+        assert!(
+            written.contains("endpoints = [\"127.0.0.1:2000\"]"),
+            "{written}"
+        );
+        let _ = fs::remove_dir_all(&dir);
     }
 
     fn bins() -> Binaries {

@@ -16,7 +16,7 @@
 //! [`runner`], the invariants in [`invariants`], the cases in [`sender`] (group a), [`upstream`]
 //! (group b), [`capacity`] (group c), [`lifecycle`] (group d), [`tls`] (group e, the TLS cases;
 //! skipped while edge has no TLS), [`h2`] (group e, the HTTP/2 cases), [`discovery`] (group f) and
-//! [`memory`] (group h, the slow readers), the scripted origin and raw client in [`origin`].
+//! [`rules`] and [`memory`] (group h: a client over its rate limit, the slow readers), the scripted origin and raw client in [`origin`].
 
 pub mod capacity;
 pub mod discovery;
@@ -27,6 +27,7 @@ pub mod lifecycle;
 pub mod memory;
 pub mod origin;
 pub mod proxy_header;
+pub mod rules;
 pub mod runner;
 pub mod sender;
 pub mod tls;
@@ -107,7 +108,10 @@ pub fn run(opts: &Args) -> io::Result<bool> {
                 Ok(rows)
             }),
             "f" => discovery::group_f(&bin, &faults_bin, &driver),
-            "h" => memory::group_h(&bin, &driver),
+            "h" => rules::group_h_rate_limit(&bin, &driver).and_then(|mut rows| {
+                rows.append(&mut memory::group_h(&bin, &driver)?);
+                Ok(rows)
+            }),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("unknown group {other:?} (a, b, c, d, e, f, h)"),

@@ -74,6 +74,43 @@ pub enum Balance {
     LeastRequest,
     /// Random, by weight.
     Random,
+    /// Consistent hashing on the request's `hash_key` (rendezvous hashing, weighted): a key stays on
+    /// its endpoint while that endpoint is usable.
+    Hash,
+}
+
+/// `hash_key`: what `balance = "hash"` hashes (DESIGN.md "Configuration (TOML)").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HashKey {
+    /// The client's address (the PROXY-protocol source when one was received).
+    ClientIp,
+    /// A request header's value (lower-case name).
+    Header(Box<str>),
+    /// A cookie's value.
+    Cookie(Box<str>),
+    /// The path as received, without the query.
+    Path,
+}
+
+impl HashKey {
+    /// Parses `"client_ip"`, `"header:NAME"`, `"cookie:NAME"` or `"path"`.
+    ///
+    /// # Errors
+    /// Anything else, with the forms it may take.
+    pub fn parse(s: &str) -> Result<HashKey, String> {
+        let token = |n: &str| !n.is_empty() && n.bytes().all(crate::policy::template::is_tchar);
+        match s {
+            "client_ip" => Ok(HashKey::ClientIp),
+            "path" => Ok(HashKey::Path),
+            _ => match s.split_once(':') {
+                Some(("header", n)) if token(n) => Ok(HashKey::Header(n.to_ascii_lowercase().into())),
+                Some(("cookie", n)) if token(n) => Ok(HashKey::Cookie(n.into())),
+                _ => Err(format!(
+                    "{s:?} is not a hash key: \"client_ip\", \"header:NAME\", \"cookie:NAME\" or \"path\""
+                )),
+            },
+        }
+    }
 }
 
 /// `[upstreams.health_check]`: active HTTP checks from the process's health thread.

@@ -13,8 +13,10 @@ mod http2;
 mod locate;
 mod overrides;
 mod problems;
+mod rate_limits;
 mod resolve;
 mod routes;
+mod rules;
 mod tls;
 mod values;
 
@@ -22,14 +24,19 @@ use std::{fmt, time::Duration};
 
 pub use cidr::Cidr;
 pub use discovery::{
-    Balance, EndpointSpec, HealthCheck, ProxyProtocol, SendProxyProtocol, StatusRange,
+    Balance, EndpointSpec, HashKey, HealthCheck, ProxyProtocol, SendProxyProtocol, StatusRange,
     WeightedEndpoint,
 };
 pub use http2::Http2;
 pub use locate::add_lines;
 pub use overrides::{Overrides, TlsOverride};
+pub use rate_limits::{LimitKey, Rate, RateLimit, RateLimits, ResolvedLimit};
 pub use resolve::{resolve_all, Resolved, ResolvedEndpoint, ResolvedUpstream};
 pub use routes::{FieldCondition, ResolvedRoute, Route, Routes};
+pub use rules::{
+    HeaderOps, LimitNames, LocalRule, Mirror, MirrorRule, Redirect, Respond, RouteRules, Split,
+    SplitTarget,
+};
 use serde::{Deserialize, Serialize};
 pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
 pub use values::{
@@ -59,6 +66,9 @@ pub struct Config {
     /// `[[routes]]`
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// `[[rate_limits]]`
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RateLimit>,
 }
 
 /// `[server]`
@@ -172,6 +182,8 @@ pub struct Limits {
     pub max_headers: usize,
     /// Request body bytes; `none` for unlimited.
     pub max_body_bytes: ByteLimit,
+    /// Open connections per client address for the whole process (0 = off; at most 65 535).
+    pub max_connections_per_client: u32,
 }
 
 impl Default for Limits {
@@ -180,6 +192,7 @@ impl Default for Limits {
             max_head_bytes: Bytes(16 << 10),
             max_headers: 100,
             max_body_bytes: ByteLimit(Some(64 << 20)),
+            max_connections_per_client: 0,
         }
     }
 }
@@ -246,6 +259,9 @@ pub struct Upstream {
     /// How a worker picks an endpoint.
     #[serde(default)]
     pub balance: Balance,
+    /// What `balance = "hash"` hashes: `client_ip` (default), `header:NAME`, `cookie:NAME`, `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_key: Option<String>,
     /// Re-resolution interval of endpoint names; `none`: at load and reload only.
     #[serde(default = "discovery::resolve_default")]
     pub resolve: Limit,
@@ -340,6 +356,7 @@ impl Upstream {
             name: name.into(),
             endpoints: endpoints.into_iter().map(EndpointSpec::Address).collect(),
             balance: Balance::RoundRobin,
+            hash_key: None,
             resolve: discovery::resolve_default(),
             health_check: None,
             connect_timeout: d2s(),
@@ -422,6 +439,8 @@ impl Config {
 
 #[cfg(test)]
 mod routes_tests;
+#[cfg(test)]
+mod rules_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::tls::{SystemRoots, TlsServerState, UpstreamTls};
 
 use super::{
     problems::Problems, routes::resolve_routes, Cidr, Config, ConfigError, HealthCheck, Limits,
-    Log, ProxyProtocol, Routes, Server, Timeouts, Upstream,
+    Log, ProxyProtocol, RateLimits, Routes, Server, Timeouts, Upstream,
 };
 
 impl Config {
@@ -75,7 +75,8 @@ impl Config {
             .enumerate()
             .map(|(i, u)| resolve_upstream(i, u, &self.upstreams[..i], &mut roots, &mut p))
             .collect();
-        let routes = resolve_routes(&self.routes, &self.upstreams, &mut p);
+        let rate_limits = super::rate_limits::resolve_rate_limits(&self.rate_limits, &mut p);
+        let routes = resolve_routes(&self.routes, &self.upstreams, &rate_limits, &mut p);
         // With the plain listener disabled, `listen` holds the TLS listener's address (see the field).
         let (Some(listen), Some(routes), true) =
             (listen.or(tls_listen), routes, p.errors.is_empty())
@@ -94,6 +95,7 @@ impl Config {
             upstreams,
             routes,
             unresolved: p.warnings,
+            rate_limits,
         })
     }
 }
@@ -113,6 +115,12 @@ fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
                 "must be at most {} (the most fields edge parses in one head)",
                 crate::http::head::MAX_FIELDS
             ),
+        );
+    }
+    if limits.max_connections_per_client > 65_535 {
+        p.add(
+            "server.limits.max_connections_per_client",
+            "must be at most 65535 (0 turns it off)",
         );
     }
 }
@@ -216,6 +224,18 @@ fn resolve_upstream(
             format!("upstreams[{i}].endpoints"),
             "needs at least one host:port",
         );
+    }
+    match (&u.hash_key, u.balance) {
+        (Some(k), super::Balance::Hash) => {
+            if let Err(why) = super::HashKey::parse(k) {
+                p.add(format!("upstreams[{i}].hash_key"), why);
+            }
+        }
+        (Some(_), _) => p.add(
+            format!("upstreams[{i}].hash_key"),
+            "applies only with balance = \"hash\"",
+        ),
+        (None, _) => {}
     }
     let mut endpoints = Vec::new();
     for (j, e) in u.endpoints.iter().enumerate() {
@@ -391,6 +411,9 @@ pub struct Resolved {
     /// them, answer 503 `no_endpoint` while they have no address at all, and the supervisor keeps
     /// resolving them (DESIGN.md "Observability"). `edge --check` prints them as warnings.
     pub unresolved: Vec<ConfigError>,
+    /// `[[rate_limits]]` with their keyed state, shared by every worker (routes refer to them by
+    /// index); [`RateLimits::adopt`] carries state over a reload.
+    pub rate_limits: RateLimits,
 }
 
 /// One upstream with its endpoints resolved.

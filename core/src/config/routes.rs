@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::policy::route::{self, Condition, PathRule, RouteSpec, RouteTable, Test};
 
 use super::problems::Problems;
+use super::rate_limits::RateLimits;
+use super::rules::{
+    self, Action, HeaderOps, LimitNames, Mirror, Redirect, Respond, RouteRules, SplitTarget,
+};
 use super::{Dur, Limit, Upstream};
 
 /// `[[routes]]`
@@ -42,14 +46,45 @@ pub struct Route {
     /// Query conditions on the percent-decoded parameters; all must hold.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<FieldCondition>,
-    /// Name of an `[[upstreams]]` entry.
+    /// Name of an `[[upstreams]]` entry; exactly one of `upstream`, `upstreams`, `redirect`, `respond`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub upstream: String,
+    /// A weighted split over `[[upstreams]]` entries (in place of `upstream`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams: Vec<SplitTarget>,
     /// Overrides the upstream's `request_timeout` for this route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout: Option<Limit>,
     /// Overrides `server.timeouts.request` once the route is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_timeout: Option<Dur>,
+    /// `[[rate_limits]]` names; each must admit the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<LimitNames>,
+    /// Answer with a redirect, locally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
+    /// Answer with this status and body, locally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub respond: Option<Respond>,
+    /// Remove this path prefix (whole segments) before forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strip_prefix: Option<String>,
+    /// Then put this prefix in front.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_prefix: Option<String>,
+    /// The Host (or `:authority`) sent upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_rewrite: Option<String>,
+    /// Header rules on the request sent upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<HeaderOps>,
+    /// Header rules on the response to the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<HeaderOps>,
+    /// Copy a share of requests to another upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<Mirror>,
 }
 
 impl Route {
@@ -65,8 +100,18 @@ impl Route {
             headers: Vec::new(),
             query: Vec::new(),
             upstream: upstream.into(),
+            upstreams: Vec::new(),
             request_timeout: None,
             client_request_timeout: None,
+            rate_limit: None,
+            redirect: None,
+            respond: None,
+            strip_prefix: None,
+            add_prefix: None,
+            host_rewrite: None,
+            request_headers: None,
+            response_headers: None,
+            mirror: None,
         }
     }
 }
@@ -98,12 +143,15 @@ pub struct ResolvedRoute {
     pub label: String,
     /// Index of the route in the file.
     pub index: usize,
-    /// Index into [`Resolved::upstreams`](super::Resolved::upstreams).
-    pub upstream: usize,
+    /// Index into [`Resolved::upstreams`](super::Resolved::upstreams) of the route's one upstream;
+    /// `None` when `rules` choose (a weighted split) or the route answers locally.
+    pub upstream: Option<usize>,
     /// Route override of the upstream request timeout.
     pub request_timeout: Option<Limit>,
     /// Route override of the inbound `request` deadline.
     pub client_request_timeout: Option<Duration>,
+    /// The traffic rules (DESIGN.md "Request pipeline and traffic rules").
+    pub rules: RouteRules,
 }
 
 /// `[[routes]]`: at least one; each checked and compiled into the table. `None` (with every problem
@@ -111,6 +159,7 @@ pub struct ResolvedRoute {
 pub(super) fn resolve_routes(
     routes: &[Route],
     upstreams: &[Upstream],
+    limits: &RateLimits,
     p: &mut Problems<'_>,
 ) -> Option<Routes> {
     if routes.is_empty() {
@@ -119,7 +168,7 @@ pub(super) fn resolve_routes(
     // (route index, key, reason), sorted by route index at the end (stable: a route's schema errors,
     // then its matcher errors, then its upstream).
     let mut errors: Vec<(usize, String, String)> = Vec::new();
-    let mut upstream_errors = Vec::new();
+    let mut rule_errors = Vec::new();
     let mut specs = Vec::with_capacity(routes.len());
     for (i, r) in routes.iter().enumerate() {
         let named = |reason: String| match &r.name {
@@ -128,17 +177,19 @@ pub(super) fn resolve_routes(
         };
         let (spec, schema) = spec(r);
         errors.extend(schema.into_iter().map(|(k, why)| (i, k, named(why))));
-        let upstream = upstreams.iter().position(|u| u.name == r.upstream);
-        if upstream.is_none() {
-            let why = format!("no [[upstreams]] entry is named {:?}", r.upstream);
-            upstream_errors.push((i, "upstream".into(), named(why)));
-        }
+        let mut errs = Vec::new();
+        let (action, rules) = rules::compile(r, upstreams, limits, &mut errs);
+        rule_errors.extend(errs.into_iter().map(|(k, why)| (i, k, named(why))));
         let resolved = ResolvedRoute {
             label: r.name.clone().unwrap_or_else(|| i.to_string()),
             index: i,
-            upstream: upstream.unwrap_or(0),
+            upstream: match action {
+                Some(Action::Upstream(u)) => Some(u),
+                _ => None,
+            },
             request_timeout: r.request_timeout,
             client_request_timeout: r.client_request_timeout.map(|d| d.0),
+            rules,
         };
         specs.push((spec, resolved));
     }
@@ -152,7 +203,7 @@ pub(super) fn resolve_routes(
             None
         }
     };
-    errors.extend(upstream_errors);
+    errors.extend(rule_errors);
     errors.sort_by_key(|e| e.0);
     for (i, key, reason) in errors.iter() {
         let key = match key.is_empty() {
@@ -204,7 +255,7 @@ fn spec(r: &Route) -> (RouteSpec, Vec<(String, String)>) {
         methods: r.methods.clone().unwrap_or_default(),
         headers: conditions("headers", &r.headers, &mut errors),
         query: conditions("query", &r.query, &mut errors),
-        action: format!("upstream {:?}", r.upstream),
+        action: action_text(r),
     };
     (spec, errors)
 }
@@ -236,4 +287,23 @@ fn conditions(
         });
     }
     out
+}
+
+/// What the route does, for `edge --check`'s listing.
+fn action_text(r: &Route) -> String {
+    if let Some(rd) = &r.redirect {
+        return format!("redirect {} to {:?}", rd.status, rd.to);
+    }
+    if let Some(rs) = &r.respond {
+        return format!("respond {}", rs.status);
+    }
+    if !r.upstreams.is_empty() {
+        let split: Vec<String> = r
+            .upstreams
+            .iter()
+            .map(|t| format!("{:?} ({})", t.name, t.weight))
+            .collect();
+        return format!("upstreams {}", split.join(", "));
+    }
+    format!("upstream {:?}", r.upstream)
 }

@@ -55,7 +55,7 @@ fn every_route_key_parses_prints_back_and_compiles() {
     assert_eq!(again.to_toml(), r.config.to_toml());
     assert_eq!(again.routes[1].headers.len(), 3);
     let (label, api) = r.routes.get(1).unwrap();
-    assert_eq!((label, api.upstream, api.index), ("api", 1, 1));
+    assert_eq!((label, api.upstream, api.index), ("api", Some(1), 1));
     assert_eq!(api.client_request_timeout, Some(Duration::from_secs(600)));
     assert_eq!(find(&r, "GET", "x", "/login").map(|r| r.index), Some(2));
     assert_eq!(find(&r, "GET", "x", "/login/").map(|r| r.index), Some(0));
@@ -74,7 +74,10 @@ fn the_flag_route_is_a_prefix_route() {
         ..Overrides::default()
     });
     let r = c.resolve("d").unwrap();
-    assert_eq!(find(&r, "GET", "h", "/any").map(|r| r.upstream), Some(0));
+    assert_eq!(
+        find(&r, "GET", "h", "/any").map(|r| r.upstream),
+        Some(Some(0))
+    );
 }
 
 #[test]
@@ -119,7 +122,7 @@ fn route_errors_name_file_route_key_and_reason() {
 #[test]
 fn unknown_route_keys_are_errors() {
     for route in [
-        "path_prefix = \"/\"\nupstream = \"a\"\nrate_limit = \"x\"",
+        "path_prefix = \"/\"\nupstream = \"a\"\nrewrite = \"x\"",
         "path_prefix = \"/\"\nupstream = \"a\"\nheaders = [{ name = \"x\", equals = \"1\" }]",
     ] {
         let errs = load(&format!("[[routes]]\n{route}\n")).unwrap_err();

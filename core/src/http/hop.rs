@@ -72,10 +72,24 @@ pub fn upgrade_fields(out: &mut Vec<u8>, buf: &[u8], fields: &[Field], strip_h2c
 /// Writes the end-to-end fields of a head as received (hop-by-hop fields and Content-Length left out:
 /// the caller writes the framing it decided).
 pub fn end_to_end_fields(out: &mut Vec<u8>, buf: &[u8], fields: &[Field]) {
+    end_to_end_fields_kept(out, buf, fields, |_| true);
+}
+
+/// [`end_to_end_fields`], leaving out also the fields whose name `keep` refuses (a route's response
+/// rules).
+pub fn end_to_end_fields_kept(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    fields: &[Field],
+    keep: impl Fn(&[u8]) -> bool,
+) {
     let named = connection_names_fields(buf, fields);
     let mut lines = FieldLines::default();
     for f in fields {
-        if is_hop_by_hop(buf, fields, f, named) || f.kind == FieldKind::ContentLength {
+        if is_hop_by_hop(buf, fields, f, named)
+            || f.kind == FieldKind::ContentLength
+            || !keep(f.name(buf))
+        {
             continue;
         }
         lines.push(out, buf, f);

@@ -15,6 +15,14 @@ const COUNTERS: &[(&str, &str)] = &[
         "Requests refused as invalid (400/405/413/414/431/501), by reason.",
     ),
     (
+        "edge_requests_limited_total",
+        "Requests refused by a rate limit (429), by worker and limit.",
+    ),
+    (
+        "edge_mirror_requests_total",
+        "Mirror copies of requests, by worker and how they ended (ok, error, timeout, dropped).",
+    ),
+    (
         "edge_requests_shed_total",
         "Requests refused for load (503), by reason.",
     ),

@@ -131,6 +131,8 @@ label_enum!(
         /// Every endpoint name of the upstream still unresolved (DESIGN.md "Observability": names that
         /// do not resolve at start or reload).
         NoEndpoint = "no_endpoint",
+        /// The client already has `max_connections_per_client` connections open.
+        ClientLimit = "client_limit",
     }
 );
 
@@ -200,8 +202,9 @@ label_enum!(
 );
 
 /// The `reason` values of `edge_connections_shed_total`, in registration order.
-const CONNECTION_SHED: [ShedReason; 3] = [
+const CONNECTION_SHED: [ShedReason; 4] = [
     ShedReason::Limit,
+    ShedReason::ClientLimit,
     ShedReason::FdLimit,
     ShedReason::ProxyProtocol,
 ];
@@ -211,6 +214,20 @@ pub fn set_process_gauges(version: &str, io_driver: &str, max_connections: usize
     gauge!("edge_build_info", "version" => version.to_string(), "io_driver" => io_driver.to_string()).set(1.0);
     gauge!("edge_connections_max").set(max_connections as f64);
     counter!("edge_worker_restarts_total").increment(0);
+}
+
+/// `edge_requests_limited_total{worker,limit}`: requests a `[[rate_limits]]` entry refused (429) on
+/// worker `worker`; registered when the worker builds its configuration snapshot, never per request.
+pub fn requests_limited(worker: usize, limit: &str) -> Counter {
+    let c = counter!("edge_requests_limited_total", "worker" => worker.to_string(), "limit" => limit.to_string());
+    c.increment(0);
+    c
+}
+
+/// `edge_mirror_requests_total{worker,result}`: mirror copies by how they ended (`ok`, `error`,
+/// `timeout`, `dropped`); registered with the worker's configuration snapshot.
+pub fn mirror_requests(worker: usize, result: &str) -> Counter {
+    counter!("edge_mirror_requests_total", "worker" => worker.to_string(), "result" => result.to_string())
 }
 
 /// Counts a worker restart (supervisor thread only).
@@ -463,7 +480,7 @@ impl WorkerMetrics {
         &self.requests_shed[i]
     }
 
-    /// `edge_connections_shed_total{worker,reason}` for `limit`, `fd_limit` or `proxy_protocol`
+    /// `edge_connections_shed_total{worker,reason}` for `limit`, `client_limit`, `fd_limit` or `proxy_protocol`
     /// (`upstream_queue` sheds requests, not connections: it counts as `limit`).
     pub fn connection_shed(&self, r: ShedReason) -> &Counter {
         let i = CONNECTION_SHED.iter().position(|&c| c == r).unwrap_or(0);

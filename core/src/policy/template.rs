@@ -66,6 +66,14 @@ impl Template {
         if let Some(c) = s.bytes().find(|b| matches!(b, b'\r' | b'\n' | 0)) {
             return Err(format!("holds the control character {:?}", char::from(c)));
         }
+        Template::parse_body(s)
+    }
+
+    /// Parses a body (`respond.body`): like [`Template::parse`], with line breaks allowed.
+    ///
+    /// # Errors
+    /// As [`Template::parse`], but for CR and LF.
+    pub fn parse_body(s: &str) -> Result<Template, String> {
         let mut pieces = Vec::new();
         let mut text = Vec::new();
         let mut rest = s.as_bytes();

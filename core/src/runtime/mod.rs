@@ -157,6 +157,9 @@ pub struct Shared {
     pub health: health::ActiveHealth,
     /// The port the TLS listener is bound to (0 without one): where `redirect_plain` sends clients.
     pub tls_port: AtomicU16,
+    /// Open connections per client address (`max_connections_per_client`), sized for
+    /// `max_connections` at start.
+    pub clients: crate::policy::limit::conns::ClientConns,
     /// Per-worker endpoint numbers for the admin API, written at each worker's heartbeat.
     pub board: board::UpstreamBoard,
     /// The last resolution of each endpoint name, for the admin API.
@@ -191,6 +194,7 @@ impl Shared {
             config: Published::new(config),
             health: Default::default(),
             tls_port: AtomicU16::new(0),
+            clients: crate::policy::limit::conns::ClientConns::new(max_connections),
             board: board::UpstreamBoard::new(workers),
             resolutions: Default::default(),
             access: Default::default(),

@@ -4,6 +4,7 @@
 //! ([`proxy_protocol`]) and the TLS handshake ([`tls`]); then the connection is handed to its protocol's
 //! session in [`crate::server`].
 
+pub mod clients;
 pub mod proxy_protocol;
 pub mod tls;
 

@@ -16,7 +16,7 @@ use edge_core::{
         tls::{HandshakeError, Tls},
         Plain, Transport,
     },
-    metrics::{InboundPhase, InvalidReason, TlsResult},
+    metrics::{InboundPhase, InvalidReason, ShedReason, TlsResult},
     slot,
 };
 use monoio::time::Instant;
@@ -69,21 +69,31 @@ pub fn serve(
         else {
             return;
         };
+        // The client is known: count it against `max_connections_per_client` before the session is
+        // chosen (an HTTP/2 connection counts once). Held to the connection's end.
+        let mut shed = over_capacity.then_some(ShedReason::Limit);
+        let mut _client = None;
+        if shed.is_none() {
+            match crate::accept::clients::enter(&w, peer) {
+                Ok(slot) => _client = slot,
+                Err(_) => shed = Some(ShedReason::ClientLimit),
+            }
+        }
         // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
         if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
             let from = crate::server::h2::Origin {
                 peer,
                 local,
                 https: true,
-                shed: over_capacity,
+                shed,
             };
             // Boxed, as for h2c: inline, the h2 state would enlarge every TLS connection's future.
             return Box::pin(crate::server::h2::serve(w, tls, &[], from)).await;
         }
         let accepted = Accepted {
             peer,
+            shed,
             local,
-            over_capacity,
             https: true,
             proxy_header_read,
         };
@@ -223,7 +233,7 @@ async fn plain_http(w: &Worker, mut io: Plain) {
     w.generate_request_id(&mut id);
     failure.record(w, &RequestLog::new(b"", &id));
     let mut out = Vec::with_capacity(200);
-    crate::server::h1::answer::error_response(&mut out, failure, true, &id);
+    crate::server::h1::answer::error_response(&mut out, failure, true, &id, b"");
     let send = w.current().cfg.config.server.timeouts.send.0;
     if crate::server::send::within_send(send, io.fd(), async {
         edge_core::io::progress::write_all(&mut io, out).await.0

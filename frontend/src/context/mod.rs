@@ -41,6 +41,11 @@ pub struct Live {
     pub routes: Routes,
     /// Upstreams in config order, each with per-endpoint pools.
     pub upstreams: Vec<Upstream>,
+    /// `edge_requests_limited_total{worker,limit}`, one per `[[rate_limits]]` entry in config order
+    /// (registered when the snapshot is built, never looked up per request).
+    pub limited: Vec<metrics::Counter>,
+    /// `edge_mirror_requests_total{worker,result}`, in [`crate::proxy::mirror::RESULTS`] order.
+    pub mirror_results: Vec<metrics::Counter>,
     /// This worker's `edge_requests_total` handles of each route (DESIGN.md "Metrics": the `route`
     /// label), indexed by the route's index in the file; built with the routes, at start and reload.
     pub route_counters: Vec<RouteCounters>,
@@ -70,6 +75,16 @@ impl Live {
                     .with_board(&shared.board)
             })
             .collect();
+        let limited = cfg
+            .rate_limits
+            .0
+            .iter()
+            .map(|l| edge_core::metrics::requests_limited(id, &l.name))
+            .collect();
+        let mirror_results = crate::proxy::mirror::RESULTS
+            .iter()
+            .map(|r| edge_core::metrics::mirror_requests(id, r))
+            .collect();
         let mut labels: Vec<_> = cfg
             .routes
             .iter()
@@ -81,6 +96,8 @@ impl Live {
             .map(|(_, label)| metrics.route_counters(label))
             .collect();
         Live {
+            limited,
+            mirror_results,
             routes: cfg.routes.clone(),
             upstreams,
             route_counters,

@@ -3,7 +3,8 @@
 //! ([`edge_core::runtime::Published`]); each worker switches at its next request or heartbeat tick, and
 //! requests in flight finish on the configuration they started with.
 //!
-//! Reloadable: routes, upstreams, timeouts, limits, health path, trusted proxies, per-connection request
+//! Reloadable: routes and their traffic rules, rate limits (a limit that keeps its name and
+//! `max_keys` keeps its clients' state), upstreams, timeouts, limits, health path, trusted proxies, per-connection request
 //! cap, the slow/access log settings, and TLS certificates and settings (rotation, DESIGN.md "TLS"; also
 //! on a file change, [`super::cert_watch`]). Settings fixed at start (listeners, workers, pinning, io driver,
 //! backlog, max_connections, upgrade socket, log format and level) must not change: such a file is
@@ -137,7 +138,7 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
         cause,
         "reading the configuration again"
     );
-    let new = match crate::load_config(source.path.as_deref(), &source.overrides) {
+    let mut new = match crate::load_config(source.path.as_deref(), &source.overrides) {
         Ok(r) => r,
         Err(errors) => {
             for e in &errors {
@@ -157,6 +158,8 @@ pub fn reload(shared: &Shared, source: &ConfigSource, cause: &str) -> bool {
         }
         return false;
     }
+    // Rate limits that keep their name (and size) keep their clients' state.
+    new.rate_limits.adopt(&old.rate_limits);
     for u in &new.upstreams {
         let eps: Vec<String> = u.endpoints.iter().map(ToString::to_string).collect();
         tracing::info!(event = "config.upstream", name = %u.config.name, endpoints = %eps.join(","));

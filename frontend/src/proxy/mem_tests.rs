@@ -29,7 +29,7 @@ async fn run_on(
 ) -> Outcome<MemTunnel> {
     let live = w.live();
     let req = admitted(&live, s, idempotent, request_timeout);
-    let (out, wait_continue) = match start(s, &req) {
+    let (out, wait_continue, _) = match start(s, &req) {
         Ok(started) => started,
         Err(f) => return failed(f, false),
     };

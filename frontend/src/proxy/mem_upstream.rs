@@ -106,6 +106,7 @@ impl Open for MemUpstream {
         &self,
         reuse: Reuse,
         _client: edge_upstream::session::ClientConn,
+        _key: Option<u64>,
     ) -> Result<Opened<MemExchange<'_>>, UpstreamError> {
         self.record(format!("open {reuse:?}"));
         let script = self.scripts.borrow_mut().pop_front();

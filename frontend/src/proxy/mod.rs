@@ -23,6 +23,7 @@ pub mod interim;
 mod mem_tests;
 #[cfg(test)]
 mod mem_upstream;
+pub mod mirror;
 pub mod relay;
 #[cfg(test)]
 mod tests;
@@ -103,10 +104,22 @@ pub(crate) struct Answered {
 /// Runs one exchange for the request of `s` on the route's upstream.
 pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Admitted<'_>) -> Outcome {
     let _active = ActiveGauge::new(&w.metrics.upstream_active);
-    let (out, wait_continue) = match start(s, &req) {
+    let (out, wait_continue, head_len) = match start(s, &req) {
         Ok(started) => started,
         Err(f) => return failed(f, false),
     };
+    if let Some(m) = req.route.rules.mirror.as_ref().filter(|m| m.chosen()) {
+        let whole = s.body_done() && !wait_continue;
+        mirror::start(
+            w,
+            w.live(),
+            m.upstream,
+            &out.0,
+            head_len,
+            whole,
+            client_conn(&req),
+        );
+    }
     let mut fields = s.take_fields();
     let outcome = exchange(w, s, &req, req.upstream, out, &mut fields, wait_continue).await;
     s.put_fields(fields);
@@ -121,7 +134,7 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Admitted<'_>) -> Outcom
 ///
 /// # Errors
 /// The body prefix failed its framing or limit checks (400, 413).
-fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool), Failure> {
+fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool, usize), Failure> {
     let mut out = SendBuf::take();
     {
         let view = s.request();
@@ -138,6 +151,9 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool), F
             upgrade: req.info.upgrade,
             max_forwards: req.info.max_forwards,
             path: req.rewrite.path,
+            host: req.rewrite.host,
+            rules: req.rewrite.rules,
+            added: req.rewrite.added,
             traceparent: req.rewrite.traceparent,
         };
         request_head(&mut out.0, &view, &rw);
@@ -148,7 +164,7 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool), F
     // The client waits for a go-ahead before its body (RFC 9110 §10.1.1): so does edge, for the
     // upstream's.
     let wait_continue = s.expects_continue() && out.0.len() == head_len;
-    Ok((out, wait_continue))
+    Ok((out, wait_continue, head_len))
 }
 
 /// What an attempt on one upstream session led to, when it did not get a response head.
@@ -193,7 +209,7 @@ async fn exchange<S: Session, O: Open>(
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
         };
-        let opened = match open.open(reuse, client_conn(req)).await {
+        let opened = match open.open(reuse, client_conn(req), req.hash_key).await {
             Ok(opened) => opened,
             Err(e) => {
                 // A connection was tried, unless none could be (no endpoint address, or the queue for

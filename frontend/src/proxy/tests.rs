@@ -270,6 +270,8 @@ pub(super) fn admitted<'a>(
         cfg: &live.cfg,
         route: live.cfg.routes.get(0).unwrap().1,
         upstream: &live.upstreams[0],
+        upstream_index: 0,
+        hash_key: None,
         request_timeout,
         client_deadline: monoio::time::Instant::now() + Duration::from_secs(30),
         close: false,

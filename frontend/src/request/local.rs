@@ -7,7 +7,9 @@
 
 use std::sync::atomic::Ordering;
 
-use edge_core::http::framing::RequestInfo;
+use std::net::SocketAddr;
+
+use edge_core::{http::framing::RequestInfo, metrics::ShedReason};
 
 use crate::context::Worker;
 
@@ -15,7 +17,8 @@ use crate::context::Worker;
 /// `OPTIONS` with `Max-Forwards: 0`. CONNECT is refused; TRACE is forwarded but never answered by edge.
 pub const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE";
 
-/// A request edge answers itself.
+/// A request edge answers itself: phase 1's answers, and phase 3's (a route's rate limit, `redirect`
+/// or `respond`).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Local {
     /// `health_path`: 200 `ok`, or 503 + `Retry-After: 1` while draining or while a worker is stale.
@@ -23,9 +26,10 @@ pub enum Local {
         /// Whether the process is ready.
         ready: bool,
     },
-    /// A stream of an HTTP/2 connection accepted at `max_connections` with nothing evictable: 503 +
+    /// The request of a connection shed at accept: at `max_connections` with nothing evictable (503,
+    /// `limit`) or its client at `max_connections_per_client` (429, `client_limit`), with
     /// `Retry-After: 1`, counted as a shed connection.
-    Shed,
+    Shed(ShedReason),
     /// OPTIONS with `Max-Forwards: 0`: edge is the final recipient (RFC 9110 §7.6.2, §9.3.7): 200 with
     /// `Allow` ([`ALLOW`]) and no content.
     Options,
@@ -36,6 +40,91 @@ pub enum Local {
     /// `redirect_plain` on the plain listener: 308 Permanent Redirect (RFC 9110 §15.4.9: method and
     /// body kept) to this `Location` ([`redirect_location`]).
     Redirect(Vec<u8>),
+    /// A route's rate limit refused the request: 429 Too Many Requests (RFC 6585 §4) with
+    /// `Retry-After` in whole seconds (DESIGN.md "Request pipeline and traffic rules").
+    Limited {
+        /// `Retry-After`, as decimal digits.
+        retry_after: Digits,
+        /// The route's `response_headers` lines (empty, unallocated, when it has none).
+        fields: Vec<u8>,
+    },
+    /// A route's `redirect`: its status and the `Location` filled for this request (in a buffer of
+    /// the worker's pool, given back when the answer is dropped).
+    RouteRedirect {
+        /// 301, 302, 303, 307 or 308.
+        status: u16,
+        /// The Location value.
+        location: Vec<u8>,
+        /// The route's `response_headers` lines.
+        fields: Vec<u8>,
+    },
+    /// A route's `respond`: status, and its Content-Type followed by the body filled for this request
+    /// (one pooled buffer, given back when the answer is dropped).
+    RouteRespond {
+        /// The status.
+        status: u16,
+        /// Content-Type, then the body.
+        text: Vec<u8>,
+        /// Where the body starts in `text`.
+        body_at: usize,
+        /// The route's `response_headers` lines.
+        fields: Vec<u8>,
+    },
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        match self {
+            Local::RouteRedirect {
+                location: b,
+                fields,
+                ..
+            }
+            | Local::RouteRespond {
+                text: b, fields, ..
+            } => {
+                edge_core::buf::give(std::mem::take(b));
+                edge_core::buf::give(std::mem::take(fields));
+            }
+            Local::Limited { fields, .. } if fields.capacity() > 0 => {
+                edge_core::buf::give(std::mem::take(fields))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A number as decimal digits in place (for `Retry-After`), so the answer borrows no buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Digits {
+    buf: [u8; 20],
+    len: u8,
+}
+
+impl Digits {
+    /// The digits of `n`.
+    pub fn of(mut n: u64) -> Digits {
+        let mut buf = [0u8; 20];
+        let mut at = buf.len();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        buf.copy_within(at.., 0);
+        Digits {
+            buf,
+            len: (20 - at) as u8,
+        }
+    }
+
+    /// The digits.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
 }
 
 impl Local {
@@ -43,22 +132,49 @@ impl Local {
     pub fn status(&self) -> u16 {
         match self {
             Local::Health { ready: true } | Local::Options => 200,
-            Local::Health { ready: false } | Local::Shed => 503,
+            Local::Shed(ShedReason::ClientLimit) => 429,
+            Local::Health { ready: false } | Local::Shed(_) => 503,
             Local::Trace => 405,
             Local::Redirect(_) => 308,
+            Local::Limited { .. } => 429,
+            Local::RouteRedirect { status, .. } | Local::RouteRespond { status, .. } => *status,
         }
     }
 
-    /// The text body (`text/plain`; empty: no content).
-    pub fn text(&self) -> &'static str {
+    /// The body (empty: no content).
+    pub fn body(&self) -> &[u8] {
         match self {
-            Local::Health { ready: true } => "ok",
-            Local::Health { ready: false } => "not ready\n",
-            Local::Shed => "service unavailable: connection limit reached\n",
+            Local::Health { ready: true } => b"ok",
+            Local::Health { ready: false } => b"not ready\n",
+            Local::Shed(ShedReason::ClientLimit) => b"too many connections from this client\n",
+            Local::Shed(_) => b"service unavailable: connection limit reached\n",
             Local::Trace => {
-                "method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n"
+                b"method not allowed: edge does not answer TRACE itself (Max-Forwards: 0)\n"
             }
-            Local::Options | Local::Redirect(_) => "",
+            Local::Limited { .. } => b"too many requests\n",
+            Local::RouteRespond { text, body_at, .. } => &text[*body_at..],
+            Local::Options | Local::Redirect(_) | Local::RouteRedirect { .. } => b"",
+        }
+    }
+
+    /// The body's Content-Type (when it has one).
+    pub fn content_type(&self) -> &str {
+        match self {
+            Local::RouteRespond { text, body_at, .. } => {
+                std::str::from_utf8(&text[..*body_at]).unwrap_or("text/plain; charset=utf-8")
+            }
+            _ => "text/plain; charset=utf-8",
+        }
+    }
+
+    /// The route's `response_headers` fields for this answer, as `Name: value\r\n` lines (phase 6
+    /// applies to edge's own answers for the route too).
+    pub fn route_fields(&self) -> &[u8] {
+        match self {
+            Local::Limited { fields, .. }
+            | Local::RouteRedirect { fields, .. }
+            | Local::RouteRespond { fields, .. } => fields,
+            _ => b"",
         }
     }
 
@@ -66,12 +182,26 @@ impl Local {
     /// (name in its usual case; HTTP/2 lower-cases it).
     pub fn field(&self) -> Option<(&'static str, &[u8])> {
         match self {
-            Local::Health { ready: false } | Local::Shed => Some(("Retry-After", b"1")),
+            Local::Health { ready: false } | Local::Shed(_) => Some(("Retry-After", b"1")),
             Local::Options | Local::Trace => Some(("Allow", ALLOW)),
             Local::Redirect(location) => Some(("Location", location)),
-            Local::Health { ready: true } => None,
+            Local::RouteRedirect { location, .. } => Some(("Location", location)),
+            Local::Limited { retry_after, .. } => Some(("Retry-After", retry_after.as_bytes())),
+            Local::Health { ready: true } | Local::RouteRespond { .. } => None,
         }
     }
+}
+
+/// The `connection.shed` line of a connection shed at accept (rate-limited per worker).
+pub fn log_shed(w: &Worker, peer: SocketAddr, reason: ShedReason) {
+    if !w.log_limit.allow() {
+        return;
+    }
+    let why = match reason {
+        ShedReason::ClientLimit => "the client is at max_connections_per_client",
+        _ => "at max_connections with nothing evictable",
+    };
+    tracing::warn!(event = "connection.shed", worker = w.id, peer = %peer, reason = reason.as_str(), "{why}");
 }
 
 /// What phase 1 needs to know of a request.
@@ -88,8 +218,8 @@ pub struct Probe<'a> {
     pub info: &'a RequestInfo,
     /// The connection came over TLS.
     pub https: bool,
-    /// The connection was accepted over capacity (only an HTTP/2 connection gets this far).
-    pub shed: bool,
+    /// The connection was shed at accept, and why (only an HTTP/2 connection gets this far).
+    pub shed: Option<ShedReason>,
 }
 
 /// Whether `p` is answered locally, and how (DESIGN.md "Request pipeline and traffic rules", phase 1).
@@ -103,8 +233,8 @@ pub fn local_answer(
             ready: w.shared.ready(),
         });
     }
-    if p.shed {
-        return Some(Local::Shed);
+    if let Some(reason) = p.shed {
+        return Some(Local::Shed(reason));
     }
     if p.info.max_forwards == Some(0) {
         return Some(match p.method {
@@ -138,6 +268,58 @@ pub fn redirect_location(host: Option<&[u8]>, target: &[u8], port: u16) -> Vec<u
     location
 }
 
+/// The answer of a route's `redirect` or `respond` (phase 3), its value and the route's
+/// `response_headers` (phase 6) filled for this request into buffers of the worker's pool (no
+/// allocation once the pool holds buffers).
+pub fn route_answer(
+    rule: &edge_core::config::LocalRule,
+    response_headers: &edge_core::policy::headers::HeaderRules,
+    vars: &super::vars::RequestVars<'_>,
+) -> Local {
+    use edge_core::config::LocalRule;
+    let mut out = edge_core::buf::take();
+    let fields = route_fields(response_headers, vars);
+    match rule {
+        LocalRule::Redirect { to, status } => {
+            to.fill(vars, &mut out);
+            Local::RouteRedirect {
+                status: *status,
+                location: out,
+                fields,
+            }
+        }
+        LocalRule::Respond {
+            status,
+            body,
+            content_type,
+        } => {
+            out.extend_from_slice(content_type.as_bytes());
+            let body_at = out.len();
+            body.fill(vars, &mut out);
+            Local::RouteRespond {
+                status: *status,
+                text: out,
+                body_at,
+                fields,
+            }
+        }
+    }
+}
+
+/// A route's `response_headers` filled for an answer edge makes for the route (a pooled buffer; an
+/// empty, unallocated one when the route has none).
+pub fn route_fields(
+    rules: &edge_core::policy::headers::HeaderRules,
+    vars: &super::vars::RequestVars<'_>,
+) -> Vec<u8> {
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    let mut fields = edge_core::buf::take();
+    super::rewrite::fill_lines(rules, vars, &mut fields);
+    fields
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +343,16 @@ mod tests {
         assert_eq!(Local::Options.field(), Some(("Allow", ALLOW)));
         assert_eq!(Local::Trace.status(), 405);
         assert_eq!(Local::Redirect(b"https://x/".to_vec()).status(), 308);
+        let limited = Local::Limited {
+            retry_after: Digits::of(30),
+            fields: Vec::new(),
+        };
+        assert_eq!(
+            (limited.status(), limited.field()),
+            (429, Some(("Retry-After", &b"30"[..])))
+        );
+        for n in [0, 7, 10, 12345, u64::MAX] {
+            assert_eq!(Digits::of(n).as_bytes(), n.to_string().as_bytes());
+        }
     }
 }

@@ -19,10 +19,13 @@
 //! [`RequestFacts`]. Nothing here allocates per request: the request id is written into a buffer the
 //! connection (or the HTTP/2 stream task) keeps, and so are the facts.
 
+pub mod limit;
 pub mod local;
 pub mod response;
+pub mod rewrite;
 pub mod route;
 pub mod trace;
+pub mod vars;
 
 use std::{net::SocketAddr, rc::Rc, time::Duration};
 
@@ -40,6 +43,7 @@ use monoio::time::Instant;
 
 pub use local::Local;
 pub use response::ResponseFields;
+pub use rewrite::Rewrite;
 
 use crate::{
     context::{Live, Worker},
@@ -63,8 +67,8 @@ pub struct Incoming<'b> {
     pub local: Option<SocketAddr>,
     /// The connection came over TLS.
     pub https: bool,
-    /// An HTTP/2 connection accepted over capacity: its stream is shed unless it is a health probe.
-    pub shed: bool,
+    /// An HTTP/2 connection shed at accept (and why): its stream is shed unless it is a health probe.
+    pub shed: Option<edge_core::metrics::ShedReason>,
     /// The client connection closes after this response (HTTP/1.1: asked for, draining, or
     /// `max_requests_per_connection`).
     pub close: bool,
@@ -78,7 +82,7 @@ pub struct Incoming<'b> {
     reason = "returned once per request and matched at once; boxing `Admitted` would allocate per request"
 )]
 pub enum Admission<'a> {
-    /// Answered by edge itself (phase 1, later the route's `redirect` / `respond`).
+    /// Answered by edge itself (phase 1, or phase 3: a rate limit, the route's `redirect` / `respond`).
     Local(Local),
     /// Refused from the status table before anything was forwarded (no route: 404).
     Refused(Failure),
@@ -100,6 +104,10 @@ pub struct Admitted<'a> {
     pub route: &'a ResolvedRoute,
     /// The upstream chosen for it.
     pub upstream: &'a Upstream,
+    /// Its index in the worker's upstreams.
+    pub upstream_index: usize,
+    /// The request's hash for the upstream's `balance = "hash"` (`None`: not hashed).
+    pub hash_key: Option<u64>,
     /// `request_timeout` for this route (`None` = unlimited).
     pub request_timeout: Option<Duration>,
     /// The client's `request` deadline for the rest of the request (the route's
@@ -122,18 +130,6 @@ pub struct Admitted<'a> {
     /// The request's facts for its access line: the orchestrator notes attempts, endpoint, time to
     /// first byte and body bytes in them.
     pub facts: &'a RequestFacts,
-}
-
-/// The request rewrite plan (DESIGN.md "Request pipeline and traffic rules", phase 4): what the
-/// upstream request head carries in place of what was received.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Rewrite<'a> {
-    /// The normalised path, when it differs from the received one (DESIGN.md "Routing"): sent in place
-    /// of the received path, followed by the received query.
-    pub path: Option<&'a [u8]>,
-    /// A `traceparent` edge started or replaced, sent in place of the received trace context
-    /// ([`trace`]).
-    pub traceparent: Option<&'a [u8]>,
 }
 
 /// Admits the request `r` on the configuration snapshot `live` (phases 1 to 5 of DESIGN.md "Request
@@ -195,19 +191,60 @@ pub fn admit<'a>(
         return Admission::Refused(Failure::NoRoute);
     };
     facts.route = Some(route.index);
-    // Phase 3, the route's request-phase rules (limits, then redirect / respond), goes here: a rule
-    // returns an `Admission::Local` or `Admission::Refused` to answer.
-    // Phase 4: the rewrite plan. Today the normalised path, sent in place of the received one; the
-    // route's path, host and header rewrites join it here.
-    // Phase 5: the upstream.
-    let upstream = &live.upstreams[route.upstream];
-    facts.upstream = Some(route.upstream);
-    let facts: &'a RequestFacts = facts;
-    let rewrite = Rewrite {
-        path: routed.rewritten.then_some(scratch.as_slice()),
-        traceparent: facts.trace_started.then_some(&facts.traceparent[..]),
-    };
+    let normalised = routed.rewritten;
     let id: &'a [u8] = id;
+    let vars = vars::RequestVars {
+        peer: r.peer,
+        host,
+        target,
+        https: r.https,
+        id,
+        buf,
+        fields: r.fields,
+    };
+    // Phase 3: the route's rate limits, then its `redirect` / `respond`.
+    let keyed = limit::Keyed {
+        peer: r.peer,
+        buf,
+        fields: r.fields,
+    };
+    if let Some((secs, i)) = limit::check(w, &live.cfg.rate_limits, &live.limited, route, &keyed) {
+        let log = RequestLog {
+            line,
+            id,
+            upstream: None,
+            trace: facts.trace_id(),
+        };
+        let name = &live.cfg.rate_limits.0[i].name;
+        crate::warn_limited!(w, log, event = "request.limited", limit = %name, route = %route.label, retry_after = secs);
+        return Admission::Local(Local::Limited {
+            retry_after: local::Digits::of(secs),
+            fields: local::route_fields(&route.rules.response_headers, &vars),
+        });
+    }
+    if let Some(rule) = &route.rules.local {
+        let answer = local::route_answer(rule, &route.rules.response_headers, &vars);
+        return Admission::Local(answer);
+    }
+    // Phase 5: the upstream (the route's one, or its weighted split's pick for this worker), chosen
+    // before the phase 4 plan only because the plan borrows the request's facts for good.
+    let upstream_index = match (&route.rules.split, route.upstream) {
+        (Some(split), _) => split.next(),
+        (None, Some(u)) => u,
+        // A route has an upstream, a split or a local answer (checked at load).
+        (None, None) => return Admission::Refused(Failure::NoRoute),
+    };
+    let upstream = &live.upstreams[upstream_index];
+    facts.upstream = Some(upstream_index);
+    let facts: &'a RequestFacts = facts;
+    let hash_key = upstream
+        .hash_key
+        .as_ref()
+        .and_then(|k| vars::hash_key(k, &vars));
+    // Phase 4: the rewrite plan (the normalised path, then the route's path, host and header rules;
+    // the trace context edge started or replaced).
+    let traceparent = facts.trace_started.then_some(&facts.traceparent[..]);
+    let rewrite = rewrite::plan(&route.rules, path, normalised, scratch, &vars, traceparent);
     Admission::Forward(Admitted {
         info: r.info,
         is_head: method == b"HEAD",
@@ -215,6 +252,8 @@ pub fn admit<'a>(
         cfg: &live.cfg,
         route,
         upstream,
+        upstream_index,
+        hash_key,
         request_timeout: route
             .request_timeout
             .unwrap_or(upstream.config.request_timeout)
@@ -234,7 +273,10 @@ pub fn admit<'a>(
             trace: facts.trace_id(),
         },
         rewrite,
-        response: ResponseFields::forwarded(id),
+        response: ResponseFields::forwarded(id).with_rules(
+            (!route.rules.response_headers.is_empty()).then_some(&route.rules.response_headers),
+            rewrite.response_lines,
+        ),
         facts,
     })
 }

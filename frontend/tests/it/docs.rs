@@ -8,7 +8,7 @@
 //!   checked with [`FRAGMENT_BASE`] appended (one upstream, `docs-base`, and a route `/` to it), so it
 //!   needs no `[[upstreams]]` or `[[routes]]` of its own and may add its own. A fragment must not use a
 //!   table the base has (none but the arrays of tables).
-//! - Files an example names are made here: the string value of every `cert`, `key`, `tls_ca`,
+//! - Files an example names are made here: the string value of every `cert`, `key` (but a rate limit's), `tls_ca`,
 //!   `tls_client_cert` and `tls_client_key` key is replaced by a file generated at test time (a CA, a
 //!   leaf for `localhost` signed by it, a client certificate), and `access_path` by a path in the test's
 //!   directory, so an example may write any path.
@@ -118,7 +118,12 @@ fn prose(md: &str) -> Vec<(usize, &str)> {
 }
 
 /// `text` with the string value of every `key = "..."` replaced by `value` (a key preceded by a
-/// letter, digit or `_` is another key: `tls_client_key` is not `key`).
+/// letter, digit or `_` is another key: `tls_client_key` is not `key`), except a rate limit's `key`
+/// (`"client_ip"`, `"route"`, `"header:NAME"`), which names no file.
+fn is_limit_key(value: &str) -> bool {
+    matches!(value, "client_ip" | "route") || value.starts_with("header:")
+}
+
 fn substitute(text: &str, key: &str, value: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -131,7 +136,7 @@ fn substitute(text: &str, key: &str, value: &str) -> String {
             .map(str::trim_start)
             .and_then(|a| a.strip_prefix('"'))
         {
-            Some(quoted) if own_key => {
+            Some(quoted) if own_key && !is_limit_key(&quoted[..quoted.find('"').unwrap_or(0)]) => {
                 let end = quoted.find('"').expect("a closed string");
                 let value_start = rest.len() - quoted.len();
                 out.push_str(&rest[..value_start]);

@@ -47,6 +47,7 @@ mod proxy_protocol;
 mod proxy_protocol_upstream;
 mod reload;
 mod routing;
+mod rules;
 mod slow_readers;
 mod smuggling;
 mod strictness;

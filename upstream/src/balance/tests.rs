@@ -40,7 +40,7 @@ fn every_policy_skips_passively_ejected_endpoints() {
     for balance in ALL {
         let up = upstream(3, balance, 0);
         eject(&up, 0, Instant::now());
-        let picks: Vec<usize> = (0..200).map(|_| up.pick(None)).collect();
+        let picks: Vec<usize> = (0..200).map(|_| up.pick(None, None)).collect();
         assert!(!picks.contains(&0), "{balance:?}");
         assert!(picks.contains(&1) && picks.contains(&2), "{balance:?}");
     }
@@ -54,9 +54,9 @@ fn all_ejected_falls_back_to_the_least_recently_failed() {
         eject(&up, 1, t0);
         eject(&up, 0, t0 + Duration::from_millis(1));
         eject(&up, 2, t0 + Duration::from_millis(2));
-        assert_eq!(up.pick(None), 1, "{balance:?}");
+        assert_eq!(up.pick(None, None), 1, "{balance:?}");
         // A retry after endpoint 1 failed goes elsewhere: the least recently failed of the others.
-        assert_eq!(up.pick(Some(1)), 0, "{balance:?}");
+        assert_eq!(up.pick(Some(1), None), 0, "{balance:?}");
     }
 }
 
@@ -66,7 +66,7 @@ fn a_retry_never_picks_the_failed_endpoint() {
         let up = upstream(3, balance, 0);
         for failed in 0..3 {
             assert!(
-                (0..100).all(|_| up.pick(Some(failed)) != failed),
+                (0..100).all(|_| up.pick(Some(failed), None) != failed),
                 "{balance:?}"
             );
         }
@@ -79,17 +79,17 @@ fn least_request_avoids_endpoints_with_requests_in_flight() {
     let held: Vec<_> = (0..3)
         .map(|_| up.endpoints[0].slots.try_acquire(0).unwrap())
         .collect();
-    assert!((0..100).all(|_| up.pick(None) == 1));
+    assert!((0..100).all(|_| up.pick(None, None) == 1));
     drop(held);
     assert_eq!(up.endpoints[0].slots.active(), 0);
-    let picks: Vec<usize> = (0..100).map(|_| up.pick(None)).collect();
+    let picks: Vec<usize> = (0..100).map(|_| up.pick(None, None)).collect();
     assert!(picks.contains(&0) && picks.contains(&1));
 }
 
 #[test]
 fn workers_start_round_robin_at_different_endpoints() {
     let firsts: Vec<usize> = (0..3)
-        .map(|w| upstream(3, Balance::RoundRobin, w).pick(None))
+        .map(|w| upstream(3, Balance::RoundRobin, w).pick(None, None))
         .collect();
     assert_eq!(firsts, [0, 1, 2]);
 }

@@ -129,9 +129,18 @@ fn every_policy_skips_unusable_endpoints() {
         (1, 3, true),
     ]);
     let rng = Rng::seeded(5);
-    for balance in [Balance::RoundRobin, Balance::LeastRequest, Balance::Random] {
+    for balance in [
+        Balance::RoundRobin,
+        Balance::LeastRequest,
+        Balance::Random,
+        Balance::Hash,
+    ] {
         let p = Picker::new(balance, 4, Rng::seeded(6));
-        let n = counts(&t, 1000, |t| p.pick(t));
+        let mut key = 0u64;
+        let n = counts(&t, 1000, |t| {
+            key += 1;
+            p.pick(t, Some(fmix64(key)))
+        });
         assert_eq!(
             (n[0], n[2]),
             (0, 0),
@@ -143,10 +152,15 @@ fn every_policy_skips_unusable_endpoints() {
     // Only one usable: every policy takes it; none usable: every policy says so.
     let one = Table(vec![(1, 0, false), (1, 7, true)]);
     let none = Table(vec![(1, 0, false), (1, 0, false)]);
-    for balance in [Balance::RoundRobin, Balance::LeastRequest, Balance::Random] {
+    for balance in [
+        Balance::RoundRobin,
+        Balance::LeastRequest,
+        Balance::Random,
+        Balance::Hash,
+    ] {
         let p = Picker::new(balance, 2, Rng::seeded(7));
-        assert_eq!(p.pick(&one), Some(1), "{balance:?}");
-        assert_eq!(p.pick(&none), None, "{balance:?}");
+        assert_eq!(p.pick(&one, Some(7)), Some(1), "{balance:?}");
+        assert_eq!(p.pick(&none, Some(7)), None, "{balance:?}");
     }
     assert_eq!(random(&none, &rng), None);
 }

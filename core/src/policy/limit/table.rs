@@ -96,6 +96,7 @@ pub struct KeyTable {
     buckets: Box<[Bucket]>,
     mask: u64,
     hasher: RandomState,
+    epoch: std::time::Instant,
 }
 
 impl KeyTable {
@@ -111,7 +112,14 @@ impl KeyTable {
             buckets: (0..buckets).map(|_| Bucket::new()).collect(),
             mask: buckets - 1,
             hasher: RandomState::new(),
+            epoch: std::time::Instant::now(),
         }
+    }
+
+    /// `at` on the table's clock: nanoseconds since the table was built (every worker sharing the
+    /// table reads the same monotonic clock, so their times compare).
+    pub fn clock(&self, at: std::time::Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The table's memory in bytes (fixed at build).

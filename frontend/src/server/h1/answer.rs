@@ -49,7 +49,15 @@ pub fn local(
         _ => &[],
     };
     let text = Text { content_type, body };
-    write_answer(out, status, Some(text), &[retry, allow], close, head_only);
+    write_answer(
+        out,
+        status,
+        Some(text),
+        &[retry, allow],
+        b"",
+        close,
+        head_only,
+    );
 }
 
 /// A text body and its type.
@@ -67,6 +75,7 @@ fn write_answer(
     status: u16,
     text: Option<Text<'_>>,
     fields: &[&[(&str, &[u8])]],
+    lines: &[u8],
     close: bool,
     head_only: bool,
 ) {
@@ -86,6 +95,8 @@ fn write_answer(
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
+    // A route's `response_headers` lines, complete with their CRLF.
+    out.extend_from_slice(lines);
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }
@@ -96,8 +107,9 @@ fn write_answer(
 }
 
 /// The error response for `f` (503 carries `Retry-After: 1`, 405 `Allow`) with the request's id
-/// (`X-Request-Id`, DESIGN.md "Observability"; none when `id` is empty).
-pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool, id: &[u8]) {
+/// (`X-Request-Id`, DESIGN.md "Observability"; none when `id` is empty) and the route's
+/// `response_headers` lines (`lines`, empty before a route was found).
+pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool, id: &[u8], lines: &[u8]) {
     let status = f.status();
     let retry: &[(&str, &[u8])] = match status {
         503 => &[("Retry-After", b"1")],
@@ -117,13 +129,33 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool, id: &[u8]) {
         content_type: "text/plain; charset=utf-8",
         body: f.text().as_bytes(),
     };
-    write_answer(out, status, Some(text), &[retry, allow, id], close, false);
+    write_answer(
+        out,
+        status,
+        Some(text),
+        &[retry, allow, id],
+        lines,
+        close,
+        false,
+    );
 }
 
 fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        410 => "Gone",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -144,10 +176,12 @@ fn reason_phrase(status: u16) -> &'static str {
 /// the connection closes after it, and the request's `X-Request-Id` (none when `id` is empty).
 /// `head_only` (HEAD) leaves the body out but keeps its length.
 pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: bool, id: &[u8]) {
-    let text = Some(answer.text()).filter(|t| !t.is_empty()).map(|t| Text {
-        content_type: "text/plain; charset=utf-8",
-        body: t.as_bytes(),
-    });
+    let text = Some(answer.body())
+        .filter(|t| !t.is_empty())
+        .map(|body| Text {
+            content_type: answer.content_type(),
+            body,
+        });
     let field = answer.field();
     let fields = field.as_slice();
     let id = [("X-Request-Id", id)];
@@ -156,5 +190,14 @@ pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: b
     } else {
         &id[..]
     };
-    write_answer(out, answer.status(), text, &[fields, id], close, head_only);
+    let lines = answer.route_fields();
+    write_answer(
+        out,
+        answer.status(),
+        text,
+        &[fields, id],
+        lines,
+        close,
+        head_only,
+    );
 }

@@ -19,7 +19,7 @@ use edge_core::{
         framing::{request_info, Body, FramingError},
         head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
     },
-    metrics::{InvalidReason, Protocol},
+    metrics::{InvalidReason, Protocol, ShedReason},
     slot::{self, Held},
 };
 use monoio::time::Instant;
@@ -95,11 +95,13 @@ enum Step {
 pub struct Accepted {
     /// The client's address: the peer's, or the PROXY header's source.
     pub peer: SocketAddr,
+    /// Shed (DESIGN.md "Capacity"; `max_connections_per_client`): only the first head is read (under
+    /// 1 s): a health probe is answered, anything else gets 503 (`limit`) or 429 (`client_limit`).
+    /// A plain connection's client limit is decided here, once the PROXY header told the client; a
+    /// TLS connection's before its session was chosen ([`crate::accept::tls`]).
+    pub shed: Option<ShedReason>,
     /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
     pub local: Option<SocketAddr>,
-    /// Accepted over `max_connections`: only the first head is read (under 1 s): a health probe is
-    /// answered, anything else gets 503 (DESIGN.md "Capacity").
-    pub over_capacity: bool,
     /// It came over TLS (the handshake is done): `X-Forwarded-Proto: https`.
     pub https: bool,
     /// The PROXY protocol header, when one is expected, was already read (before the TLS handshake).
@@ -111,8 +113,8 @@ impl Accepted {
     pub fn plain(peer: SocketAddr, local: Option<SocketAddr>, over_capacity: bool) -> Self {
         Accepted {
             peer,
+            shed: over_capacity.then_some(ShedReason::Limit),
             local,
-            over_capacity,
             https: false,
             proxy_header_read: false,
         }
@@ -134,11 +136,12 @@ pub fn serve<T: Transport>(
 ) -> impl std::future::Future<Output = ()> {
     let Accepted {
         peer,
+        shed,
         local,
-        over_capacity,
         https,
         proxy_header_read,
     } = accepted;
+    let over_capacity = shed.is_some();
     let mut c = Conn {
         stream,
         peer,
@@ -183,18 +186,33 @@ pub fn serve<T: Transport>(
                 crate::accept::proxy_protocol::Start::Close => return,
             }
         }
-        if over_capacity {
+        // The client is known: count it against `max_connections_per_client` (a TLS connection was
+        // counted before its handshake's session was chosen). Held to the connection's end.
+        // A connection over it is answered in the protocol it speaks: after the h2c sniff.
+        let mut _client = None;
+        let mut client_shed = None;
+        if shed.is_none() && !https {
+            match crate::accept::clients::enter(&w, c.peer) {
+                Ok(slot) => _client = slot,
+                Err(_) => client_shed = Some(ShedReason::ClientLimit),
+            }
+        }
+        if let Some(reason) = shed {
             // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its
             // peak number of slots in the worker's pool until the next trim. (One allocation per
             // connection shed.)
-            return Box::pin(local::shed(&w, c)).await;
+            return Box::pin(local::shed(&w, c, reason)).await;
         }
         let mut held = Held(None);
         if h2c && !slot::run_in(&mut held.0, super::sniff::stays_http1(&w, &mut c)).await {
             held.release();
             // Boxed (one allocation per HTTP/2 connection): inline, the h2 connection's state would
             // make every plain connection's future larger.
-            return Box::pin(super::sniff::serve_h2(w, c)).await;
+            return Box::pin(super::sniff::serve_h2(w, c, client_shed)).await;
+        }
+        if let Some(reason) = client_shed {
+            held.release();
+            return Box::pin(local::shed(&w, c, reason)).await;
         }
         loop {
             let mut woke = None;
@@ -398,7 +416,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         peer: c.peer,
         local: c.local,
         https: c.https,
-        shed: false,
+        shed: None,
         close,
         started,
     };
@@ -431,12 +449,25 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     .adding(req.response);
     // The upstream's index, not a reference: the admitted request also borrows this connection's log
     // buffers, which the answer after the exchange needs mutably.
-    let upstream = req.route.upstream;
+    let upstream = req.upstream_index;
+    // Likewise where the route's response rules are in `c.path`, for an error answer.
+    let rules = req.rewrite.response_span;
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
     w.metrics.in_flight.decrement(1.0);
     let tag = live.upstreams.get(upstream).map(UpstreamTag::of);
-    conclude(w, c, outcome, close, started, tag).await
+    let exchange = Exchanged {
+        upstream: tag,
+        rules,
+    };
+    conclude(w, c, outcome, close, started, exchange).await
+}
+
+/// What the answer after an exchange needs of it: the upstream (for counters and log lines) and
+/// where the route's `response_headers` lines are in the connection's path buffer.
+struct Exchanged<'a> {
+    upstream: Option<UpstreamTag<'a>>,
+    rules: (usize, usize),
 }
 
 /// Counts the exchange's end and decides the connection's fate; a failure before the response head is
@@ -447,7 +478,7 @@ async fn conclude<T: Transport>(
     outcome: Outcome,
     close: bool,
     started: Instant,
-    upstream: Option<UpstreamTag<'_>>,
+    exchange: Exchanged<'_>,
 ) -> Next {
     match outcome {
         Outcome::Done {
@@ -472,7 +503,8 @@ async fn conclude<T: Transport>(
             Next::Tunnel(tunnel)
         }
         Outcome::Failed { failure, body_done } => {
-            record_and_answer(w, c, failure, !body_done || close, started, upstream).await
+            let close = !body_done || close;
+            record_and_answer(w, c, failure, close, started, exchange).await
         }
     }
 }
@@ -487,7 +519,11 @@ pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.
 async fn fail<T: Transport>(w: &Worker, c: &mut Conn<T>, f: Failure, started: Instant) -> Next {
-    record_and_answer(w, c, f, true, started, None).await
+    let before = Exchanged {
+        upstream: None,
+        rules: (0, 0),
+    };
+    record_and_answer(w, c, f, true, started, before).await
 }
 
 /// Counts and logs `f` (an upstream failure on `upstream`'s counters), answers it, and decides the
@@ -498,9 +534,10 @@ async fn record_and_answer<T: Transport>(
     f: Failure,
     close: bool,
     started: Instant,
-    upstream: Option<UpstreamTag<'_>>,
+    exchange: Exchanged<'_>,
 ) -> Next {
     let close = close || f.closes();
+    let upstream = exchange.upstream;
     if c.log_id.is_empty() {
         // Refused before admission (the head could not be read or checked): the answer still gets an
         // id.
@@ -515,7 +552,11 @@ async fn record_and_answer<T: Transport>(
     };
     f.record(w, &log);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id);
+    let lines = c
+        .path
+        .get(exchange.rules.0..exchange.rules.1)
+        .unwrap_or_default();
+    crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id, lines);
     if let Some(facts) = &c.facts {
         facts.response_bytes.set(f.text().len() as u64);
     }
@@ -553,5 +594,9 @@ async fn fail_after_head<T: Transport>(
 ) -> Next {
     let body_done = local::discard_body(c, body, deadline).await;
     let close = !body_done || w.shared.draining.load(Ordering::Relaxed);
-    record_and_answer(w, c, f, close, started, None).await
+    let before = Exchanged {
+        upstream: None,
+        rules: (0, 0),
+    };
+    record_and_answer(w, c, f, close, started, before).await
 }

@@ -7,7 +7,7 @@
 use edge_core::http::{
     framing::bodyless_content_length,
     head::{Field, ResponseHead},
-    hop::{end_to_end_fields, field, upgrade_fields},
+    hop::{end_to_end_fields_kept, field, upgrade_fields},
     write::push_dec,
 };
 
@@ -22,7 +22,7 @@ pub fn interim_head(
     fields: &[Field],
     added: &ResponseFields<'_>,
 ) {
-    status_and_fields(out, buf, head, fields);
+    status_and_fields(out, buf, head, fields, added);
     added_fields(out, added, fields);
     out.extend_from_slice(b"\r\n");
 }
@@ -37,7 +37,7 @@ pub fn switching_head(
     fields: &[Field],
     added: &ResponseFields<'_>,
 ) {
-    status_and_fields(out, buf, head, fields);
+    status_and_fields(out, buf, head, fields, added);
     added_fields(out, added, fields);
     upgrade_fields(out, buf, fields, false);
     out.extend_from_slice(b"\r\n");
@@ -47,19 +47,25 @@ pub fn switching_head(
 /// whose own fields are `fields`.
 fn added_fields(out: &mut Vec<u8>, added: &ResponseFields<'_>, fields: &[Field]) {
     for (name, value) in added.each(fields) {
-        field(out, name.as_bytes(), value);
+        field(out, name, value);
     }
 }
 
 /// The status line (always HTTP/1.1) and the end-to-end fields of a response head, without
 /// Content-Length: the caller writes the framing it decided.
-fn status_and_fields(out: &mut Vec<u8>, buf: &[u8], head: &ResponseHead, fields: &[Field]) {
+fn status_and_fields(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    added: &ResponseFields<'_>,
+) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_dec(out, u64::from(head.status));
     out.push(b' ');
     out.extend_from_slice(&buf[head.reason.clone()]);
     out.extend_from_slice(b"\r\n");
-    end_to_end_fields(out, buf, fields);
+    end_to_end_fields_kept(out, buf, fields, |name| added.keeps(name));
 }
 
 /// How edge frames the response body it sends to the client.
@@ -90,7 +96,7 @@ pub fn response_head(
     close: bool,
     keep_alive_10: bool,
 ) {
-    status_and_fields(out, buf, head, fields);
+    status_and_fields(out, buf, head, fields, added);
     added_fields(out, added, fields);
     let length = match framing {
         OutFraming::Length(n) => Some(n),

@@ -59,7 +59,7 @@ pub(super) async fn answer<T: Transport>(
 ) -> Next {
     answer_locally(w, c, head_len, body, close, started, |out, close, id| {
         crate::server::h1::answer::local_answer(out, local, close, is_head, id);
-        let sent = if is_head { 0 } else { local.text().len() };
+        let sent = if is_head { 0 } else { local.body().len() };
         (local.status(), sent as u64)
     })
     .await
@@ -97,9 +97,11 @@ async fn answer_locally<T: Transport>(
     }
 }
 
-/// A connection accepted with nothing evictable at `max_connections` (DESIGN.md "Capacity"): its first
-/// head is read under 1 s; a health probe is answered normally, anything else gets 503 + Retry-After.
-pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
+/// A connection shed at accept (`reason`): at `max_connections` with nothing evictable (DESIGN.md
+/// "Capacity", `limit`), or its client at `max_connections_per_client` (`client_limit`). Its first head
+/// is read under 1 s; a health probe is answered normally, anything else gets 503 (429 for
+/// `client_limit`) + Retry-After: 1, then the connection closes.
+pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedReason) {
     let started = Instant::now();
     let deadline = started + SHED_HEAD_DEADLINE;
     let live = w.live();
@@ -129,14 +131,13 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>) {
             return crate::server::h1::linger::linger_close(c.stream).await;
         }
     }
-    w.metrics.connection_shed(ShedReason::Limit).increment(1);
-    if w.log_limit.allow() {
-        tracing::warn!(event = "connection.shed", worker = w.id, peer = %c.peer, reason = "limit", "at max_connections with nothing evictable");
-    }
+    w.metrics.connection_shed(reason).increment(1);
+    crate::request::local::log_shed(w, c.peer, reason);
     // No request was admitted: the answer still gets an id (X-Request-Id on every response).
     w.generate_request_id(&mut c.log_id);
+    let shed = Local::Shed(reason);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::local_answer(&mut out.0, &Local::Shed, true, false, &c.log_id);
+    crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, &c.log_id);
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;

@@ -32,7 +32,12 @@ pub(super) async fn stays_http1<T: Transport>(w: &Worker, c: &mut Conn<T>) -> bo
 
 /// Serves a connection [`stays_http1`] refused: HTTP/2 from its buffered preface on, or (nothing
 /// buffered: it closed or idled out) closes it.
-pub(super) async fn serve_h2<T: Transport>(w: Rc<Worker>, mut c: Conn<T>) {
+/// `shed`: the client is over `max_connections_per_client` (its one stream gets 429).
+pub(super) async fn serve_h2<T: Transport>(
+    w: Rc<Worker>,
+    mut c: Conn<T>,
+    shed: Option<edge_core::metrics::ShedReason>,
+) {
     if c.rb.is_empty() {
         return close(&w, c.stream).await;
     }
@@ -40,7 +45,7 @@ pub(super) async fn serve_h2<T: Transport>(w: Rc<Worker>, mut c: Conn<T>) {
         peer: c.peer,
         local: c.local,
         https: c.https,
-        shed: false,
+        shed,
     };
     let rb = std::mem::take(&mut c.rb);
     // Inline: the caller boxes this whole future (see `super::conn::serve`).

@@ -143,8 +143,8 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
     };
     // Over capacity (DESIGN.md "Capacity"): one stream, which must come within 1 s.
     let (idle, max_requests) = match from.shed {
-        true => (crate::server::h1::SHED_HEAD_DEADLINE, 1),
-        false => (idle, max_requests),
+        Some(_) => (crate::server::h1::SHED_HEAD_DEADLINE, 1),
+        None => (idle, max_requests),
     };
     w.metrics
         .connection_opened(edge_core::metrics::Protocol::H2);
@@ -227,13 +227,9 @@ pub async fn serve<T: Transport>(w: Rc<Worker>, stream: T, prefix: &[u8], from: 
 /// Counts an idle connection's end: an idle timeout, or a connection accepted over capacity that sent
 /// no stream within its second (shed, as for HTTP/1.1: DESIGN.md "Capacity").
 fn idle_expired(w: &Worker, from: Origin, served: u64) {
-    if from.shed && served == 0 {
-        w.metrics
-            .connection_shed(edge_core::metrics::ShedReason::Limit)
-            .increment(1);
-        if w.log_limit.allow() {
-            tracing::warn!(event = "connection.shed", worker = w.id, peer = %from.peer, reason = "limit", "at max_connections with nothing evictable");
-        }
+    if let (Some(reason), 0) = (from.shed, served) {
+        w.metrics.connection_shed(reason).increment(1);
+        crate::request::local::log_shed(w, from.peer, reason);
         return;
     }
     w.metrics

@@ -116,7 +116,7 @@ impl<'a> H2Session<'a> {
 
     /// Answers the stream with a complete response edge made itself (`status`, `text/plain` `body`;
     /// `retry_after` adds `Retry-After: 1`; `head_only` for HEAD) carrying the request's `X-Request-Id`
-    /// (`id`; none when empty).
+    /// (`id`; none when empty) and, for an admitted stream, its route's `response_headers`.
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -135,11 +135,18 @@ impl<'a> H2Session<'a> {
             (false, false) => &fields[1..],
             (false, true) => &fields[..0],
         };
-        self.answer_with(status, fields, body, head_only).await
+        let text = Text {
+            content_type: "text/plain; charset=utf-8",
+            body: body.as_bytes(),
+        };
+        let lines = self.added.rule_lines();
+        self.answer_with(status, fields, text, head_only, lines)
+            .await
     }
 
     /// [`Self::answer`] with `fields` (name, value) added to the head: `Location` of a redirect,
-    /// `Allow` of an OPTIONS answer, `Retry-After`, `X-Request-Id`.
+    /// `Allow` of an OPTIONS answer, `Retry-After`, `X-Request-Id`; then `lines`, a route's
+    /// `response_headers` as `Name: value\r\n` lines.
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -147,18 +154,23 @@ impl<'a> H2Session<'a> {
         &mut self,
         status: u16,
         fields: &[(&str, &[u8])],
-        body: &str,
+        text: Text<'_>,
         head_only: bool,
+        lines: &[u8],
     ) -> Result<(), SendFailure> {
+        let body = text.body;
         let mut resp = http::Response::builder()
             .status(status)
             .header("content-length", body.len())
             .header("cache-control", "no-store");
         if !body.is_empty() {
-            resp = resp.header("content-type", "text/plain; charset=utf-8");
+            resp = resp.header("content-type", text.content_type);
         }
         for (name, value) in fields {
             resp = resp.header(*name, *value);
+        }
+        for (name, value) in crate::request::response::field_lines(lines) {
+            resp = resp.header(name, value);
         }
         let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
         let empty = head_only || body.is_empty();
@@ -170,7 +182,7 @@ impl<'a> H2Session<'a> {
         self.ended = empty;
         if !empty {
             let mut out = buf::take();
-            out.extend_from_slice(body.as_bytes());
+            out.extend_from_slice(body);
             self.send_data(Chunk::new(out), true).await?;
         }
         Ok(())
@@ -244,7 +256,7 @@ impl<'a> H2Session<'a> {
         map.reserve(fields.len() + 2); // and what edge adds
         for f in fields
             .iter()
-            .filter(|f| !is_hop_by_hop(buf, fields, f, true))
+            .filter(|f| !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)))
         {
             let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
             let start = f.value_start as usize;
@@ -253,7 +265,7 @@ impl<'a> H2Session<'a> {
         }
         let mut at = end;
         for (name, v) in added.each(fields) {
-            let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let name = http::HeaderName::from_bytes(name).ok()?;
             let value = shared.slice(at..at + v.len());
             at += v.len();
             map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
@@ -502,4 +514,13 @@ impl Session for H2Session<'_> {
         self.relay.finish(&mut out);
         self.send_data(Chunk::new(out), true).await
     }
+}
+
+/// A body edge answers with, and its Content-Type.
+#[derive(Clone, Copy)]
+pub struct Text<'a> {
+    /// The Content-Type (sent only with a body).
+    pub content_type: &'a str,
+    /// The body.
+    pub body: &'a [u8],
 }

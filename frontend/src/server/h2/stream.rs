@@ -40,9 +40,10 @@ pub struct Origin {
     pub local: Option<SocketAddr>,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub https: bool,
-    /// Accepted at `max_connections` with nothing evictable (DESIGN.md "Capacity"): its one stream is
-    /// answered only if it is a health probe; anything else gets 503 + Retry-After.
-    pub shed: bool,
+    /// Shed at accept (DESIGN.md "Capacity": `limit`; `max_connections_per_client`: `client_limit`):
+    /// its one stream is answered only if it is a health probe; anything else gets 503 (429 for
+    /// `client_limit`) + Retry-After, then GOAWAY.
+    pub shed: Option<ShedReason>,
 }
 
 /// A request head that failed its checks: an empty view for the session that answers it.
@@ -210,7 +211,7 @@ pub async fn serve(
             let facts = &scratch.facts;
             let log = RequestLog::new(&line, &id).traced(facts.trace_id());
             let status = answer_locally(w, &mut s, &local, is_head, &log, from.peer).await;
-            let sent = if is_head { 0 } else { local.text().len() };
+            let sent = if is_head { 0 } else { local.body().len() };
             facts.response_bytes.set(sent as u64);
             finish(w, &log, facts, from.peer, status, started);
             s.take_fields()
@@ -289,8 +290,7 @@ async fn fail(
 
 /// Answers a stream of the pipeline's first phase ([`Local`], decided by [`crate::request::admit`]);
 /// returns the status. A shed stream (its connection was accepted over capacity) is counted in
-/// `edge_connections_shed_total{reason="limit"}`; the connection's GOAWAY follows (it serves one
-/// stream).
+/// `edge_connections_shed_total{reason}`; the connection's GOAWAY follows (it serves one stream).
 async fn answer_locally(
     w: &Worker,
     s: &mut H2Session<'_>,
@@ -299,11 +299,9 @@ async fn answer_locally(
     log: &RequestLog<'_>,
     peer: SocketAddr,
 ) -> u16 {
-    if *local == Local::Shed {
-        w.metrics.connection_shed(ShedReason::Limit).increment(1);
-        if w.log_limit.allow() {
-            tracing::warn!(event = "connection.shed", worker = w.id, peer = %peer, reason = "limit", "at max_connections with nothing evictable");
-        }
+    if let Local::Shed(reason) = local {
+        w.metrics.connection_shed(*reason).increment(1);
+        crate::request::local::log_shed(w, peer, *reason);
     }
     let status = local.status();
     let field = local.field();
@@ -313,8 +311,13 @@ async fn answer_locally(
         None => [id, id],
     };
     let fields = &fields[..1 + usize::from(field.is_some())];
-    if let Err(e) = s.answer_with(status, fields, local.text(), is_head).await {
-        if *local == Local::Shed {
+    let text = super::session::Text {
+        content_type: local.content_type(),
+        body: local.body(),
+    };
+    let lines = local.route_fields();
+    if let Err(e) = s.answer_with(status, fields, text, is_head, lines).await {
+        if matches!(local, Local::Shed(_)) {
             let cause = match e {
                 respond::SendFailure::Closed => "client reset the stream before the error response",
                 respond::SendFailure::Timeout => {

@@ -46,6 +46,17 @@ impl Client {
         Ok(Client { s, buf: Vec::new() })
     }
 
+    /// Connects from `local` (another loopback address, e.g. 127.0.0.2: a second client address).
+    pub fn connect_from(addr: SocketAddr, local: std::net::IpAddr) -> Client {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(&SocketAddr::new(local, 0).into()).unwrap();
+        sock.connect(&addr.into()).unwrap();
+        let s: TcpStream = sock.into();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        Client { s, buf: Vec::new() }
+    }
+
     /// Connects with a custom read timeout.
     pub fn connect_timeout(addr: SocketAddr, read_timeout: Duration) -> Client {
         let c = Client::connect(addr);

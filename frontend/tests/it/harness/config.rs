@@ -162,6 +162,12 @@ impl Upstream {
 pub struct Route(Table);
 
 impl Route {
+    /// A route with only a path prefix: set `upstream`, `upstreams`, `redirect` or `respond` and any
+    /// other key with [`Route::set`].
+    pub fn at(path_prefix: &str) -> Self {
+        Route(Table::default().with("path_prefix", path_prefix))
+    }
+
     pub fn new(path_prefix: &str, upstream: &str) -> Self {
         Route(
             Table::default()
@@ -195,6 +201,7 @@ pub struct Cfg {
     log: Table,
     upstreams: Vec<Upstream>,
     routes: Vec<Route>,
+    rate_limits: Vec<Table>,
 }
 
 impl Cfg {
@@ -216,7 +223,36 @@ impl Cfg {
                 .set("connect_timeout", "1s")
                 .set("request_timeout", "10s")],
             routes: vec![Route::new("/", "origin")],
+            rate_limits: Vec::new(),
         }
+    }
+
+    /// A `[[rate_limits]]` entry like [`Cfg::rate_limit`], tracking at most `max_keys` keys.
+    pub fn rate_limit_keys(
+        self,
+        name: &str,
+        key: &str,
+        rate: &str,
+        burst: usize,
+        max_keys: usize,
+    ) -> Self {
+        let mut cfg = self.rate_limit(name, key, rate, burst);
+        if let Some(t) = cfg.rate_limits.last_mut() {
+            t.set("max_keys", max_keys);
+        }
+        cfg
+    }
+
+    /// A `[[rate_limits]]` entry: `name`, `key`, `rate` and `burst` (`max_keys` default).
+    pub fn rate_limit(mut self, name: &str, key: &str, rate: &str, burst: usize) -> Self {
+        self.rate_limits.push(
+            Table::default()
+                .with("name", name)
+                .with("key", key)
+                .with("rate", rate)
+                .with("burst", burst),
+        );
+        self
     }
 
     /// `server.workers`.
@@ -356,6 +392,9 @@ impl Cfg {
             if let Some(check) = &u.1 {
                 check.render(&mut out, "[upstreams.health_check]");
             }
+        }
+        for l in &self.rate_limits {
+            l.render(&mut out, "[[rate_limits]]");
         }
         for r in &self.routes {
             r.0.render(&mut out, "[[routes]]");
