@@ -48,11 +48,16 @@ fn main() {
     let table = Arc::new(KeyTable::new(1_000_000));
     println!("KeyTable for 1 000 000 keys: {} MiB", table.bytes() >> 20);
     let one = |t: &KeyTable, _: usize, _: u64| t.key(b"one client");
-    let many = |_: &KeyTable, _: usize, i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 1_000_000) | 1;
+    let many =
+        |_: &KeyTable, _: usize, i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 1_000_000) | 1;
     let own = |t: &KeyTable, thread: usize, _: u64| t.key(&thread.to_be_bytes());
     println!("{:<52} {:>8}", "case", "ns/decision");
     for (name, threads, key) in [
-        ("1 thread, 1 key", 1, one as fn(&KeyTable, usize, u64) -> u64),
+        (
+            "1 thread, 1 key",
+            1,
+            one as fn(&KeyTable, usize, u64) -> u64,
+        ),
         ("1 thread, 1 000 000 keys", 1, many),
         ("2 threads on 2 CPUs, a key each", 2, own),
         ("2 threads on 2 CPUs, one shared key (contended)", 2, one),
