@@ -107,16 +107,27 @@ fn route_errors_name_file_route_key_and_reason() {
         ("path_prefix = \"/\"\nupstream = \"nope\"", "routes[0].upstream", "no [[upstreams]] entry is named \"nope\""),
     ];
     for (route, key, reason) in cases {
-        let errs = load(&format!("[[routes]]\n{route}\n")).unwrap_err();
-        assert_eq!(errs.len(), 1, "{route}: {errs:?}");
-        assert_eq!(errs[0].file, "r.toml");
-        assert_eq!(errs[0].key, *key, "{route}");
-        assert!(
-            errs[0].reason.contains(reason),
-            "{route}: {}",
-            errs[0].reason
-        );
+        assert_only_error(load(&format!("[[routes]]\n{route}\n")), key, reason, route);
     }
+}
+
+/// `loaded` failed with exactly one error, in `r.toml`, at `key`, whose reason contains `reason`
+/// (`case` names the case in a failure).
+pub(super) fn assert_only_error(
+    loaded: Result<Resolved, Vec<ConfigError>>,
+    key: &str,
+    reason: &str,
+    case: &str,
+) {
+    let errs = loaded.unwrap_err();
+    assert_eq!(errs.len(), 1, "{case}: {errs:?}");
+    assert_eq!(errs[0].file, "r.toml");
+    assert_eq!(errs[0].key, key, "{case}");
+    assert!(
+        errs[0].reason.contains(reason),
+        "{case}: {}",
+        errs[0].reason
+    );
 }
 
 #[test]

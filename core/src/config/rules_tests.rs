@@ -2,6 +2,7 @@
 //! back and compiles; each error names the file, `routes[i].key` (or `rate_limits[i].key`), the
 //! route's name and the reason.
 
+use super::routes_tests::assert_only_error;
 use super::*;
 
 const BASE: &str = "[[upstreams]]\nname = \"a\"\nendpoints = [\"127.0.0.1:1\"]\n\
@@ -113,15 +114,7 @@ fn each_bad_rule_names_file_route_key_and_reason() {
         ("name = \"n\"\npath_prefix = \"/\"\nupstream = \"a\"\nrate_limit = [\"per-client\", \"nope\"]", "routes[0].rate_limit", "route \"n\": no [[rate_limits]]"),
     ];
     for (route, key, reason) in cases {
-        let errs = load(&format!("[[routes]]\n{route}\n")).unwrap_err();
-        assert_eq!(errs.len(), 1, "{route}: {errs:?}");
-        assert_eq!(errs[0].file, "r.toml");
-        assert_eq!(errs[0].key, *key, "{route}");
-        assert!(
-            errs[0].reason.contains(reason),
-            "{route}: {}",
-            errs[0].reason
-        );
+        assert_only_error(load(&format!("[[routes]]\n{route}\n")), key, reason, route);
     }
 }
 
@@ -151,14 +144,8 @@ fn each_bad_rate_limit_names_its_key() {
         ),
     ];
     for (limit, key, reason) in cases {
-        let errs = load(&format!("[[rate_limits]]\n{limit}\n{route}")).unwrap_err();
-        assert_eq!(errs.len(), 1, "{limit}: {errs:?}");
-        assert_eq!(errs[0].key, *key, "{limit}");
-        assert!(
-            errs[0].reason.contains(reason),
-            "{limit}: {}",
-            errs[0].reason
-        );
+        let loaded = load(&format!("[[rate_limits]]\n{limit}\n{route}"));
+        assert_only_error(loaded, key, reason, limit);
     }
 }
 
