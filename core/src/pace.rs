@@ -38,12 +38,11 @@ impl Default for RelayPace {
 }
 
 impl RelayPace {
-    /// A relay's start: the size of the buffer its response head came in ([`LARGE_BUF_SIZE`]), so the
-    /// first read needs no other buffer.
+    /// A relay's start: the small size ([`BUF_SIZE`]). A client that has not read yet proves
+    /// nothing, so its relay starts as small as a slow reader's; one that keeps up reaches
+    /// [`RELAY_BUF_SIZE`] after two chunks.
     pub const fn new() -> Self {
-        RelayPace {
-            size: LARGE_BUF_SIZE,
-        }
+        RelayPace { size: BUF_SIZE }
     }
 
     /// A pace at `size`'s size class ([`crate::buf::size_class`]): a relay whose growth the budget
@@ -82,6 +81,20 @@ impl RelayPace {
             };
         }
     }
+}
+
+/// Unsent bytes in a client's socket at which its relay pauses, holding no buffer, until the socket
+/// is writable again ([`crate::io::Transport::writable`]): half of `TCP_NOTSENT_LOWAT`
+/// ([`crate::runtime::listen::NOTSENT_LOWAT`]), where the kernel reports the socket writable again. A
+/// client that does not read holds its kernel queue, never a relay buffer (DESIGN.md "Memory under
+/// slow readers and large bodies": one relay buffer at most, returned to the worker's pool when idle).
+pub const PAUSE_UNSENT: usize = crate::runtime::listen::NOTSENT_LOWAT as usize / 2;
+
+/// Whether a relay reading chunks of `size` bytes, whose client's socket holds `unsent` bytes not
+/// sent yet, pauses before its next read (see [`PAUSE_UNSENT`]). Only at the small size: a relay that
+/// grew has a client that keeps up, and is not asked.
+pub fn pauses(size: usize, unsent: usize) -> bool {
+    size == BUF_SIZE && unsent >= PAUSE_UNSENT
 }
 
 /// A worker's relay-memory budget, bytes (DESIGN.md "Memory under slow readers and large bodies"):
@@ -235,6 +248,8 @@ mod tests {
     #[test]
     fn a_client_that_keeps_up_grows_the_chunk_to_the_relay_size() {
         let mut p = RelayPace::new();
+        assert_eq!(p.size(), BUF_SIZE, "a relay starts small");
+        p.wrote(BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
         p.wrote(LARGE_BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), RELAY_BUF_SIZE);
@@ -244,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_slow_client_shrinks_it_to_the_small_size_and_stays_there() {
-        let mut p = RelayPace::new();
+        let mut p = RelayPace::with_size(LARGE_BUF_SIZE);
         p.wrote(LARGE_BUF_SIZE, FAST, 0);
         p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
@@ -264,10 +279,10 @@ mod tests {
     fn a_chunk_left_unsent_proves_nothing() {
         // Taken at once by a socket whose client does not read: it sits unsent.
         let mut p = RelayPace::new();
-        p.wrote(LARGE_BUF_SIZE, FAST, LARGE_BUF_SIZE);
+        p.wrote(BUF_SIZE, FAST, BUF_SIZE);
+        assert_eq!(p.size(), BUF_SIZE);
+        p.wrote(BUF_SIZE, FAST, 1000);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, FAST, 1000);
-        assert_eq!(p.size(), RELAY_BUF_SIZE);
     }
 
     #[test]
@@ -275,7 +290,15 @@ mod tests {
         // An upstream that sends little at a time: a quick write of a few bytes does not grow the buffer.
         let mut p = RelayPace::new();
         p.wrote(100, FAST, 0);
-        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        assert_eq!(p.size(), BUF_SIZE);
+    }
+
+    #[test]
+    fn a_small_relay_pauses_while_its_client_holds_half_the_unsent_bound() {
+        assert!(!pauses(BUF_SIZE, PAUSE_UNSENT - 1));
+        assert!(pauses(BUF_SIZE, PAUSE_UNSENT));
+        // A relay that grew has a client that keeps up.
+        assert!(!pauses(RELAY_BUF_SIZE, 4 * PAUSE_UNSENT));
     }
 
     fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {

@@ -3,7 +3,11 @@
 
 use std::{os::fd::RawFd, time::Duration};
 
-use edge_core::{buf::RecvBuf, io::progress::unsent, pace::RelayPace};
+use edge_core::{
+    buf::{RecvBuf, BUF_SIZE},
+    io::progress::unsent,
+    pace::{pauses, RelayPace},
+};
 
 use crate::context::Worker;
 
@@ -65,6 +69,40 @@ impl<'w> RelayHold<'w> {
         self.pace.wrote(len, took, unsent);
         self.held = self.w.relay.resize(self.held, self.pace.size());
         self.pace = RelayPace::with_size(self.held);
+    }
+}
+
+impl RelayHold<'_> {
+    /// Whether the relay pauses before its next read: a pass-through relay at the small size whose
+    /// client's socket (`sock`) still holds [`edge_core::pace::PAUSE_UNSENT`] bytes unsent. Asks the
+    /// socket only at the small size (one `ioctl`); a relay that grew keeps going.
+    pub(crate) fn client_behind(&self, sock: Option<RawFd>) -> bool {
+        if !self.passthrough || self.pace.size() != BUF_SIZE {
+            return false;
+        }
+        sock.and_then(unsent)
+            .is_some_and(|n| pauses(self.pace.size(), n as usize))
+    }
+
+    /// Gives the relay's buffer (`rest`, empty: everything was written) back to the worker's pool
+    /// and its share of the budget back, while it waits for its client ([`RelayHold::resume`]).
+    pub(crate) fn pause(&mut self, rest: &mut RecvBuf) {
+        rest.release();
+        self.w.relay.release(self.held);
+        self.held = 0;
+    }
+
+    /// Takes the relay's share of the budget again after [`RelayHold::pause`], waiting while it is
+    /// spent (counted in `edge_relay_buffer_waits_total`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait takes nothing.
+    pub(crate) async fn resume(&mut self) {
+        let n = self.pace.size();
+        if self.w.relay.acquire(n).await {
+            self.w.metrics.relay_waits.increment(1);
+        }
+        self.held = n;
     }
 }
 

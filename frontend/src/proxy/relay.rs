@@ -109,6 +109,14 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                     Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
                 }
                 hold.wrote(len, t.elapsed(), s.client_socket());
+                if !complete && up.received().is_empty() && hold.client_behind(s.client_socket()) {
+                    // A client that is not reading: wait for its socket holding no buffer.
+                    hold.pause(up.received_mut());
+                    if let Err(e) = s.client_room().await {
+                        return dropped(client_gone(w, &req.log, e));
+                    }
+                    hold.resume().await;
+                }
                 clock.pause(coarse_now() - started);
             }
         }

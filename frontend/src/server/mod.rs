@@ -137,6 +137,18 @@ pub trait Session: BodySource<Error = BodyFailure> {
         None
     }
 
+    /// Waits, holding no buffer, until the client's socket has room again
+    /// ([`edge_core::io::Transport::writable`]): how a relay whose client stopped reading pauses
+    /// (DESIGN.md "Memory under slow readers and large bodies"). Under the `send` deadline, counted as
+    /// time without progress (the client reading counts: [`crate::server::send`]). The default returns
+    /// at once: where writes go through a multiplexer (HTTP/2), the stream's flow control paces it.
+    ///
+    /// # Errors
+    /// `Timeout` once `send` passed with the client reading nothing; `Closed` when the socket failed.
+    fn client_room(&mut self) -> impl Future<Output = Result<(), SendFailure>> {
+        std::future::ready(Ok(()))
+    }
+
     /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
     ///
     /// # Errors

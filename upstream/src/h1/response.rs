@@ -51,12 +51,51 @@ pub(crate) async fn read_head<T: Transport>(
             retry_safe: !received_any,
         };
         let (buf, stream) = conn.buf_and_stream();
-        match timeout_at(until, buf.fill_large(stream)).await {
+        let read = async {
+            let _waiting = HeadWait::start();
+            if _waiting.many() {
+                stream.readable(true).await?;
+            }
+            buf.fill_large(stream).await
+        };
+        match timeout_at(until, read).await {
             Err(_) => return Err(UpstreamError::new(kind)),
             Ok(Ok(0)) => return Err(failed(UpstreamErrorKind::ClosedEarly)),
             Ok(Err(e)) => return Err(failed(UpstreamError::from_io(&e).kind)),
             Ok(Ok(_)) => clock.received(),
         }
+    }
+}
+
+/// Response-head reads of this worker waiting at once beyond which a head read first waits for its
+/// socket to be readable, holding no buffer, and only then takes its large buffer (DESIGN.md "Memory
+/// under slow readers and large bodies": memory follows the work in flight). Below it the read goes
+/// straight into the buffer (one io operation per head); above it a burst of requests waiting for
+/// their upstreams holds no 64 KiB buffer each (4 MiB of them at most).
+const HEAD_WAITS_WITH_BUFFER: usize = 64;
+
+thread_local! {
+    /// Response-head reads of this worker waiting now.
+    static HEAD_WAITS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// One response-head read counted in [`HEAD_WAITS`] while it lives.
+struct HeadWait(usize);
+
+impl HeadWait {
+    fn start() -> Self {
+        HeadWait(HEAD_WAITS.with(|n| n.replace(n.get() + 1)))
+    }
+
+    /// Whether [`HEAD_WAITS_WITH_BUFFER`] reads were already waiting when this one started.
+    fn many(&self) -> bool {
+        self.0 >= HEAD_WAITS_WITH_BUFFER
+    }
+}
+
+impl Drop for HeadWait {
+    fn drop(&mut self) {
+        HEAD_WAITS.with(|n| n.set(n.get().saturating_sub(1)));
     }
 }
 
