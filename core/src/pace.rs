@@ -97,8 +97,9 @@ pub fn pauses(size: usize, unsent: usize) -> bool {
     size == BUF_SIZE && unsent >= PAUSE_UNSENT
 }
 
-/// A worker's relay-memory budget, bytes (DESIGN.md "Memory under slow readers and large bodies"):
-/// 64 MiB, as many relays as 4096 slow readers at the small size or 256 fast ones at the relay size.
+/// A worker's relay-memory budget by default, bytes (`server.limits.relay_buffer_budget`; DESIGN.md
+/// "Memory under slow readers and large bodies"): 64 MiB, as many relays as 4096 slow readers at the
+/// small size or 256 fast ones at the relay size.
 pub const RELAY_BUDGET: usize = 64 << 20;
 
 /// What one worker's relays hold of their budget, and the relays waiting to start: a relay takes its
@@ -106,7 +107,7 @@ pub const RELAY_BUDGET: usize = 64 << 20;
 /// failure), grows only within the budget ([`RelayBudget::resize`]) and gives it all back at its end
 /// ([`RelayBudget::release`]). One per worker, used from its own thread only.
 pub struct RelayBudget {
-    limit: usize,
+    limit: Cell<usize>,
     held: Cell<usize>,
     /// Relays waiting to start, first come first served: (ticket, waker).
     waiting: RefCell<VecDeque<(u64, Waker)>>,
@@ -117,11 +118,18 @@ impl RelayBudget {
     /// A budget of `limit` bytes.
     pub fn new(limit: usize) -> Self {
         RelayBudget {
-            limit,
+            limit: Cell::new(limit),
             held: Cell::new(0),
             waiting: RefCell::new(VecDeque::new()),
             next_ticket: Cell::new(0),
         }
+    }
+
+    /// Sets the limit to `limit` bytes (`server.limits.relay_buffer_budget`, at start and after a
+    /// reload). Relays holding more than a lowered limit keep what they hold; new ones wait.
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.set(limit);
+        self.wake_first();
     }
 
     /// Bytes the worker's relays hold now (`edge_relay_buffer_bytes{worker}`).
@@ -131,7 +139,7 @@ impl RelayBudget {
 
     /// Whether `n` more bytes fit. With nothing held anything fits, so one relay always runs.
     fn fits(&self, n: usize) -> bool {
-        self.held.get() == 0 || self.held.get() + n <= self.limit
+        self.held.get() == 0 || self.held.get() + n <= self.limit.get()
     }
 
     /// Takes `n` bytes for a relay that starts, waiting in line while they do not fit (and while
@@ -155,7 +163,7 @@ impl RelayBudget {
             self.release(from - to);
             return to;
         }
-        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit {
+        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit.get() {
             true => {
                 self.held.set(self.held.get() + (to - from));
                 to

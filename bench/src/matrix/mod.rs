@@ -8,7 +8,8 @@
 //!   `edge_requests_in_flight` return to their values before the case;
 //! - file descriptors: `/proc/PID/fd` returns to its count before the case, plus any growth of
 //!   pooled idle upstream connections;
-//! - memory: VmRSS within [`RSS_SLACK`](runner::RSS_SLACK) of its value before the case;
+//! - memory: VmRSS within [`RSS_SLACK`](runner::RSS_SLACK) of its value before the case (waited for, as
+//!   the slots are: a quiet worker gives its pooled buffers back within about a second);
 //! - logs: every counter of [`COUNTER_EVENTS`](invariants::COUNTER_EVENTS) that moved has a matching log line in edge's output
 //!   during the case (or a `log.suppressed` summary: warn lines are rate-limited per worker).
 //!

@@ -168,6 +168,9 @@ pub struct Limits {
     pub max_headers: usize,
     /// Request body bytes; `none` for unlimited.
     pub max_body_bytes: ByteLimit,
+    /// Response relay buffers one worker holds at most, bytes (DESIGN.md "Memory under slow readers
+    /// and large bodies"): when it is spent, new relays wait for buffers ([`crate::pace::RelayBudget`]).
+    pub relay_buffer_budget: Bytes,
 }
 
 impl Default for Limits {
@@ -176,6 +179,7 @@ impl Default for Limits {
             max_head_bytes: Bytes(16 << 10),
             max_headers: 100,
             max_body_bytes: ByteLimit(Some(64 << 20)),
+            relay_buffer_budget: Bytes(crate::pace::RELAY_BUDGET as u64),
         }
     }
 }

@@ -98,7 +98,8 @@ impl Config {
     }
 }
 
-/// `[server.limits]`: the head must hold at least a short request line; at least one field.
+/// `[server.limits]`: the head must hold at least a short request line; at least one field; the relay
+/// budget at least one relay buffer at its largest.
 fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
     if limits.max_head_bytes.0 < 256 {
         p.add("server.limits.max_head_bytes", "must be at least 256 bytes");
@@ -113,6 +114,12 @@ fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
                 "must be at most {} (the most fields edge parses in one head)",
                 crate::http::head::MAX_FIELDS
             ),
+        );
+    }
+    if limits.relay_buffer_budget.0 < crate::buf::RELAY_BUF_SIZE as u64 {
+        p.add(
+            "server.limits.relay_buffer_budget",
+            "must be at least 256KiB (one relay buffer at its largest)",
         );
     }
 }
