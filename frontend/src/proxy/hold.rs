@@ -20,6 +20,8 @@ pub(crate) struct RelayHold<'w> {
     /// Bytes taken from the budget.
     held: usize,
     passthrough: bool,
+    /// The largest chunk the session takes ([`crate::server::Session::max_chunk`]).
+    max_chunk: usize,
 }
 
 impl<'w> RelayHold<'w> {
@@ -29,7 +31,12 @@ impl<'w> RelayHold<'w> {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped wait takes nothing.
-    pub(crate) async fn start(w: &'w Worker, passthrough: bool, rest: &mut RecvBuf) -> Self {
+    pub(crate) async fn start(
+        w: &'w Worker,
+        passthrough: bool,
+        max_chunk: usize,
+        rest: &mut RecvBuf,
+    ) -> Self {
         let pace = RelayPace::new();
         if passthrough {
             rest.release();
@@ -42,6 +49,7 @@ impl<'w> RelayHold<'w> {
             pace,
             held: pace.size(),
             passthrough,
+            max_chunk,
         }
     }
 
@@ -67,7 +75,8 @@ impl<'w> RelayHold<'w> {
             false => 0,
         };
         self.pace.wrote(len, took, unsent);
-        self.held = self.w.relay.resize(self.held, self.pace.size());
+        let size = self.pace.size().min(self.max_chunk);
+        self.held = self.w.relay.resize(self.held, size);
         self.pace = RelayPace::with_size(self.held);
     }
 }

@@ -73,7 +73,7 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
     }
     // The upstream clocks run on only while body bytes are still to come from the upstream.
     clock.pause(coarse_now() - write_started);
-    let mut hold = RelayHold::start(w, s.passthrough(), up.received_mut()).await;
+    let mut hold = RelayHold::start(w, s.passthrough(), s.max_chunk(), up.received_mut()).await;
     while !complete {
         let more = up.read_body(&mut clock, hold.size()).await;
         let mid_body = |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, cause);
@@ -116,6 +116,12 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                         return dropped(client_gone(w, &req.log, e));
                     }
                     hold.resume().await;
+                } else if !complete && s.window_paced() {
+                    // HTTP/2: the chunk is h2's now; the next is read once the stream has room, so
+                    // the stream holds about one chunk (counted in the relay's hold).
+                    if let Err(e) = s.client_room().await {
+                        return dropped(client_gone(w, &req.log, e));
+                    }
                 }
                 clock.pause(coarse_now() - started);
             }

@@ -149,6 +149,18 @@ pub trait Session: BodySource<Error = BodyFailure> {
         std::future::ready(Ok(()))
     }
 
+    /// The largest chunk a pass-through relay reads at once, bytes (its pace grows up to it).
+    fn max_chunk(&self) -> usize {
+        edge_core::buf::RELAY_BUF_SIZE
+    }
+
+    /// Whether the relay waits for [`Session::client_room`] after every chunk: where the chunk is handed
+    /// to a multiplexer that sends it as the stream's window allows (HTTP/2), so that a stream holds
+    /// about one chunk. `false` (the default): only a relay whose client fell behind waits.
+    fn window_paced(&self) -> bool {
+        false
+    }
+
     /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
     ///
     /// # Errors

@@ -12,7 +12,7 @@ use std::{future::poll_fn, time::Duration};
 use bytes::{Buf, Bytes};
 
 use edge_core::{
-    buf::{self, RecvBuf},
+    buf::{self, RecvBuf, LARGE_BUF_SIZE},
     clock::{after, coarse_now, timeout, timeout_at},
     http::{
         framing::{Body, RequestInfo},
@@ -179,35 +179,48 @@ impl<'a> H2Session<'a> {
     /// h2 taking bytes of the chunks already handed to it (each time the client's window moves),
     /// restarts it.
     async fn send_data(&mut self, chunk: Chunk, end: bool) -> Result<(), SendFailure> {
-        let Some(stream) = self.send.as_mut() else {
+        if self.send.is_none() {
             return Err(SendFailure::Closed);
-        };
-        let send = self.send_timeout;
+        }
         let chunk = match chunk.remaining() {
             0 => chunk,
             _ => chunk.telling(self.moved.get_or_insert_with(Moved::now)),
         };
         if chunk.remaining() > 0 {
-            stream.reserve_capacity(chunk.remaining());
-            let mut until = after(send);
-            while stream.capacity() == 0 {
-                match timeout_at(until, poll_fn(|cx| stream.poll_capacity(cx))).await {
-                    Ok(Some(Ok(_))) => until = after(send),
-                    Ok(_) => return Err(SendFailure::Closed),
-                    // Bytes of earlier chunks that left since push the deadline to `send` after them.
-                    Err(_) => match self.moved.as_ref().map(|m| m.last() + send) {
-                        Some(t) if t > coarse_now() => until = t,
-                        _ => return Err(SendFailure::Timeout),
-                    },
-                }
-            }
+            self.wait_capacity(chunk.remaining()).await?;
         }
+        let Some(stream) = self.send.as_mut() else {
+            return Err(SendFailure::Closed);
+        };
         if chunk.remaining() > 0 || end {
             stream
                 .send_data(chunk, end)
                 .map_err(|_| SendFailure::Closed)?;
         }
         self.ended |= end;
+        Ok(())
+    }
+
+    /// Waits until the stream has send capacity for up to `want` more bytes (see
+    /// [`H2Session::send_data`]), under the `send` deadline counted as time without progress.
+    async fn wait_capacity(&mut self, want: usize) -> Result<(), SendFailure> {
+        let send = self.send_timeout;
+        let Some(stream) = self.send.as_mut() else {
+            return Err(SendFailure::Closed);
+        };
+        stream.reserve_capacity(want);
+        let mut until = after(send);
+        while stream.capacity() == 0 {
+            match timeout_at(until, poll_fn(|cx| stream.poll_capacity(cx))).await {
+                Ok(Some(Ok(_))) => until = after(send),
+                Ok(_) => return Err(SendFailure::Closed),
+                // Bytes of earlier chunks that left since push the deadline to `send` after them.
+                Err(_) => match self.moved.as_ref().map(|m| m.last() + send) {
+                    Some(t) if t > coarse_now() => until = t,
+                    _ => return Err(SendFailure::Timeout),
+                },
+            }
+        }
         Ok(())
     }
 
@@ -256,8 +269,9 @@ impl<'a> H2Session<'a> {
             .map_err(|_| RelayError::BadBody)?;
         let done = self.relay.done();
         let chunk = if n == rest.len() && n > 0 {
-            // A buffer of the same size class replaces it: the relay's reads keep their paced size.
-            let (storage, start) = rest.swap_storage(buf::take_sized(rest.capacity()));
+            // No storage replaces it: the relay holds none while h2 holds the chunk, and its next
+            // read takes a pooled buffer of its paced size ([`RecvBuf::fill_sized`]).
+            let (storage, start) = rest.swap_storage(Vec::new());
             Chunk::at(storage, start)
         } else {
             let mut out = Vec::with_capacity(n);
@@ -452,11 +466,30 @@ impl Session for H2Session<'_> {
         })
     }
 
-    /// Relay-sized (256 KiB) upstream reads for a pass-through body, as for HTTP/1.1: 16 and 64 KiB
-    /// reads cost 1.3-1.4x the CPU per large response, at the price of up to 256 KiB per stream in the
-    /// receive buffer and as much again queued in h2 (bench/README.md "HTTP/2").
+    /// Pass-through bodies read in chunks that follow the stream's pace ([`Session::max_chunk`]).
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
+    }
+
+    /// A stream's chunks are bounded by its window (DESIGN.md "Memory under slow readers and large
+    /// bodies": HTTP/2 streams obey the same rule per stream, bounded by the stream's window): 64 KiB,
+    /// the initial stream window (65 535 bytes, RFC 9113 §6.9.2) and what h2 holds of a stream beyond
+    /// the chunk being sent (`SEND_BUFFER`). Larger reads would only wait in h2.
+    fn max_chunk(&self) -> usize {
+        LARGE_BUF_SIZE
+    }
+
+    /// Waits, holding no buffer of the relay's (the last chunk is h2's), until the stream's window and
+    /// h2's send buffer have room for the next chunk: a stream holds about one chunk.
+    async fn client_room(&mut self) -> Result<(), SendFailure> {
+        match self.ended {
+            true => Ok(()),
+            false => self.wait_capacity(LARGE_BUF_SIZE).await,
+        }
+    }
+
+    fn window_paced(&self) -> bool {
+        true
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
