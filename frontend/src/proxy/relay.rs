@@ -108,6 +108,14 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                     }
                     Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
                 }
+                if !complete && s.window_paced() {
+                    // HTTP/2: the chunk is h2's now; the next is read once h2 let go of it, so the
+                    // stream holds one chunk (the relay's hold), and the wait is part of the time the
+                    // client took to take it.
+                    if let Err(e) = s.client_room().await {
+                        return dropped(client_gone(w, &req.log, e));
+                    }
+                }
                 hold.wrote(len, t.elapsed(), s.client_socket());
                 if !complete && up.received().is_empty() && hold.client_behind(s.client_socket()) {
                     // A client that is not reading: wait for its socket holding no buffer.
@@ -116,12 +124,6 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                         return dropped(client_gone(w, &req.log, e));
                     }
                     hold.resume().await;
-                } else if !complete && s.window_paced() {
-                    // HTTP/2: the chunk is h2's now; the next is read once the stream has room, so
-                    // the stream holds about one chunk (counted in the relay's hold).
-                    if let Err(e) = s.client_room().await {
-                        return dropped(client_gone(w, &req.log, e));
-                    }
                 }
                 clock.pause(coarse_now() - started);
             }

@@ -45,18 +45,22 @@ pub(crate) async fn read_head<T: Transport>(
             Some(d) if d <= zombie_at => (d, UpstreamErrorKind::RequestTimeout),
             _ => (zombie_at, UpstreamErrorKind::Zombie),
         };
-        // A large buffer: the body bytes behind the head usually come in the same read.
+        // A large buffer: the body bytes behind the head usually come in the same read
+        // (a small one under a burst: [`HEAD_WAITS_WITH_BUFFER`]).
         let failed = |kind| UpstreamError {
             kind,
             retry_safe: !received_any,
         };
         let (buf, stream) = conn.buf_and_stream();
         let read = async {
-            let _waiting = HeadWait::start();
-            if _waiting.many() {
-                stream.readable(true).await?;
+            let waiting = HeadWait::start();
+            match waiting.many() {
+                true => {
+                    stream.readable(true).await?;
+                    buf.fill(stream).await
+                }
+                false => buf.fill_large(stream).await,
             }
-            buf.fill_large(stream).await
         };
         match timeout_at(until, read).await {
             Err(_) => return Err(UpstreamError::new(kind)),
@@ -68,10 +72,12 @@ pub(crate) async fn read_head<T: Transport>(
 }
 
 /// Response-head reads of this worker waiting at once beyond which a head read first waits for its
-/// socket to be readable, holding no buffer, and only then takes its large buffer (DESIGN.md "Memory
+/// socket to be readable, holding no buffer, and then reads into a small buffer (DESIGN.md "Memory
 /// under slow readers and large bodies": memory follows the work in flight). Below it the read goes
-/// straight into the buffer (one io operation per head); above it a burst of requests waiting for
-/// their upstreams holds no 64 KiB buffer each (4 MiB of them at most).
+/// straight into a large buffer (one io operation per head, and a 16 KiB response comes whole with
+/// its head); above it a burst of requests waiting for their upstreams holds no 64 KiB buffer each
+/// (4 MiB of them at most), and the body bytes that come with each head, which the client takes
+/// first, are at most 16 KiB.
 const HEAD_WAITS_WITH_BUFFER: usize = 64;
 
 thread_local! {
