@@ -163,7 +163,8 @@ impl RelayBudget {
             self.release(from - to);
             return to;
         }
-        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit.get() {
+        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit.get()
+        {
             true => {
                 self.held.set(self.held.get() + (to - from));
                 to

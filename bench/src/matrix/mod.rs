@@ -45,9 +45,8 @@ use runner::Row;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Groups to run (comma-separated among a, b, c, d, e, f, h; of e, the TLS cases are skipped
-    /// while edge has no TLS, the HTTP/2 cases always run; of h, the slow-reader case, which edge does
-    /// not pass yet: its memory is not given back after the readers leave, so h runs only when asked).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f")]
+    /// while edge has no TLS, the HTTP/2 cases always run; of h, the slow-reader case).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,h")]
     pub groups: Vec<String>,
     /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
     #[arg(long)]

@@ -236,18 +236,27 @@ fn http2_keys_parse_with_defaults_and_errors_name_file_and_key() {
 fn relay_buffer_budget_defaults_to_64mib_and_is_checked() {
     let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
     assert_eq!(c.server.limits.relay_buffer_budget, Bytes(64 << 20));
-    let parsed = Config::parse("[server.limits]\nrelay_buffer_budget = \"16MiB\"\n", "x.toml")
-        .unwrap();
+    let parsed = Config::parse(
+        "[server.limits]\nrelay_buffer_budget = \"16MiB\"\n",
+        "x.toml",
+    )
+    .unwrap();
     assert_eq!(parsed.server.limits.relay_buffer_budget, Bytes(16 << 20));
     c.server.limits.relay_buffer_budget = Bytes(256 << 10);
-    assert!(c.resolve("d").is_ok(), "one relay buffer at its largest is enough");
+    assert!(
+        c.resolve("d").is_ok(),
+        "one relay buffer at its largest is enough"
+    );
     c.server.limits.relay_buffer_budget = Bytes(100 << 10);
     let errors = c.resolve("d").unwrap_err();
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].file, "d");
     assert_eq!(errors[0].key, "server.limits.relay_buffer_budget");
     assert!(errors[0].reason.contains("at least 256KiB"), "{errors:?}");
-    let e = Config::parse("[server.limits]\nrelay_buffer_budget = \"lots\"\n", "x.toml")
-        .unwrap_err();
+    let e = Config::parse(
+        "[server.limits]\nrelay_buffer_budget = \"lots\"\n",
+        "x.toml",
+    )
+    .unwrap_err();
     assert_eq!(e.key, "server.limits.relay_buffer_budget");
 }
