@@ -125,7 +125,7 @@ async fn expire_idle(w: Rc<Worker>) {
 /// flight at two ticks in a row trims at each such tick, so what a burst took (a thousand slow
 /// readers, say) goes back to the allocator within about a second of the burst's end rather than
 /// ten (DESIGN.md "Memory under slow readers and large bodies", "Fault matrix": VmRSS settles): a
-/// quiet worker needs no more than the pools' floors.
+/// quiet worker needs no more than the pools' floors, and one with no connection open not even those.
 async fn sweep_pools(w: Rc<Worker>) {
     let mut was_quiet = false;
     for tick in 1u64.. {
@@ -134,7 +134,11 @@ async fn sweep_pools(w: Rc<Worker>) {
         w.metrics.upstream_idle.set(idle as f64);
         let quiet = w.metrics.in_flight.value() <= 0.0 && w.relay.held() == 0;
         let settle = std::mem::replace(&mut was_quiet, quiet) && quiet;
-        if tick % 10 == 0 || settle {
+        if settle && w.open.get() == 0 {
+            edge_core::buf::trim_idle();
+            edge_core::slot::trim();
+            crate::server::h1::trim_spare_vectors();
+        } else if tick % 10 == 0 || settle {
             edge_core::buf::trim();
             edge_core::slot::trim();
             crate::server::h1::trim_spare_vectors();
