@@ -83,20 +83,6 @@ impl RelayPace {
     }
 }
 
-/// Unsent bytes in a client's socket at which its relay pauses, holding no buffer, until the socket
-/// is writable again ([`crate::io::Transport::writable`]): half of `TCP_NOTSENT_LOWAT`
-/// ([`crate::runtime::listen::NOTSENT_LOWAT`]), where the kernel reports the socket writable again. A
-/// client that does not read holds its kernel queue, never a relay buffer (DESIGN.md "Memory under
-/// slow readers and large bodies": one relay buffer at most, returned to the worker's pool when idle).
-pub const PAUSE_UNSENT: usize = crate::runtime::listen::NOTSENT_LOWAT as usize / 2;
-
-/// Whether a relay reading chunks of `size` bytes, whose client's socket holds `unsent` bytes not
-/// sent yet, pauses before its next read (see [`PAUSE_UNSENT`]). Only at the small size: a relay that
-/// grew has a client that keeps up, and is not asked.
-pub fn pauses(size: usize, unsent: usize) -> bool {
-    size == BUF_SIZE && unsent >= PAUSE_UNSENT
-}
-
 /// A worker's relay-memory budget by default, bytes (`server.limits.relay_buffer_budget`; DESIGN.md
 /// "Memory under slow readers and large bodies"): 64 MiB, as many relays as 4096 slow readers at the
 /// small size or 256 fast ones at the relay size.
@@ -300,14 +286,6 @@ mod tests {
         let mut p = RelayPace::new();
         p.wrote(100, FAST, 0);
         assert_eq!(p.size(), BUF_SIZE);
-    }
-
-    #[test]
-    fn a_small_relay_pauses_while_its_client_holds_half_the_unsent_bound() {
-        assert!(!pauses(BUF_SIZE, PAUSE_UNSENT - 1));
-        assert!(pauses(BUF_SIZE, PAUSE_UNSENT));
-        // A relay that grew has a client that keeps up.
-        assert!(!pauses(RELAY_BUF_SIZE, 4 * PAUSE_UNSENT));
     }
 
     fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {

@@ -5,8 +5,8 @@ use std::{os::fd::RawFd, time::Duration};
 
 use edge_core::{
     buf::{RecvBuf, BUF_SIZE},
-    io::progress::unsent,
-    pace::{pauses, RelayPace},
+    io::progress::{unsent, writable_now},
+    pace::RelayPace,
 };
 
 use crate::context::Worker;
@@ -79,18 +79,14 @@ impl<'w> RelayHold<'w> {
         self.held = self.w.relay.resize(self.held, size);
         self.pace = RelayPace::with_size(self.held);
     }
-}
 
-impl RelayHold<'_> {
     /// Whether the relay pauses before its next read: a pass-through relay at the small size whose
-    /// client's socket (`sock`) still holds [`edge_core::pace::PAUSE_UNSENT`] bytes unsent. Asks the
-    /// socket only at the small size (one `ioctl`); a relay that grew keeps going.
+    /// client's socket (`sock`) would not take a write now ([`writable_now`]: its send buffer is
+    /// nearly full, or half of `TCP_NOTSENT_LOWAT` is unsent), so the next chunk would wait in a
+    /// blocked write. Asks the socket only at the small size (one `poll(2)`); a relay that grew has a
+    /// client that keeps up.
     pub(crate) fn client_behind(&self, sock: Option<RawFd>) -> bool {
-        if !self.passthrough || self.pace.size() != BUF_SIZE {
-            return false;
-        }
-        sock.and_then(unsent)
-            .is_some_and(|n| pauses(self.pace.size(), n as usize))
+        self.passthrough && self.pace.size() == BUF_SIZE && sock.is_some_and(|s| !writable_now(s))
     }
 
     /// Gives the relay's buffer (`rest`, empty: everything was written) back to the worker's pool
