@@ -134,6 +134,18 @@ pub fn trim() -> (usize, usize) {
     )
 }
 
+/// Like [`trim`], keeping no floor: for a worker with no connection open, which needs no buffer until
+/// the next one arrives (its first requests then take fresh buffers). Returns how many (small, large)
+/// buffers remain.
+pub fn trim_idle() -> (usize, usize) {
+    RELAY_POOL.with(|p| p.borrow_mut().trim(0));
+    RECORD_POOL.with(|p| p.borrow_mut().trim(0));
+    (
+        POOL.with(|p| p.borrow_mut().trim(0)),
+        LARGE_POOL.with(|p| p.borrow_mut().trim(0)),
+    )
+}
+
 /// Replaces `buf` with a pooled large buffer holding `buf[from..]`; the old storage goes back to its pool.
 fn move_to_large(buf: &mut Vec<u8>, from: usize) {
     move_to(buf, from, take_large());
@@ -438,6 +450,20 @@ mod tests {
         // An idle period frees down to the floor.
         assert_eq!(trim().0, POOL_FLOOR);
         assert_eq!(trim().0, POOL_FLOOR);
+    }
+
+    #[test]
+    fn an_idle_trim_keeps_no_floor() {
+        // Runs on its own test thread: the pool is thread-local.
+        let held: Vec<_> = (0..10).map(|_| take_large()).collect();
+        held.into_iter().for_each(give);
+        assert_eq!(trim_idle().1, 10, "nothing was free for a whole period yet");
+        assert_eq!(trim_idle().1, 0, "an idle worker keeps none");
+        assert_eq!(
+            take_large().capacity(),
+            LARGE_BUF_SIZE,
+            "and allocates again"
+        );
     }
 
     #[test]

@@ -38,12 +38,11 @@ impl Default for RelayPace {
 }
 
 impl RelayPace {
-    /// A relay's start: the size of the buffer its response head came in ([`LARGE_BUF_SIZE`]), so the
-    /// first read needs no other buffer.
+    /// A relay's start: the small size ([`BUF_SIZE`]). A client that has not read yet proves
+    /// nothing, so its relay starts as small as a slow reader's; one that keeps up reaches
+    /// [`RELAY_BUF_SIZE`] after two chunks.
     pub const fn new() -> Self {
-        RelayPace {
-            size: LARGE_BUF_SIZE,
-        }
+        RelayPace { size: BUF_SIZE }
     }
 
     /// A pace at `size`'s size class ([`crate::buf::size_class`]): a relay whose growth the budget
@@ -84,8 +83,9 @@ impl RelayPace {
     }
 }
 
-/// A worker's relay-memory budget, bytes (DESIGN.md "Memory under slow readers and large bodies"):
-/// 64 MiB, as many relays as 4096 slow readers at the small size or 256 fast ones at the relay size.
+/// A worker's relay-memory budget by default, bytes (`server.limits.relay_buffer_budget`; DESIGN.md
+/// "Memory under slow readers and large bodies"): 64 MiB, as many relays as 4096 slow readers at the
+/// small size or 256 fast ones at the relay size.
 pub const RELAY_BUDGET: usize = 64 << 20;
 
 /// What one worker's relays hold of their budget, and the relays waiting to start: a relay takes its
@@ -93,7 +93,7 @@ pub const RELAY_BUDGET: usize = 64 << 20;
 /// failure), grows only within the budget ([`RelayBudget::resize`]) and gives it all back at its end
 /// ([`RelayBudget::release`]). One per worker, used from its own thread only.
 pub struct RelayBudget {
-    limit: usize,
+    limit: Cell<usize>,
     held: Cell<usize>,
     /// Relays waiting to start, first come first served: (ticket, waker).
     waiting: RefCell<VecDeque<(u64, Waker)>>,
@@ -104,11 +104,18 @@ impl RelayBudget {
     /// A budget of `limit` bytes.
     pub fn new(limit: usize) -> Self {
         RelayBudget {
-            limit,
+            limit: Cell::new(limit),
             held: Cell::new(0),
             waiting: RefCell::new(VecDeque::new()),
             next_ticket: Cell::new(0),
         }
+    }
+
+    /// Sets the limit to `limit` bytes (`server.limits.relay_buffer_budget`, at start and after a
+    /// reload). Relays holding more than a lowered limit keep what they hold; new ones wait.
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.set(limit);
+        self.wake_first();
     }
 
     /// Bytes the worker's relays hold now (`edge_relay_buffer_bytes{worker}`).
@@ -118,7 +125,7 @@ impl RelayBudget {
 
     /// Whether `n` more bytes fit. With nothing held anything fits, so one relay always runs.
     fn fits(&self, n: usize) -> bool {
-        self.held.get() == 0 || self.held.get() + n <= self.limit
+        self.held.get() == 0 || self.held.get() + n <= self.limit.get()
     }
 
     /// Takes `n` bytes for a relay that starts, waiting in line while they do not fit (and while
@@ -142,7 +149,8 @@ impl RelayBudget {
             self.release(from - to);
             return to;
         }
-        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit {
+        match self.waiting.borrow().is_empty() && self.held.get() + (to - from) <= self.limit.get()
+        {
             true => {
                 self.held.set(self.held.get() + (to - from));
                 to
@@ -235,6 +243,8 @@ mod tests {
     #[test]
     fn a_client_that_keeps_up_grows_the_chunk_to_the_relay_size() {
         let mut p = RelayPace::new();
+        assert_eq!(p.size(), BUF_SIZE, "a relay starts small");
+        p.wrote(BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
         p.wrote(LARGE_BUF_SIZE, FAST, 0);
         assert_eq!(p.size(), RELAY_BUF_SIZE);
@@ -244,7 +254,7 @@ mod tests {
 
     #[test]
     fn a_slow_client_shrinks_it_to_the_small_size_and_stays_there() {
-        let mut p = RelayPace::new();
+        let mut p = RelayPace::with_size(LARGE_BUF_SIZE);
         p.wrote(LARGE_BUF_SIZE, FAST, 0);
         p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
@@ -264,10 +274,10 @@ mod tests {
     fn a_chunk_left_unsent_proves_nothing() {
         // Taken at once by a socket whose client does not read: it sits unsent.
         let mut p = RelayPace::new();
-        p.wrote(LARGE_BUF_SIZE, FAST, LARGE_BUF_SIZE);
+        p.wrote(BUF_SIZE, FAST, BUF_SIZE);
+        assert_eq!(p.size(), BUF_SIZE);
+        p.wrote(BUF_SIZE, FAST, 1000);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, FAST, 1000);
-        assert_eq!(p.size(), RELAY_BUF_SIZE);
     }
 
     #[test]
@@ -275,7 +285,7 @@ mod tests {
         // An upstream that sends little at a time: a quick write of a few bytes does not grow the buffer.
         let mut p = RelayPace::new();
         p.wrote(100, FAST, 0);
-        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        assert_eq!(p.size(), BUF_SIZE);
     }
 
     fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {

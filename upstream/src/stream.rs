@@ -118,6 +118,10 @@ impl Transport for UpstreamStream {
         each!(self, s => s.readable(relaxed).await)
     }
 
+    async fn writable(&mut self, relaxed: bool) -> io::Result<()> {
+        each!(self, s => s.writable(relaxed).await)
+    }
+
     fn split(self) -> (Self::ReadHalf, Self::WriteHalf) {
         match self {
             Self::Plain(s) => {

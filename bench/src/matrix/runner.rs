@@ -264,7 +264,7 @@ pub fn run_case(
     failures.extend(slots_settle(edge, &base));
     let (fds1, fd_failure) = fds_settle(edge, &base);
     failures.extend(fd_failure);
-    let rss1 = edge.rss();
+    let rss1 = rss_settle(edge, base.rss);
     if rss1 > base.rss + RSS_SLACK {
         failures.push(format!(
             "VmRSS grew {} -> {} KiB",
@@ -325,6 +325,20 @@ fn slots_settle(edge: &Edge, base: &Baseline) -> Option<String> {
             "slots not back: connections_active {a} (was {active0}), upstream active {u}, in flight {f}"
         )
     })
+}
+
+/// Waits (at most [`SETTLE`]) for edge's VmRSS to come back within [`RSS_SLACK`] of `base`: a worker
+/// with nothing in flight gives its pooled buffers back within about a second (DESIGN.md "Memory
+/// under slow readers and large bodies"). The VmRSS then.
+fn rss_settle(edge: &Edge, base: u64) -> u64 {
+    let until = Instant::now() + SETTLE;
+    loop {
+        let rss = edge.rss();
+        if rss <= base + RSS_SLACK || Instant::now() >= until {
+            return rss;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Waits (at most [`SETTLE`]) for the open fds to come back to the baseline; the count then, and

@@ -184,6 +184,9 @@ pub struct Limits {
     pub max_body_bytes: ByteLimit,
     /// Open connections per client address for the whole process (0 = off; at most 65 535).
     pub max_connections_per_client: u32,
+    /// Response relay buffers one worker holds at most, bytes (DESIGN.md "Memory under slow readers
+    /// and large bodies"): when it is spent, new relays wait for buffers ([`crate::pace::RelayBudget`]).
+    pub relay_buffer_budget: Bytes,
 }
 
 impl Default for Limits {
@@ -193,6 +196,7 @@ impl Default for Limits {
             max_headers: 100,
             max_body_bytes: ByteLimit(Some(64 << 20)),
             max_connections_per_client: 0,
+            relay_buffer_budget: Bytes(crate::pace::RELAY_BUDGET as u64),
         }
     }
 }

@@ -100,7 +100,8 @@ impl Config {
     }
 }
 
-/// `[server.limits]`: the head must hold at least a short request line; at least one field.
+/// `[server.limits]`: the head must hold at least a short request line; at least one field; the relay
+/// budget at least one relay buffer at its largest.
 fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
     if limits.max_head_bytes.0 < 256 {
         p.add("server.limits.max_head_bytes", "must be at least 256 bytes");
@@ -121,6 +122,12 @@ fn check_limits(limits: &Limits, p: &mut Problems<'_>) {
         p.add(
             "server.limits.max_connections_per_client",
             "must be at most 65535 (0 turns it off)",
+        );
+    }
+    if limits.relay_buffer_budget.0 < crate::buf::RELAY_BUF_SIZE as u64 {
+        p.add(
+            "server.limits.relay_buffer_budget",
+            "must be at least 256KiB (one relay buffer at its largest)",
         );
     }
 }

@@ -75,6 +75,7 @@ fn broken_everywhere() -> Config {
     c.server.health_path = "health".into();
     c.server.limits.max_head_bytes = Bytes(10);
     c.server.limits.max_headers = 0;
+    c.server.limits.relay_buffer_budget = Bytes(64 << 10);
     c.server.timeouts.idle = Dur(Duration::ZERO);
     c.server.timeouts.send = Dur(Duration::ZERO);
     c.server.trusted_proxies = vec!["10.0.0.0/8".into(), "x/1".into(), "10.0.0.0/40".into()];
@@ -114,6 +115,10 @@ fn every_check_reports_in_file_order() {
             "must be at least 256 bytes".into(),
         ),
         ("server.limits.max_headers", "must be at least 1".into()),
+        (
+            "server.limits.relay_buffer_budget",
+            "must be at least 256KiB (one relay buffer at its largest)".into(),
+        ),
         ("server.timeouts.idle", "must be greater than zero".into()),
         ("server.timeouts.send", "must be greater than zero".into()),
         (
@@ -272,4 +277,33 @@ fn log_access_keys_parse_and_errors_name_file_and_key() {
     let ok = dir.join("edge-access-config-test.log");
     let c = Config::parse(&with(&format!("access_path = {ok:?}")), "e.toml").unwrap();
     assert!(c.resolve("e.toml").is_ok());
+}
+
+#[test]
+fn relay_buffer_budget_defaults_to_64mib_and_is_checked() {
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    assert_eq!(c.server.limits.relay_buffer_budget, Bytes(64 << 20));
+    let parsed = Config::parse(
+        "[server.limits]\nrelay_buffer_budget = \"16MiB\"\n",
+        "x.toml",
+    )
+    .unwrap();
+    assert_eq!(parsed.server.limits.relay_buffer_budget, Bytes(16 << 20));
+    c.server.limits.relay_buffer_budget = Bytes(256 << 10);
+    assert!(
+        c.resolve("d").is_ok(),
+        "one relay buffer at its largest is enough"
+    );
+    c.server.limits.relay_buffer_budget = Bytes(100 << 10);
+    let errors = c.resolve("d").unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].file, "d");
+    assert_eq!(errors[0].key, "server.limits.relay_buffer_budget");
+    assert!(errors[0].reason.contains("at least 256KiB"), "{errors:?}");
+    let e = Config::parse(
+        "[server.limits]\nrelay_buffer_budget = \"lots\"\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "server.limits.relay_buffer_budget");
 }

@@ -55,6 +55,18 @@ pub trait Transport:
     /// Cancel safe: no byte is read.
     fn readable(&mut self, relaxed: bool) -> impl Future<Output = io::Result<()>>;
 
+    /// Waits until the socket has room for a write again, holding no buffer: how a response relay
+    /// whose client stopped reading waits (DESIGN.md "Memory under slow readers and large bodies").
+    /// With `TCP_NOTSENT_LOWAT` set ([`crate::runtime::listen::NOTSENT_LOWAT`]), the socket is writable
+    /// once its unsent queue is under half of it. `relaxed` as for [`Transport::readable`].
+    ///
+    /// # Errors
+    /// The wait's error (the connection is unusable).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: no byte is written.
+    fn writable(&mut self, relaxed: bool) -> impl Future<Output = io::Result<()>>;
+
     /// Splits into halves that can be used at once (a body streamed one way while the other way is
     /// watched, a tunnel). Put them back with [`Transport::unsplit`].
     fn split(self) -> (Self::ReadHalf, Self::WriteHalf);

@@ -24,6 +24,10 @@ impl Transport for TcpStream {
         TcpStream::readable(self, relaxed).await
     }
 
+    async fn writable(&mut self, relaxed: bool) -> io::Result<()> {
+        TcpStream::writable(self, relaxed).await
+    }
+
     fn split(self) -> (Self::ReadHalf, Self::WriteHalf) {
         Splitable::into_split(self)
     }

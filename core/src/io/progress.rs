@@ -133,6 +133,22 @@ pub fn unsent(sock: RawFd) -> Option<u32> {
     (r == 0).then_some(n.max(0) as u32)
 }
 
+/// Whether `sock` would take a write now, asked without waiting (`poll(2)` for `POLLOUT`, timeout 0):
+/// room in its send buffer, and with `TCP_NOTSENT_LOWAT` set, less than half of it unsent
+/// ([`crate::runtime::listen::NOTSENT_LOWAT`]). `true` when the query fails (the write then tells).
+/// A relay whose client's socket is not writable waits for it holding no buffer
+/// ([`crate::io::Transport::writable`]; DESIGN.md "Memory under slow readers and large bodies").
+pub fn writable_now(sock: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: sock,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack for a socket the caller owns; timeout 0 never blocks.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r != 0
+}
+
 /// The future of [`stall_timeout`].
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct Stall<F> {

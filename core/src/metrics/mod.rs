@@ -271,6 +271,11 @@ impl LocalGauge {
         self.value.set(v);
     }
 
+    /// The value now (this worker's, unpublished).
+    pub fn value(&self) -> f64 {
+        self.value.get()
+    }
+
     /// Writes the value to the registry if it changed since the last call.
     pub fn publish(&self) {
         let v = self.value.get();

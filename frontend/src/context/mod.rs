@@ -149,6 +149,7 @@ impl Worker {
             register: true,
         };
         let (cfg, generation) = shared.config.get();
+        let relay_budget = cfg.config.server.limits.relay_buffer_budget.0 as usize;
         Worker {
             live: RefCell::new(Rc::new(Live::build(
                 cfg,
@@ -172,7 +173,7 @@ impl Worker {
             idle: Default::default(),
             open: Cell::new(0),
             fatal: std::cell::RefCell::new(None),
-            relay: edge_core::pace::RelayBudget::new(edge_core::pace::RELAY_BUDGET),
+            relay: edge_core::pace::RelayBudget::new(relay_budget),
             id_prefix: id_prefix(),
             next_id: Cell::new(0),
             id,
@@ -207,6 +208,8 @@ impl Worker {
             &self.shared,
             &self.metrics,
         );
+        self.relay
+            .set_limit(new.cfg.config.server.limits.relay_buffer_budget.0 as usize);
         *self.live.borrow_mut() = Rc::new(new);
         tracing::debug!(
             event = "config.applied",

@@ -128,13 +128,24 @@ async fn expire_idle(w: Rc<Worker>) {
 
 /// Closes expired pooled upstream connections every 500 ms, and every 5 s frees IO buffers the last
 /// period did not need (`edge_core::buf::trim`), and request slots and spare request vectors likewise
-/// (`edge_core::slot::trim`, `crate::server::h1::trim_spare_vectors`).
+/// (`edge_core::slot::trim`, `crate::server::h1::trim_spare_vectors`). A worker with no request in
+/// flight at two ticks in a row trims at each such tick, so what a burst took (a thousand slow
+/// readers, say) goes back to the allocator within about a second of the burst's end rather than
+/// ten (DESIGN.md "Memory under slow readers and large bodies", "Fault matrix": VmRSS settles): a
+/// quiet worker needs no more than the pools' floors, and one with no connection open not even those.
 async fn sweep_pools(w: Rc<Worker>) {
+    let mut was_quiet = false;
     for tick in 1u64.. {
         monoio::time::sleep(Duration::from_millis(500)).await;
         let idle: usize = w.current().upstreams.iter().map(Upstream::sweep).sum();
         w.metrics.upstream_idle.set(idle as f64);
-        if tick % 10 == 0 {
+        let quiet = w.metrics.in_flight.value() <= 0.0 && w.relay.held() == 0;
+        let settle = std::mem::replace(&mut was_quiet, quiet) && quiet;
+        if settle && w.open.get() == 0 {
+            edge_core::buf::trim_idle();
+            edge_core::slot::trim();
+            crate::server::h1::trim_spare_vectors();
+        } else if tick % 10 == 0 || settle {
             edge_core::buf::trim();
             edge_core::slot::trim();
             crate::server::h1::trim_spare_vectors();

@@ -3,7 +3,11 @@
 
 use std::{os::fd::RawFd, time::Duration};
 
-use edge_core::{buf::RecvBuf, io::progress::unsent, pace::RelayPace};
+use edge_core::{
+    buf::{RecvBuf, BUF_SIZE},
+    io::progress::{unsent, writable_now},
+    pace::RelayPace,
+};
 
 use crate::context::Worker;
 
@@ -16,6 +20,8 @@ pub(crate) struct RelayHold<'w> {
     /// Bytes taken from the budget.
     held: usize,
     passthrough: bool,
+    /// The largest chunk the session takes ([`crate::server::Session::max_chunk`]).
+    max_chunk: usize,
 }
 
 impl<'w> RelayHold<'w> {
@@ -25,7 +31,12 @@ impl<'w> RelayHold<'w> {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped wait takes nothing.
-    pub(crate) async fn start(w: &'w Worker, passthrough: bool, rest: &mut RecvBuf) -> Self {
+    pub(crate) async fn start(
+        w: &'w Worker,
+        passthrough: bool,
+        max_chunk: usize,
+        rest: &mut RecvBuf,
+    ) -> Self {
         let pace = RelayPace::new();
         if passthrough {
             rest.release();
@@ -38,6 +49,7 @@ impl<'w> RelayHold<'w> {
             pace,
             held: pace.size(),
             passthrough,
+            max_chunk,
         }
     }
 
@@ -63,8 +75,39 @@ impl<'w> RelayHold<'w> {
             false => 0,
         };
         self.pace.wrote(len, took, unsent);
-        self.held = self.w.relay.resize(self.held, self.pace.size());
+        let size = self.pace.size().min(self.max_chunk);
+        self.held = self.w.relay.resize(self.held, size);
         self.pace = RelayPace::with_size(self.held);
+    }
+
+    /// Whether the relay pauses before its next read: a pass-through relay at the small size whose
+    /// client's socket (`sock`) would not take a write now ([`writable_now`]: its send buffer is
+    /// nearly full, or half of `TCP_NOTSENT_LOWAT` is unsent), so the next chunk would wait in a
+    /// blocked write. Asks the socket only at the small size (one `poll(2)`); a relay that grew has a
+    /// client that keeps up.
+    pub(crate) fn client_behind(&self, sock: Option<RawFd>) -> bool {
+        self.passthrough && self.pace.size() == BUF_SIZE && sock.is_some_and(|s| !writable_now(s))
+    }
+
+    /// Gives the relay's buffer (`rest`, empty: everything was written) back to the worker's pool
+    /// and its share of the budget back, while it waits for its client ([`RelayHold::resume`]).
+    pub(crate) fn pause(&mut self, rest: &mut RecvBuf) {
+        rest.release();
+        self.w.relay.release(self.held);
+        self.held = 0;
+    }
+
+    /// Takes the relay's share of the budget again after [`RelayHold::pause`], waiting while it is
+    /// spent (counted in `edge_relay_buffer_waits_total`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait takes nothing.
+    pub(crate) async fn resume(&mut self) {
+        let n = self.pace.size();
+        if self.w.relay.acquire(n).await {
+            self.w.metrics.relay_waits.increment(1);
+        }
+        self.held = n;
     }
 }
 

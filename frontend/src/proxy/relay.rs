@@ -6,6 +6,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use edge_core::{
+    buf::RecvBuf,
     clock::coarse_now,
     http::{
         framing::{keep_alive_timeout, response_body, response_keeps_alive, Body},
@@ -24,6 +25,7 @@ use crate::log::RequestLog;
 use crate::{
     context::Worker,
     respond,
+    respond::SendFailure,
     server::{RelayError, Session},
 };
 
@@ -73,7 +75,7 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
     }
     // The upstream clocks run on only while body bytes are still to come from the upstream.
     clock.pause(coarse_now() - write_started);
-    let mut hold = RelayHold::start(w, s.passthrough(), up.received_mut()).await;
+    let mut hold = RelayHold::start(w, s.passthrough(), s.max_chunk(), up.received_mut()).await;
     let endpoint = up.endpoint();
     while !complete {
         let more = up.read_body(&mut clock, hold.size()).await;
@@ -110,7 +112,10 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
                     }
                     Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
                 }
-                hold.wrote(len, t.elapsed(), s.client_socket());
+                let paced = after_chunk(s, &mut hold, up.received_mut(), complete, (len, t)).await;
+                if let Err(e) = paced {
+                    return dropped(client_gone(w, &req.log, e));
+                }
                 clock.pause(coarse_now() - started);
             }
         }
@@ -120,6 +125,32 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
         done(status, started.close, early),
         finish(reusable, up, keep_alive),
     )
+}
+
+/// After a chunk of `len` bytes written since `t` (`rest` is the relay's buffer): an HTTP/2 stream
+/// waits until h2 let go of the chunk, so it holds one (the wait is part of the time the client took
+/// it); the pace is told; a relay whose client is not reading waits for its socket holding no buffer
+/// and no share of the budget (DESIGN.md "Memory under slow readers and large bodies").
+///
+/// # Errors
+/// The client stopped reading for `send`, or its connection failed.
+async fn after_chunk<S: Session>(
+    s: &mut S,
+    hold: &mut RelayHold<'_>,
+    rest: &mut RecvBuf,
+    complete: bool,
+    (len, t): (usize, std::time::Instant),
+) -> Result<(), SendFailure> {
+    if !complete && s.window_paced() {
+        s.client_room().await?;
+    }
+    hold.wrote(len, t.elapsed(), s.client_socket());
+    if !complete && rest.is_empty() && hold.client_behind(s.client_socket()) {
+        hold.pause(rest);
+        s.client_room().await?;
+        hold.resume().await;
+    }
+    Ok(())
 }
 
 /// A response relayed whole; `close`: the connection closes after it.

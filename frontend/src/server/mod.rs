@@ -141,6 +141,30 @@ pub trait Session: BodySource<Error = BodyFailure> {
     /// far, for the access line (chunk framing not counted).
     fn body_bytes(&self) -> (u64, u64);
 
+    /// Waits, holding no buffer, until the client's socket has room again
+    /// ([`edge_core::io::Transport::writable`]): how a relay whose client stopped reading pauses
+    /// (DESIGN.md "Memory under slow readers and large bodies"). Under the `send` deadline, counted as
+    /// time without progress (the client reading counts: [`crate::server::send`]). The default returns
+    /// at once: where writes go through a multiplexer (HTTP/2), the stream's flow control paces it.
+    ///
+    /// # Errors
+    /// `Timeout` once `send` passed with the client reading nothing; `Closed` when the socket failed.
+    fn client_room(&mut self) -> impl Future<Output = Result<(), SendFailure>> {
+        std::future::ready(Ok(()))
+    }
+
+    /// The largest chunk a pass-through relay reads at once, bytes (its pace grows up to it).
+    fn max_chunk(&self) -> usize {
+        edge_core::buf::RELAY_BUF_SIZE
+    }
+
+    /// Whether the relay waits for [`Session::client_room`] after every chunk: where the chunk is handed
+    /// to a multiplexer that sends it as the stream's window allows (HTTP/2), so that a stream holds
+    /// about one chunk. `false` (the default): only a relay whose client fell behind waits.
+    fn window_paced(&self) -> bool {
+        false
+    }
+
     /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
     ///
     /// # Errors

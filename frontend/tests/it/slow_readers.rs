@@ -202,3 +202,62 @@ fn assert_all_whole<E: std::fmt::Debug>(
     );
     assert_eq!(edge.count_log("response.truncated"), 0);
 }
+
+/// Clients that stop reading right after the response head.
+const PAUSED: usize = 8;
+
+/// Asks for the body on a [`slow_socket`] and reads until the end of the response head; returns the
+/// socket and the body bytes that came with the head.
+fn read_head_then_pause(addr: SocketAddr) -> (TcpStream, Vec<u8>) {
+    let mut s = slow_socket(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; STEP];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the head");
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            return (s, head.split_off(i + 4));
+        }
+    }
+}
+
+// A relay whose client stopped reading holds no relay buffer (DESIGN.md "Memory under slow readers
+// and large bodies"): it gives its buffer and its budget share back and waits for the socket; the
+// bodies still arrive whole once the clients read again.
+both_drivers!(paused_readers_hold_no_relay_buffer, |d| {
+    let body: Arc<Vec<u8>> = Arc::new((0..BODY).map(byte_at).collect());
+    let origin = Origin::start(move |_| Reply::ok(&body));
+    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("send", "30s"));
+    let paused: Vec<_> = (0..PAUSED)
+        .map(|_| read_head_then_pause(edge.addr))
+        .collect();
+    // Every relay has started (its head is out). The gauge is published every 250 ms: zero on
+    // readings 600 ms apart is zero after the relays started.
+    let zero = || {
+        edge.wait_metric_where(
+            "edge_relay_buffer_bytes",
+            &[],
+            Duration::from_secs(10),
+            |v| v == 0.0,
+        )
+    };
+    assert_eq!(zero(), 0.0, "paused relays still hold buffers");
+    thread::sleep(Duration::from_millis(600));
+    assert_eq!(zero(), 0.0, "paused relays still hold buffers");
+    assert_eq!(edge.metric("edge_requests_in_flight", &[]), PAUSED as f64);
+    for (mut s, first) in paused {
+        let mut got = 0;
+        check(&first, &mut got).unwrap();
+        let mut buf = vec![0u8; STEP];
+        while got < BODY {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {got} of {BODY} body bytes");
+            check(&buf[..n], &mut got).unwrap();
+        }
+    }
+    assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+});

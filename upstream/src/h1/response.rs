@@ -45,18 +45,63 @@ pub(crate) async fn read_head<T: Transport>(
             Some(d) if d <= zombie_at => (d, UpstreamErrorKind::RequestTimeout),
             _ => (zombie_at, UpstreamErrorKind::Zombie),
         };
-        // A large buffer: the body bytes behind the head usually come in the same read.
+        // A large buffer: the body bytes behind the head usually come in the same read
+        // (a small one under a burst: [`HEAD_WAITS_WITH_BUFFER`]).
         let failed = |kind| UpstreamError {
             retry_safe: !received_any,
             ..UpstreamError::new(kind)
         };
         let (buf, stream) = conn.buf_and_stream();
-        match timeout_at(until, buf.fill_large(stream)).await {
+        let read = async {
+            let waiting = HeadWait::start();
+            match waiting.many() {
+                true => {
+                    stream.readable(true).await?;
+                    buf.fill(stream).await
+                }
+                false => buf.fill_large(stream).await,
+            }
+        };
+        match timeout_at(until, read).await {
             Err(_) => return Err(UpstreamError::new(kind)),
             Ok(Ok(0)) => return Err(failed(UpstreamErrorKind::ClosedEarly)),
             Ok(Err(e)) => return Err(failed(UpstreamError::from_io(&e).kind)),
             Ok(Ok(_)) => clock.received(),
         }
+    }
+}
+
+/// Response-head reads of this worker waiting at once beyond which a head read first waits for its
+/// socket to be readable, holding no buffer, and then reads into a small buffer (DESIGN.md "Memory
+/// under slow readers and large bodies": memory follows the work in flight). Below it the read goes
+/// straight into a large buffer (one io operation per head, and a 16 KiB response comes whole with
+/// its head); above it a burst of requests waiting for their upstreams holds no 64 KiB buffer each
+/// (4 MiB of them at most), and the body bytes that come with each head, which the client takes
+/// first, are at most 16 KiB.
+const HEAD_WAITS_WITH_BUFFER: usize = 64;
+
+thread_local! {
+    /// Response-head reads of this worker waiting now.
+    static HEAD_WAITS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// One response-head read counted in [`HEAD_WAITS`] while it lives.
+struct HeadWait(usize);
+
+impl HeadWait {
+    fn start() -> Self {
+        HeadWait(HEAD_WAITS.with(|n| n.replace(n.get() + 1)))
+    }
+
+    /// Whether [`HEAD_WAITS_WITH_BUFFER`] reads were already waiting when this one started.
+    fn many(&self) -> bool {
+        self.0 >= HEAD_WAITS_WITH_BUFFER
+    }
+}
+
+impl Drop for HeadWait {
+    fn drop(&mut self) {
+        HEAD_WAITS.with(|n| n.set(n.get().saturating_sub(1)));
     }
 }
 

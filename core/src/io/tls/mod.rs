@@ -517,6 +517,11 @@ where
         self.io.readable(relaxed).await
     }
 
+    /// The socket's room: records rustls still holds go out with the next write.
+    async fn writable(&mut self, relaxed: bool) -> io::Result<()> {
+        self.io.writable(relaxed).await
+    }
+
     fn split(self) -> (Self::ReadHalf, Self::WriteHalf) {
         let (r, w) = self.io.split();
         let read = TlsReadHalf {

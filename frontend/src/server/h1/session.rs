@@ -274,8 +274,12 @@ impl<T: Transport> Session for H1Session<'_, T> {
         }
         if passthrough && !complete {
             // The body goes out from the relay's own buffer: the output buffer goes back to the pool
-            // for the rest of the relay instead of being held idle.
+            // for the rest of the relay instead of being held idle, and so does the request's receive
+            // buffer once the request is in (unless it holds a pipelined request's bytes).
             self.out = SendBuf(Vec::new());
+            if self.body.done() {
+                self.rb.release();
+            }
         }
         Ok(Started { complete, close })
     }
@@ -290,6 +294,11 @@ impl<T: Transport> Session for H1Session<'_, T> {
 
     fn body_bytes(&self) -> (u64, u64) {
         (self.body.payload(), self.relay.payload())
+    }
+
+    async fn client_room(&mut self) -> Result<(), SendFailure> {
+        let fd = self.stream.fd();
+        within_send(self.send, fd, self.stream.writable(false)).await
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {

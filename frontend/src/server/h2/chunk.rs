@@ -2,7 +2,12 @@
 //! left h2, the progress that the stream's `send` deadline counts (DESIGN.md "Memory under slow readers
 //! and large bodies": HTTP/2 streams obey the `send` rule per stream, bounded by the stream's window).
 
-use std::{cell::Cell, rc::Rc};
+use std::{
+    cell::{Cell, RefCell},
+    future::poll_fn,
+    rc::Rc,
+    task::{Poll, Waker},
+};
 
 use bytes::Buf;
 use edge_core::{buf, clock::coarse_now};
@@ -11,19 +16,49 @@ use monoio::time::Instant;
 /// When bytes of one stream's DATA payloads last left h2 for the connection's write pump: h2 takes a
 /// payload's bytes only as the client's flow-control window for the stream and the socket let it, so
 /// each step is the client taking part of the response. Shared by the stream's session and the
-/// payloads it handed to h2; one per stream that sends a body.
+/// payloads it handed to h2; one per stream that sends a body. It also counts the payloads h2 still
+/// holds, so the relay can read the next chunk only once h2 let go of the last
+/// ([`Moved::all_taken`]): a stream holds one chunk.
 #[derive(Clone)]
-pub struct Moved(Rc<Cell<Instant>>);
+pub struct Moved(Rc<MovedState>);
+
+struct MovedState {
+    last: Cell<Instant>,
+    /// Payloads of the stream h2 holds.
+    held: Cell<usize>,
+    /// The session waiting in [`Moved::all_taken`].
+    waiter: RefCell<Option<Waker>>,
+}
 
 impl Moved {
     /// A stream whose bytes moved just now (the start of its first wait).
     pub fn now() -> Self {
-        Moved(Rc::new(Cell::new(coarse_now())))
+        Moved(Rc::new(MovedState {
+            last: Cell::new(coarse_now()),
+            held: Cell::new(0),
+            waiter: RefCell::new(None),
+        }))
     }
 
     /// When the stream's bytes last moved (on the coarse clock).
     pub fn last(&self) -> Instant {
-        self.0.get()
+        self.0.last.get()
+    }
+
+    /// Resolves once h2 holds none of the stream's payloads (every byte went to the connection's
+    /// write pump, or the stream ended).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn all_taken(&self) {
+        poll_fn(|cx| match self.0.held.get() {
+            0 => Poll::Ready(()),
+            _ => {
+                *self.0.waiter.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
     }
 }
 
@@ -62,6 +97,7 @@ impl Chunk {
 
     /// The payload, telling `moved` whenever h2 takes some of its bytes.
     pub fn telling(mut self, moved: &Moved) -> Self {
+        moved.0.held.set(moved.0.held.get() + 1);
         self.moved = Some(moved.clone());
         self
     }
@@ -79,7 +115,7 @@ impl Buf for Chunk {
     fn advance(&mut self, n: usize) {
         self.pos += n;
         if let (Some(m), true) = (&self.moved, n > 0) {
-            m.0.set(coarse_now());
+            m.0.last.set(coarse_now());
         }
     }
 }
@@ -87,5 +123,13 @@ impl Buf for Chunk {
 impl Drop for Chunk {
     fn drop(&mut self) {
         buf::give(std::mem::take(&mut self.data));
+        if let Some(m) = self.moved.take() {
+            m.0.held.set(m.0.held.get() - 1);
+            if m.0.held.get() == 0 {
+                if let Some(w) = m.0.waiter.borrow_mut().take() {
+                    w.wake();
+                }
+            }
+        }
     }
 }

@@ -196,35 +196,48 @@ impl<'a> H2Session<'a> {
     /// h2 taking bytes of the chunks already handed to it (each time the client's window moves),
     /// restarts it.
     async fn send_data(&mut self, chunk: Chunk, end: bool) -> Result<(), SendFailure> {
-        let Some(stream) = self.send.as_mut() else {
+        if self.send.is_none() {
             return Err(SendFailure::Closed);
-        };
-        let send = self.send_timeout;
+        }
         let chunk = match chunk.remaining() {
             0 => chunk,
             _ => chunk.telling(self.moved.get_or_insert_with(Moved::now)),
         };
         if chunk.remaining() > 0 {
-            stream.reserve_capacity(chunk.remaining());
-            let mut until = after(send);
-            while stream.capacity() == 0 {
-                match timeout_at(until, poll_fn(|cx| stream.poll_capacity(cx))).await {
-                    Ok(Some(Ok(_))) => until = after(send),
-                    Ok(_) => return Err(SendFailure::Closed),
-                    // Bytes of earlier chunks that left since push the deadline to `send` after them.
-                    Err(_) => match self.moved.as_ref().map(|m| m.last() + send) {
-                        Some(t) if t > coarse_now() => until = t,
-                        _ => return Err(SendFailure::Timeout),
-                    },
-                }
-            }
+            self.wait_capacity(chunk.remaining()).await?;
         }
+        let Some(stream) = self.send.as_mut() else {
+            return Err(SendFailure::Closed);
+        };
         if chunk.remaining() > 0 || end {
             stream
                 .send_data(chunk, end)
                 .map_err(|_| SendFailure::Closed)?;
         }
         self.ended |= end;
+        Ok(())
+    }
+
+    /// Waits until the stream has send capacity for up to `want` more bytes (see
+    /// [`H2Session::send_data`]), under the `send` deadline counted as time without progress.
+    async fn wait_capacity(&mut self, want: usize) -> Result<(), SendFailure> {
+        let send = self.send_timeout;
+        let Some(stream) = self.send.as_mut() else {
+            return Err(SendFailure::Closed);
+        };
+        stream.reserve_capacity(want);
+        let mut until = after(send);
+        while stream.capacity() == 0 {
+            match timeout_at(until, poll_fn(|cx| stream.poll_capacity(cx))).await {
+                Ok(Some(Ok(_))) => until = after(send),
+                Ok(_) => return Err(SendFailure::Closed),
+                // Bytes of earlier chunks that left since push the deadline to `send` after them.
+                Err(_) => match self.moved.as_ref().map(|m| m.last() + send) {
+                    Some(t) if t > coarse_now() => until = t,
+                    _ => return Err(SendFailure::Timeout),
+                },
+            }
+        }
         Ok(())
     }
 
@@ -283,8 +296,9 @@ impl<'a> H2Session<'a> {
             .map_err(|_| RelayError::BadBody)?;
         let done = self.relay.done();
         let chunk = if n == rest.len() && n > 0 {
-            // A buffer of the same size class replaces it: the relay's reads keep their paced size.
-            let (storage, start) = rest.swap_storage(buf::take_sized(rest.capacity()));
+            // No storage replaces it: the relay holds none while h2 holds the chunk, and its next
+            // read takes a pooled buffer of its paced size ([`RecvBuf::fill_sized`]).
+            let (storage, start) = rest.swap_storage(Vec::new());
             Chunk::at(storage, start)
         } else {
             let mut out = Vec::with_capacity(n);
@@ -456,12 +470,40 @@ impl Session for H2Session<'_> {
         let resp =
             Self::response(rest.data(), head, fields, &self.added).ok_or(RelayError::BadBody)?;
         rest.consume(head.len);
-        let mut out = buf::take_large();
-        let complete = self
-            .relay
-            .take_available(rest, &mut out)
-            .map_err(|_| RelayError::BadBody)?;
-        let empty = complete && out.is_empty();
+        let passthrough = self.relay.passthrough();
+        let (complete, out) = match passthrough && !rest.is_empty() {
+            // The body bytes that came with the head: the head's buffer itself becomes the first
+            // DATA payload (no copy, no second buffer), as in [`H2Session::send_passthrough`].
+            true => {
+                let n = self
+                    .relay
+                    .scan(rest.data())
+                    .map_err(|_| RelayError::BadBody)?;
+                let complete = self.relay.done();
+                let chunk = match n == rest.len() {
+                    true => {
+                        let (storage, start) = rest.swap_storage(Vec::new());
+                        Chunk::at(storage, start)
+                    }
+                    false => {
+                        let mut out = buf::take_sized(n);
+                        out.extend_from_slice(&rest.data()[..n]);
+                        rest.consume(n);
+                        Chunk::new(out)
+                    }
+                };
+                (complete, chunk)
+            }
+            false => {
+                let mut out = buf::take_large();
+                let complete = self
+                    .relay
+                    .take_available(rest, &mut out)
+                    .map_err(|_| RelayError::BadBody)?;
+                (complete, Chunk::new(out))
+            }
+        };
+        let empty = complete && out.remaining() == 0;
         let stream = self
             .respond
             .send_response(resp, empty)
@@ -469,7 +511,7 @@ impl Session for H2Session<'_> {
         self.send = Some(stream);
         self.ended = empty;
         if !empty {
-            self.send_data(Chunk::new(out), complete)
+            self.send_data(out, complete)
                 .await
                 .map_err(RelayError::Client)?;
         }
@@ -479,15 +521,46 @@ impl Session for H2Session<'_> {
         })
     }
 
-    /// Relay-sized (256 KiB) upstream reads for a pass-through body, as for HTTP/1.1: 16 and 64 KiB
-    /// reads cost 1.3-1.4x the CPU per large response, at the price of up to 256 KiB per stream in the
-    /// receive buffer and as much again queued in h2 (bench/README.md "HTTP/2").
     fn body_bytes(&self) -> (u64, u64) {
         (self.received, self.relay.payload())
     }
 
+    /// Pass-through bodies read in chunks that follow the stream's pace ([`Session::max_chunk`]).
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
+    }
+
+    /// A stream's chunks are bounded by its window (DESIGN.md "Memory under slow readers and large
+    /// bodies": HTTP/2 streams obey the same rule per stream, bounded by the stream's window): 16 KiB,
+    /// one DATA frame at the default `SETTINGS_MAX_FRAME_SIZE` (RFC 9113 §4.2, §6.5.2), and h2 takes
+    /// the next only once the last is gone ([`Session::client_room`]). At 640 concurrent 1 MiB
+    /// streams, 64 KiB chunks held 1.4x the memory of 16 KiB ones (bench/README.md "HTTP/2").
+    fn max_chunk(&self) -> usize {
+        buf::BUF_SIZE
+    }
+
+    /// Waits, holding no buffer of the relay's, until h2 let go of the stream's last chunk (its bytes
+    /// went to the connection's write pump as the stream's window allowed): a stream holds one chunk.
+    /// Under the `send` deadline, counted from the chunk's bytes last moving.
+    async fn client_room(&mut self) -> Result<(), SendFailure> {
+        let Some(moved) = self.moved.clone() else {
+            return Ok(());
+        };
+        let send = self.send_timeout;
+        let mut taken = std::pin::pin!(moved.all_taken());
+        loop {
+            let until = moved.last() + send;
+            if until <= coarse_now() {
+                return Err(SendFailure::Timeout);
+            }
+            if timeout_at(until, taken.as_mut()).await.is_ok() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn window_paced(&self) -> bool {
+        true
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
