@@ -200,3 +200,62 @@ both_drivers!(a_configmap_symlink_swap_is_reloaded, |d| {
     assert_eq!(Client::connect(edge.addr).get("/b/x").body, b"from-b");
     assert_eq!(edge.count_log("config.rejected"), 0);
 });
+
+both_drivers!(a_config_file_changed_under_load_fails_no_request, |d| {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+    let a = Origin::fixed(b"from-a");
+    let b = Origin::fixed(b"from-b");
+    let edge = Edge::start(&watched(d, a.addr, None));
+    let addr = edge.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let seen_b = Arc::new(Mutex::new(None::<std::time::Instant>));
+    // Four keep-alive clients send back to back through the change: every answer must be a 200.
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, served, seen_b) = (stop.clone(), served.clone(), seen_b.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let mut failed = Vec::new();
+                while !stop.load(Relaxed) {
+                    match c.try_get("/b/x") {
+                        Some(r) if r.status == 200 => {
+                            served.fetch_add(1, Relaxed);
+                            if r.body == b"from-b" {
+                                seen_b
+                                    .lock()
+                                    .unwrap()
+                                    .get_or_insert_with(std::time::Instant::now);
+                            }
+                            if r.header("connection") == Some("close") {
+                                c = Client::connect(addr);
+                            }
+                        }
+                        other => failed.push(format!("{:?}", other.map(|r| r.status))),
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let under_load = |n: u64| wait_until(Duration::from_secs(10), || served.load(Relaxed) >= n);
+    assert!(under_load(200), "load is running before the change");
+    let changed = std::time::Instant::now();
+    edge.rewrite_config(&watched(d, a.addr, Some(b.addr)));
+    assert!(
+        wait_until(Duration::from_secs(5), || seen_b.lock().unwrap().is_some()),
+        "the new route answers"
+    );
+    let live_after = seen_b.lock().unwrap().unwrap() - changed;
+    // config_check is 100 ms: live within it plus 1 s.
+    assert!(
+        live_after < Duration::from_millis(1100),
+        "new route live after {live_after:?}"
+    );
+    let after = served.load(Relaxed);
+    assert!(under_load(after + 200), "load goes on after the change");
+    stop.store(true, Relaxed);
+    let failed: Vec<String> = load.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    assert!(failed.is_empty(), "failed requests: {failed:?}");
+});
