@@ -48,6 +48,7 @@ mod proxy_protocol_upstream;
 mod reload;
 mod routing;
 mod rules;
+mod rules_requests;
 mod slow_readers;
 mod smuggling;
 mod strictness;
