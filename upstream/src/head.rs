@@ -245,6 +245,25 @@ mod tests {
         }
     }
 
+    /// The rewrite of a request from untrusted client 10.0.0.9 with id `id` and no body, nothing
+    /// else changed; tests set what they exercise on top of it.
+    fn plain<'a>() -> RequestRewrite<'a> {
+        RequestRewrite {
+            peer: "10.0.0.9".parse().unwrap(),
+            trusted: false,
+            https: false,
+            id: b"id",
+            body: Body::None,
+            upgrade: false,
+            max_forwards: None,
+            path: None,
+            host: None,
+            rules: None,
+            added: b"",
+            traceparent: None,
+        }
+    }
+
     fn rewrite(text: &str, trusted: bool) -> String {
         rewrite_traced(text, trusted, None)
     }
@@ -262,18 +281,13 @@ mod tests {
         );
         let info = edge_core::http::framing::request_info(text.as_bytes(), &h, &f).unwrap();
         let rw = RequestRewrite {
-            peer: "10.0.0.9".parse().unwrap(),
             trusted,
-            https: false,
             id: &id,
             body: Body::Length(3),
             upgrade: info.upgrade,
             max_forwards: info.max_forwards,
-            path: None,
-            host: None,
-            rules: None,
-            added: b"",
             traceparent,
+            ..plain()
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -430,18 +444,8 @@ mod tests {
             .unwrap()
             .unwrap();
         let rw = RequestRewrite {
-            peer: "10.0.0.9".parse().unwrap(),
-            trusted: false,
-            https: false,
-            id: b"id",
-            body: Body::None,
-            upgrade: false,
-            max_forwards: None,
             path: Some(b"/v2/~a"),
-            host: None,
-            rules: None,
-            added: b"",
-            traceparent: None,
+            ..plain()
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -479,18 +483,10 @@ mod tests {
             .unwrap()
             .unwrap();
         let rw = RequestRewrite {
-            peer: "10.0.0.9".parse().unwrap(),
-            trusted: false,
-            https: false,
-            id: b"id",
-            body: Body::None,
-            upgrade: false,
-            max_forwards: None,
-            path: None,
             host: Some(b"internal.api"),
             rules: Some(&rules),
             added: b"X-Forwarded-Proto: https\r\nX-Env: prod\r\n",
-            traceparent: None,
+            ..plain()
         };
         let mut out = Vec::new();
         request_head(&mut out, &view(text.as_bytes(), &h, &f), &rw);
@@ -533,18 +529,9 @@ mod tests {
             let h = parse_request(buf, 100, &mut f).unwrap().unwrap();
             let info = request_info(buf, &h, &f).unwrap();
             let rw = RequestRewrite {
-                peer: "10.0.0.9".parse().unwrap(),
-                trusted: false,
-                https: false,
                 id: b"id-1",
                 body: info.body,
-                upgrade: false,
-                max_forwards: None,
-                path: None,
-                host: None,
-                rules: None,
-                added: b"",
-                traceparent: None,
+                ..plain()
             };
             let mut out = Vec::new();
             request_head(&mut out, &view(buf, &h, &f), &rw);
