@@ -225,6 +225,24 @@ impl Target {
         Ok(target)
     }
 
+    /// A target whose proxy `process` already answers on `addr`, started by a scenario its own way
+    /// (`slow-readers`: edge with a config file of its own); `dir`, its scratch directory, is removed
+    /// on drop.
+    pub fn running(
+        kind: TargetKind,
+        addr: SocketAddr,
+        process: EdgeProcess,
+        dir: PathBuf,
+    ) -> Target {
+        Target {
+            kind,
+            addr,
+            tls_addr: None,
+            process: Some(process),
+            dir: Some(dir),
+        }
+    }
+
     /// The proxy's pid and its direct children's (nginx: master then worker), empty for `direct`.
     pub fn pids(&self) -> Vec<u32> {
         match &self.process {

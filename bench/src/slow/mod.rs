@@ -38,7 +38,7 @@ use crate::support::table::bytes;
 use readers::{run_readers, ReadersPlan};
 use report::{memory_targets, slow_table, SlowReport, SlowRow, SlowRun};
 use sampler::{rss_kib, RssSampler};
-use setup::{start_origin, OriginKind, SlowTarget, BODY_PATH};
+use setup::{start_origin, start_target, OriginKind, BODY_PATH};
 
 /// How long a proxy (and the origin) gets to answer its first request.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -300,7 +300,7 @@ fn run_target(
     args: &Args,
     plan: &ReadersPlan,
 ) -> io::Result<SlowRow> {
-    let mut t = SlowTarget::start(kind, bins, origin, proxy_list, args.send, START_TIMEOUT)?;
+    let mut t = start_target(kind, bins, origin, proxy_list, args.send, START_TIMEOUT)?;
     // Start-up settles (the start-up check's request, timers) before the baseline.
     std::thread::sleep(BASELINE_WAIT);
     let pids = t.pids();

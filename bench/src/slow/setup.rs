@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use super::body::pattern_body;
 use crate::compare::proxies::{nginx_args, nginx_preamble, proxy_command};
-use crate::compare::target::{Binaries, TargetKind};
+use crate::compare::target::{Binaries, Target, TargetKind};
 use crate::peers::origin::child::start_sized_origin;
 use crate::support::edge_config::toml_duration;
 use crate::support::edge_proc::{start_pinned_proxy, EdgeProcess};
-use crate::support::procfs::children_of;
 use crate::support::stack::free_port;
 
 /// The path the slow readers ask for.
@@ -153,84 +152,31 @@ pub fn nginx_static_config(dir: &Path, listen: SocketAddr) -> String {
     )
 }
 
-/// A proxy under test: started as `compare` starts it, stopped and its directory removed on drop.
-#[derive(Debug)]
-pub struct SlowTarget {
-    /// Which proxy.
-    pub kind: TargetKind,
-    /// Its listener.
-    pub addr: SocketAddr,
-    process: Option<EdgeProcess>,
-    dir: PathBuf,
-}
-
-impl SlowTarget {
-    /// Starts `kind` on a free loopback port in front of `origin`, pinned to `cpus`; edge gets
-    /// `--config` with `server.timeouts.send = send`. Waits until `GET /fast` through it answers.
-    ///
-    /// # Errors
-    /// Config writes, spawn failures, the proxy not answering within `timeout`.
-    pub fn start(
-        kind: TargetKind,
-        bins: &Binaries,
-        origin: SocketAddr,
-        cpus: &str,
-        send: Duration,
-        timeout: Duration,
-    ) -> io::Result<SlowTarget> {
-        let listen = free_port()?;
-        let dir = scratch_dir(kind.name())?;
-        let started = command(kind, bins, &dir, listen, origin, send).and_then(|(bin, args)| {
-            start_pinned_proxy(kind.name(), &bin, args, cpus, listen, &dir, timeout)
-        });
-        match started {
-            Ok(p) => Ok(SlowTarget {
-                kind,
-                addr: listen,
-                process: Some(p),
-                dir,
-            }),
-            Err(e) => {
-                let _ = fs::remove_dir_all(&dir);
-                Err(e)
-            }
+/// Starts proxy `kind` as `compare` starts it, on a free loopback port in front of `origin`, pinned
+/// to `cpus`; edge gets `--config` with `server.timeouts.send = send`. Waits until `GET /fast` through
+/// it answers. The target stops the proxy and removes its directory on drop.
+///
+/// # Errors
+/// Config writes, spawn failures, the proxy not answering within `timeout`.
+pub fn start_target(
+    kind: TargetKind,
+    bins: &Binaries,
+    origin: SocketAddr,
+    cpus: &str,
+    send: Duration,
+    timeout: Duration,
+) -> io::Result<Target> {
+    let listen = free_port()?;
+    let dir = scratch_dir(kind.name())?;
+    let started = command(kind, bins, &dir, listen, origin, send).and_then(|(bin, args)| {
+        start_pinned_proxy(kind.name(), &bin, args, cpus, listen, &dir, timeout)
+    });
+    match started {
+        Ok(p) => Ok(Target::running(kind, listen, p, dir)),
+        Err(e) => {
+            let _ = fs::remove_dir_all(&dir);
+            Err(e)
         }
-    }
-
-    /// The proxy's pid and its direct children's (nginx: master, then worker).
-    pub fn pids(&self) -> Vec<u32> {
-        match &self.process {
-            None => Vec::new(),
-            Some(p) => std::iter::once(p.pid())
-                .chain(children_of(p.pid()))
-                .collect(),
-        }
-    }
-
-    /// Fails when the proxy has exited.
-    ///
-    /// # Errors
-    /// `Other` with the exit status and the proxy's output.
-    pub fn check_alive(&mut self) -> io::Result<()> {
-        let name = self.kind.name();
-        let Some(p) = &mut self.process else {
-            return Ok(());
-        };
-        match p.exited()? {
-            None => Ok(()),
-            Some(st) => Err(io::Error::other(format!(
-                "{name} exited during the run ({st}):\n{}",
-                p.output()
-            ))),
-        }
-    }
-}
-
-impl Drop for SlowTarget {
-    fn drop(&mut self) {
-        // Stop the process (its own drop) before removing its directory.
-        self.process = None;
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 
