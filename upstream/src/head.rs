@@ -93,7 +93,7 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     let mut lines = FieldLines::default();
     let mut host_done = false;
     for f in fields {
-        if is_hop_by_hop(buf, fields, f, named) || (rw.rules.is_some() && rw.drops(f.name(buf))) {
+        if is_hop_by_hop(buf, fields, f, named) || rw.drops(f.name(buf)) {
             continue;
         }
         match f.kind {
@@ -138,11 +138,9 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
     if let (Some(host), false) = (rw.host, host_done) {
         field(out, b"Host", host);
     }
-    if rw.rules.is_some() {
-        forwarding_fields_with_rules(out, req, rw, xff_prev, proto_kept);
-    } else {
-        forwarding_fields(out, req, rw, xff_prev, proto_kept);
-    }
+    forwarding_fields(out, req, rw, xff_prev, proto_kept);
+    // The route's `request_headers` come after edge's own fields (which they may replace).
+    out.extend_from_slice(rw.added);
     match rw.body {
         Body::Length(n) => {
             out.extend_from_slice(b"Content-Length: ");
@@ -159,7 +157,9 @@ pub fn request_head(out: &mut Vec<u8>, req: &RequestView<'_>, rw: &RequestRewrit
 }
 
 /// edge's forwarding fields (DESIGN.md "HTTP/1.1 rules"): X-Forwarded-For (the received list, when
-/// trusted, then the client), X-Forwarded-Proto unless a trusted peer sent one, X-Request-Id, Via.
+/// trusted, then the client), X-Forwarded-Proto unless a trusted peer sent one, X-Request-Id, the
+/// traceparent edge started, Via; each left out when a route's `request_headers` rule removes or
+/// replaces it.
 fn forwarding_fields(
     out: &mut Vec<u8>,
     req: &RequestView<'_>,
@@ -168,63 +168,35 @@ fn forwarding_fields(
     proto_kept: bool,
 ) {
     let (buf, fields) = (req.buf, req.fields);
-    out.extend_from_slice(b"X-Forwarded-For: ");
-    if xff_prev {
-        for f in fields.iter().filter(|f| f.kind == FieldKind::XForwardedFor) {
-            for e in list_elements(f.value(buf)) {
-                out.extend_from_slice(e);
-                out.extend_from_slice(b", ");
+    if !rw.drops(b"x-forwarded-for") {
+        out.extend_from_slice(b"X-Forwarded-For: ");
+        if xff_prev {
+            for f in fields.iter().filter(|f| f.kind == FieldKind::XForwardedFor) {
+                for e in list_elements(f.value(buf)) {
+                    out.extend_from_slice(e);
+                    out.extend_from_slice(b", ");
+                }
             }
         }
+        push_ip(out, rw.peer);
+        out.extend_from_slice(b"\r\n");
     }
-    push_ip(out, rw.peer);
-    out.extend_from_slice(b"\r\n");
-    if !proto_kept {
+    if !proto_kept && !rw.drops(b"x-forwarded-proto") {
         out.extend_from_slice(if rw.https {
             b"X-Forwarded-Proto: https\r\n"
         } else {
             b"X-Forwarded-Proto: http\r\n"
         });
     }
-    out.extend_from_slice(b"X-Request-Id: ");
-    out.extend_from_slice(rw.id);
-    out.extend_from_slice(b"\r\n");
-    if let Some(t) = rw.traceparent {
+    if !rw.drops(b"x-request-id") {
+        field(out, b"X-Request-Id", rw.id);
+    }
+    if let Some(t) = rw.traceparent.filter(|_| !rw.drops(b"traceparent")) {
         field(out, b"traceparent", t);
     }
-    field(out, b"Via", VIA);
-}
-
-/// [`forwarding_fields`] under the route's `request_headers`: each of edge's fields that a rule
-/// removes or sets is left out, then the rules' fields follow (phase 4 comes after edge's own
-/// fields, so a rule can override them).
-fn forwarding_fields_with_rules(
-    out: &mut Vec<u8>,
-    req: &RequestView<'_>,
-    rw: &RequestRewrite<'_>,
-    xff_prev: bool,
-    proto_kept: bool,
-) {
-    let start = out.len();
-    forwarding_fields(out, req, rw, xff_prev, proto_kept);
-    // The few short lines just written: drop those a rule replaces or removes, in place.
-    let mut kept = start;
-    let mut at = start;
-    while at < out.len() {
-        let end = at
-            + out[at..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(out.len() - at, |i| i + 1);
-        let name_end = at + out[at..end].iter().position(|&b| b == b':').unwrap_or(0);
-        if !rw.drops(&out[at..name_end]) {
-            out.copy_within(at..end, kept);
-            kept += end - at;
-        }
-        at = end;
+    if !rw.drops(b"via") {
+        field(out, b"Via", VIA);
     }
-    out.truncate(kept);
-    out.extend_from_slice(rw.added);
 }
 
 #[cfg(test)]

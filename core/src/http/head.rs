@@ -32,6 +32,14 @@ impl Field {
     }
 }
 
+/// The value of the first of `fields` named `name` (case-insensitive, RFC 9110 §5.1), read from `buf`.
+pub fn first_value<'a>(buf: &'a [u8], fields: &[Field], name: &[u8]) -> Option<&'a [u8]> {
+    fields
+        .iter()
+        .find(|f| f.name(buf).eq_ignore_ascii_case(name))
+        .map(|f| f.value(buf))
+}
+
 /// Field names that edge treats specially; everything else is [`FieldKind::Other`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FieldKind {

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 
 use edge_core::{
     config::{LimitKey, RateLimits, ResolvedRoute},
-    http::head::Field,
+    http::head::{first_value, Field},
     policy::limit::Verdict,
 };
 
@@ -48,16 +48,10 @@ pub fn check(
         let key = match &limit.key {
             LimitKey::ClientIp => table.key_ip(r.peer.ip()),
             LimitKey::Route => table.key(route.label.as_bytes()),
-            LimitKey::Header(name) => {
-                let Some(f) = r
-                    .fields
-                    .iter()
-                    .find(|f| f.name(r.buf).eq_ignore_ascii_case(name.as_bytes()))
-                else {
-                    continue;
-                };
-                table.key(f.value(r.buf))
-            }
+            LimitKey::Header(name) => match first_value(r.buf, r.fields, name.as_bytes()) {
+                Some(value) => table.key(value),
+                None => continue,
+            },
         };
         let admission = table.admit(key, &limit.gcra, table.clock(now));
         if admission.evicted_active && w.log_limit.allow() {

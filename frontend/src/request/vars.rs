@@ -5,7 +5,10 @@
 use std::net::SocketAddr;
 
 use edge_core::{
-    http::{head::Field, write::push_ip},
+    http::{
+        head::{first_value, Field},
+        write::push_ip,
+    },
     policy::template::{Var, Vars},
 };
 
@@ -40,13 +43,7 @@ impl Vars for RequestVars<'_> {
             Var::Scheme => out.extend_from_slice(if self.https { b"https" } else { b"http" }),
             Var::RequestId => out.extend_from_slice(self.id),
             Var::Header(name) => {
-                if let Some(f) = self
-                    .fields
-                    .iter()
-                    .find(|f| f.name(self.buf).eq_ignore_ascii_case(name))
-                {
-                    out.extend_from_slice(f.value(self.buf));
-                }
+                out.extend_from_slice(first_value(self.buf, self.fields, name).unwrap_or_default())
             }
         }
     }
@@ -70,18 +67,10 @@ pub fn hash_key(key: &edge_core::config::HashKey, v: &RequestVars<'_>) -> Option
                 .unwrap_or(v.target.len());
             h.write(&v.target[..end]);
         }
-        HashKey::Header(name) => h.write(field(v, name.as_bytes())?),
+        HashKey::Header(name) => h.write(first_value(v.buf, v.fields, name.as_bytes())?),
         HashKey::Cookie(name) => h.write(cookie(v, name.as_bytes())?),
     }
     Some(h.finish())
-}
-
-/// The first field named `name` (case-insensitive).
-fn field<'a>(v: &RequestVars<'a>, name: &[u8]) -> Option<&'a [u8]> {
-    v.fields
-        .iter()
-        .find(|f| f.name(v.buf).eq_ignore_ascii_case(name))
-        .map(|f| f.value(v.buf))
 }
 
 /// The value of cookie `name` in the Cookie fields (RFC 6265 §4.2.1: `name=value` pairs separated
