@@ -7,7 +7,7 @@
 
 use std::{net::SocketAddr, rc::Rc};
 
-use edge_core::policy::limit::conns::Entry;
+use edge_core::{metrics::ShedReason, policy::limit::conns::Entry};
 
 use crate::context::Worker;
 
@@ -24,13 +24,9 @@ impl Drop for ClientSlot {
     }
 }
 
-/// The client already has `max_connections_per_client` connections open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AtLimit;
-
-/// Counts a connection of `client`: `Ok(None)` when the limit is off (or the table is full),
-/// `Ok(Some(slot))` when counted, `Err(AtLimit)` when the client is at its limit.
-pub fn enter(w: &Rc<Worker>, client: SocketAddr) -> Result<Option<ClientSlot>, AtLimit> {
+/// Counts a connection of `client`: its slot (none when the limit is off or the table is full), or
+/// the shed reason `client_limit` when the client is at its limit.
+pub fn enter(w: &Rc<Worker>, client: SocketAddr) -> (Option<ClientSlot>, Option<ShedReason>) {
     let limit = w
         .current()
         .cfg
@@ -39,11 +35,11 @@ pub fn enter(w: &Rc<Worker>, client: SocketAddr) -> Result<Option<ClientSlot>, A
         .limits
         .max_connections_per_client;
     if limit == 0 {
-        return Ok(None);
+        return (None, None);
     }
     match w.shared.clients.enter(client.ip(), limit) {
-        Entry::Counted(slot) => Ok(Some(ClientSlot { w: w.clone(), slot })),
-        Entry::Over => Err(AtLimit),
-        Entry::Uncounted => Ok(None),
+        Entry::Counted(slot) => (Some(ClientSlot { w: w.clone(), slot }), None),
+        Entry::Over => (None, Some(ShedReason::ClientLimit)),
+        Entry::Uncounted => (None, None),
     }
 }

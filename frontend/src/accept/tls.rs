@@ -71,14 +71,10 @@ pub fn serve(
         };
         // The client is known: count it against `max_connections_per_client` before the session is
         // chosen (an HTTP/2 connection counts once). Held to the connection's end.
-        let mut shed = over_capacity.then_some(ShedReason::Limit);
-        let mut _client = None;
-        if shed.is_none() {
-            match crate::accept::clients::enter(&w, peer) {
-                Ok(slot) => _client = slot,
-                Err(_) => shed = Some(ShedReason::ClientLimit),
-            }
-        }
+        let (_client, shed) = match over_capacity {
+            true => (None, Some(ShedReason::Limit)),
+            false => crate::accept::clients::enter(&w, peer),
+        };
         // ALPN chose the session (DESIGN.md "TLS"): h2, or HTTP/1.1 for anything else (or no ALPN).
         if tls.with_conn(|c| c.alpn_protocol() == Some(b"h2")) {
             let from = crate::server::h2::Origin {

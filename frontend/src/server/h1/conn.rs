@@ -189,14 +189,10 @@ pub fn serve<T: Transport>(
         // The client is known: count it against `max_connections_per_client` (a TLS connection was
         // counted before its handshake's session was chosen). Held to the connection's end.
         // A connection over it is answered in the protocol it speaks: after the h2c sniff.
-        let mut _client = None;
-        let mut client_shed = None;
-        if shed.is_none() && !https {
-            match crate::accept::clients::enter(&w, c.peer) {
-                Ok(slot) => _client = slot,
-                Err(_) => client_shed = Some(ShedReason::ClientLimit),
-            }
-        }
+        let (_client, client_shed) = match shed.is_none() && !https {
+            true => crate::accept::clients::enter(&w, c.peer),
+            false => (None, None),
+        };
         if let Some(reason) = shed {
             // Boxed rather than in a pooled slot: a burst of shed connections would otherwise leave its
             // peak number of slots in the worker's pool until the next trim. (One allocation per
