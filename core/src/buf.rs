@@ -211,6 +211,19 @@ impl RecvBuf {
         (std::mem::replace(&mut self.storage, with), start)
     }
 
+    /// Appends bytes through `f`, which extends the storage (an HTTP/2 upstream session writes its
+    /// response here in HTTP/1.1 syntax). Storage comes from the pool (a large buffer when there is
+    /// none); consumed bytes are dropped first so the storage does not grow with the whole body.
+    pub fn append_with<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        if self.storage.capacity() == 0 {
+            self.storage = take_large();
+        } else if self.pos > 0 {
+            self.storage.drain(..self.pos);
+            self.pos = 0;
+        }
+        f(&mut self.storage)
+    }
+
     /// Capacity of the storage held, bytes (0 when none).
     pub fn capacity(&self) -> usize {
         self.storage.capacity()

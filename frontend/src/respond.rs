@@ -164,6 +164,8 @@ impl Failure {
                 UpstreamErrorKind::QueueTimeout => "upstream_queue",
                 UpstreamErrorKind::Tls => "upstream_tls",
                 UpstreamErrorKind::NoEndpoint => "no_endpoint",
+                UpstreamErrorKind::RefusedStream => "upstream_refused_stream",
+                UpstreamErrorKind::GoAway => "upstream_goaway",
             },
         }
     }
@@ -211,6 +213,8 @@ impl Failure {
                     "service unavailable: upstream connection limit reached\n"
                 }
                 UpstreamErrorKind::Tls => "bad gateway: upstream TLS handshake failed\n",
+                UpstreamErrorKind::RefusedStream => "bad gateway: upstream refused the stream\n",
+                UpstreamErrorKind::GoAway => "bad gateway: upstream connection going away\n",
                 UpstreamErrorKind::NoEndpoint => {
                     "service unavailable: the upstream's endpoint names have not resolved yet\n"
                 }

@@ -28,6 +28,8 @@ pub struct Endpoint {
     /// Its idle connections (shared with the previous generation's endpoint of the same upstream and
     /// address after a config reload, so warm connections survive it).
     pub pool: Rc<Pool>,
+    /// Its HTTP/2 connections (`protocol = "h2"` or `"auto"`; shared across a reload like `pool`).
+    pub h2: Rc<crate::h2::H2Conns>,
     /// Its `max_active` budget (shared like `pool`); its count of checked-out connections is this
     /// worker's requests in flight on the endpoint, which `least_request` compares.
     pub slots: Rc<crate::permit::Slots>,
@@ -125,7 +127,10 @@ impl Upstream {
     ) -> Self {
         // Pooled connections carry the TLS settings they were opened with: a pool is kept only when
         // those did not change.
-        let same_tls = previous.is_some_and(|p| tls_settings(&p.config) == tls_settings(&r.config));
+        let same_tls = previous.is_some_and(|p| {
+            tls_settings(&p.config) == tls_settings(&r.config)
+                && p.config.protocol == r.config.protocol
+        });
         let kept = |addr: SocketAddr| {
             previous
                 .filter(|_| same_tls)
@@ -155,6 +160,7 @@ impl Upstream {
                         addr: r.addr,
                         weight: r.weight,
                         pool: e.pool.clone(),
+                        h2: e.h2.clone(),
                         slots: e.slots.clone(),
                         health: e.health.clone(),
                         tls: target(r.spec),
@@ -165,6 +171,7 @@ impl Upstream {
                         addr: r.addr,
                         weight: r.weight,
                         pool: Rc::new(crate::pool::Pool::for_endpoint(name, r.addr)),
+                        h2: Default::default(),
                         slots: Default::default(),
                         health: Default::default(),
                         tls: target(r.spec),
@@ -225,7 +232,7 @@ impl Upstream {
     /// `except` (the one whose connect just failed, so that a retry goes elsewhere when there are
     /// several); when none is usable, the least recently failed of them (DESIGN.md "Upstream pools and
     /// retries").
-    fn pick(&self, except: Option<usize>, key: Option<u64>) -> usize {
+    pub(crate) fn pick(&self, except: Option<usize>, key: Option<u64>) -> usize {
         self.checks.begin_pick(&self.config.name, self.worker);
         if self.endpoints.len() == 1 {
             return 0;
@@ -250,7 +257,7 @@ impl Upstream {
     ///
     /// # Errors
     /// As [`connect`], on this endpoint ([`UpstreamError::endpoint`]).
-    async fn connect(
+    pub(crate) async fn connect(
         &self,
         i: usize,
         proxied: Option<ClientConn>,
@@ -362,7 +369,7 @@ impl Upstream {
     }
 
     /// Waits up to `queue_timeout` for a `max_active` permit of endpoint `i`.
-    async fn permit(&self, i: usize) -> Result<crate::permit::Permit, UpstreamError> {
+    pub(crate) async fn permit(&self, i: usize) -> Result<crate::permit::Permit, UpstreamError> {
         let slots = &self.endpoints[i].slots;
         if let Some(p) = slots.try_acquire(self.config.max_active) {
             return Ok(p);
@@ -396,9 +403,10 @@ impl Upstream {
     pub fn sweep(&self) -> usize {
         let now = edge_core::clock::coarse_now();
         let max_idle = self.config.pool_max_idle;
+        let idle_timeout = self.config.pool_idle_timeout.0;
         self.endpoints
             .iter()
-            .map(|e| e.pool.sweep(now, max_idle))
+            .map(|e| e.pool.sweep(now, max_idle) + e.h2.sweep(now, idle_timeout, max_idle))
             .sum()
     }
 }

@@ -31,6 +31,25 @@ pub enum UpstreamErrorKind {
     /// The upstream has no address yet: every endpoint name is still unresolved (edge keeps resolving
     /// them): 503 `no_endpoint`.
     NoEndpoint,
+    /// An HTTP/2 upstream refused the stream (RST_STREAM REFUSED_STREAM, RFC 9113 §8.7): it was never
+    /// processed, so it is retried whatever the method ([`UpstreamErrorKind::unprocessed`]); 502
+    /// `refused_stream` when not.
+    RefusedStream,
+    /// The stream was above an HTTP/2 upstream's graceful GOAWAY last-stream-id, or the connection was
+    /// going away as the stream was opened (RFC 9113 §6.8): never processed, retried whatever the
+    /// method; 502 `goaway` when not.
+    GoAway,
+}
+
+impl UpstreamErrorKind {
+    /// The request never reached the upstream's application (RFC 9113 §8.7): it may be sent again on
+    /// another connection whatever its method, when what was sent can be replayed.
+    pub const fn unprocessed(self) -> bool {
+        matches!(
+            self,
+            UpstreamErrorKind::RefusedStream | UpstreamErrorKind::GoAway
+        )
+    }
 }
 
 /// An upstream failure.
@@ -132,6 +151,8 @@ impl UpstreamErrorKind {
             K::QueueTimeout => Counted::Shed(ShedReason::UpstreamQueue),
             K::NoEndpoint => Counted::Shed(ShedReason::NoEndpoint),
             K::Tls => Counted::Error(UpstreamErrorLabel::Tls),
+            K::RefusedStream => Counted::Error(UpstreamErrorLabel::RefusedStream),
+            K::GoAway => Counted::Error(UpstreamErrorLabel::Goaway),
         }
     }
 }
@@ -150,6 +171,8 @@ impl fmt::Display for UpstreamErrorKind {
             UpstreamErrorKind::QueueTimeout => "no upstream connection free within queue_timeout",
             UpstreamErrorKind::Tls => "TLS handshake or certificate verification failed",
             UpstreamErrorKind::NoEndpoint => "no endpoint address resolved yet",
+            UpstreamErrorKind::RefusedStream => "HTTP/2 stream refused by the upstream",
+            UpstreamErrorKind::GoAway => "HTTP/2 upstream connection going away",
         })
     }
 }

@@ -10,11 +10,13 @@
 //! Everything here is per worker (`Rc`/`RefCell`, no locks): a worker never uses another worker's
 //! connection (DESIGN.md "Upstream pools and retries").
 
+pub mod any;
 pub mod balance;
 pub mod connect;
 pub mod eject;
 pub mod error;
 pub mod h1;
+pub mod h2;
 pub mod head;
 pub mod health;
 pub mod permit;
@@ -31,7 +33,7 @@ pub use balance::{Upstream, UpstreamCounters};
 pub use error::{Counted, UpstreamError, UpstreamErrorKind};
 pub use pool::UpstreamConn;
 
-/// The upstream session an [`Upstream`] opens ([`session::Open`]): HTTP/1.1 today.
+/// The upstream session an [`Upstream`] opens ([`session::Open`]): HTTP/1.1 or HTTP/2.
 pub type Exchange<'u> = <Upstream as session::Open>::Session<'u>;
 /// The upstream side of a tunnel after a `101` ([`session::UpstreamSession::into_tunnel`]).
 pub type Tunnel = <Upstream as session::Open>::Tunnel;

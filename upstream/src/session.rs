@@ -72,7 +72,8 @@ use monoio::{
 
 pub use crate::pool::Reuse;
 use crate::{
-    h1::{H1Exchange, H1Tunnel},
+    any::{AnyExchange, AnyTunnel},
+    h1::H1Exchange,
     zombie::ActivityClock,
     Upstream, UpstreamError,
 };
@@ -352,19 +353,55 @@ pub struct TunnelHalves<R, W, H> {
     pub held: H,
 }
 
-/// The one place the concrete upstream session is chosen: HTTP/1.1 (pooled exclusive connections).
-/// The checkout's future is handed back as it is (one more `async fn` around it would copy it once
-/// more per request).
+/// The one place the concrete upstream session is chosen: HTTP/1.1 (pooled exclusive connections),
+/// or HTTP/2 (streams on shared connections) for `protocol = "h2"` and for `"auto"` over TLS
+/// ([`crate::h2`]). The HTTP/1.1 checkout's future is handed back as it is, in a two-way future
+/// ([`OpenFuture`]): one more `async fn` around it would copy it once more per request.
 impl Open for Upstream {
-    type Tunnel = H1Tunnel;
-    type Session<'a> = H1Exchange<'a>;
+    type Tunnel = AnyTunnel;
+    type Session<'a> = AnyExchange<'a>;
 
     fn open(
         &self,
         reuse: Reuse,
         client: ClientConn,
         key: Option<u64>,
-    ) -> impl Future<Output = Result<Opened<H1Exchange<'_>>, UpstreamError>> {
-        self.checkout(reuse, client, key)
+    ) -> impl Future<Output = Result<Opened<AnyExchange<'_>>, UpstreamError>> {
+        match self.config.protocol.may_speak_h2(self.config.tls) {
+            false => OpenFuture::H1(self.checkout(reuse, client, key)),
+            true => OpenFuture::H2(self.open_stream(reuse, client, key)),
+        }
+    }
+}
+
+/// [`Open::open`]'s future for either protocol.
+enum OpenFuture<A, B> {
+    H1(A),
+    H2(B),
+}
+
+impl<'u, A, B> Future for OpenFuture<A, B>
+where
+    A: Future<Output = Result<Opened<H1Exchange<'u>>, UpstreamError>>,
+    B: Future<Output = Result<Opened<AnyExchange<'u>>, UpstreamError>>,
+{
+    type Output = Result<Opened<AnyExchange<'u>>, UpstreamError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // SAFETY: the variant's future is never moved out of `self` (structural pinning).
+        unsafe {
+            match self.get_unchecked_mut() {
+                OpenFuture::H1(a) => std::pin::Pin::new_unchecked(a).poll(cx).map(|r| {
+                    r.map(|o| Opened {
+                        session: AnyExchange::H1(o.session),
+                        retried: o.retried,
+                    })
+                }),
+                OpenFuture::H2(b) => std::pin::Pin::new_unchecked(b).poll(cx),
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ mod resolve;
 mod routes;
 mod rules;
 mod tls;
+mod upstream_protocol;
 mod values;
 
 use std::{fmt, time::Duration};
@@ -39,6 +40,7 @@ pub use rules::{
 };
 use serde::{Deserialize, Serialize};
 pub use tls::{AlpnProtocol, TlsCertificate, TlsServer, TlsVersion};
+pub use upstream_protocol::UpstreamProtocol;
 pub use values::{
     AccessFormat, ByteLimit, Bytes, Dur, IoDriverSetting, Limit, LogFormat, PinWorkers, TraceMode,
     Workers,
@@ -305,6 +307,13 @@ pub struct Upstream {
     /// Start each new upstream connection with a PROXY protocol header ([`SendProxyProtocol`]).
     #[serde(default)]
     pub send_proxy_protocol: SendProxyProtocol,
+    /// The HTTP version spoken to the upstream ([`UpstreamProtocol`]).
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
+    /// HTTP/2: concurrent streams per upstream connection (also capped by the server's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); another connection opens when every one is full.
+    #[serde(default = "upstream_protocol::max_streams_default")]
+    pub max_streams_per_connection: u32,
     /// Connect with TLS (DESIGN.md "TLS", origination); the `tls_*` keys need it.
     #[serde(default)]
     pub tls: bool,
@@ -374,6 +383,8 @@ impl Upstream {
             max_inactive_cap: d60s(),
             zombie_counts_received: true,
             send_proxy_protocol: SendProxyProtocol::Off,
+            protocol: UpstreamProtocol::Http1,
+            max_streams_per_connection: upstream_protocol::max_streams_default(),
             tls: false,
             tls_server_name: None,
             tls_ca: None,

@@ -277,6 +277,12 @@ fn resolve_upstream(
             "must be greater than zero",
         );
     }
+    if u.max_streams_per_connection == 0 {
+        p.add(
+            format!("upstreams[{i}].max_streams_per_connection"),
+            "must be at least 1",
+        );
+    }
     let tls = super::tls::resolve_upstream_tls(i, u, roots, p);
     ResolvedUpstream {
         config: u.clone(),

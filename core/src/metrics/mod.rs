@@ -155,6 +155,10 @@ label_enum!(
         Ejected = "ejected",
         /// Upstream TLS handshake or certificate verification failed.
         Tls = "tls",
+        /// An HTTP/2 upstream refused a stream (RST_STREAM REFUSED_STREAM): never processed.
+        RefusedStream = "refused_stream",
+        /// A stream above an HTTP/2 upstream's GOAWAY last-stream-id: never processed.
+        Goaway = "goaway",
     }
 );
 

@@ -141,7 +141,9 @@ pub fn upstream_tls(
         Some(c) => builder.with_client_cert_resolver(Arc::new(ClientCert(c))),
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // What the upstream's `protocol` may speak; for "h2" a server that does not choose h2 fails the
+    // handshake's ALPN check in the HTTP/2 session (DESIGN.md "HTTP/2 and gRPC upstreams").
+    config.alpn_protocols = u.protocol.alpn();
     Ok(UpstreamTls {
         config: Arc::new(config),
         verify: u.tls_verify,

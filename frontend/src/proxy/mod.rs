@@ -169,8 +169,8 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool, us
 
 /// What an attempt on one upstream session led to, when it did not get a response head.
 enum Stop<U> {
-    /// The failure is retry-safe and the policy allows another attempt.
-    Retry,
+    /// The failure (of this kind) is retry-safe and the policy allows another attempt.
+    Retry(UpstreamErrorKind),
     /// The exchange ends with this outcome.
     End(Outcome<U>),
 }
@@ -243,6 +243,10 @@ async fn exchange<S: Session, O: Open>(
         };
         let on = Attempted {
             may_retry: attempt.may_retry(),
+            // A stream an HTTP/2 upstream never processed (refused, or above its GOAWAY) goes again
+            // on another connection whatever the method, while what was sent can be replayed
+            // (DESIGN.md "HTTP/2 and gRPC upstreams"); bounded like any retry loop.
+            may_resend: (sent_whole || wait_continue) && previous < MAX_RESENDS,
             wait_continue,
         };
         let mut up = opened.session;
@@ -260,7 +264,10 @@ async fn exchange<S: Session, O: Open>(
         let r = match sent {
             Ok((early, streamed)) => {
                 // Once body bytes were streamed from the client they cannot be sent again.
-                let retry = on.may_retry && !streamed;
+                let retry = Retried {
+                    reused: on.may_retry && !streamed,
+                    unprocessed: on.may_resend && !streamed,
+                };
                 response_head(w, s, req, &mut up, early, fields, &mut interim, retry).await
             }
             Err(stop) => Err(stop),
@@ -281,9 +288,14 @@ async fn exchange<S: Session, O: Open>(
                 up.finish(finish);
                 return on_endpoint(outcome, endpoint);
             }
-            // Asked for only where `on.may_retry` allowed it.
-            Err(Stop::Retry) => {
+            // Asked for only where `on` allowed it.
+            Err(Stop::Retry(kind)) => {
                 up.endpoint_metrics().failed();
+                if let edge_upstream::Counted::Error(label) = kind.counted() {
+                    if kind.unprocessed() {
+                        req.upstream.metrics.error(label).increment(1);
+                    }
+                }
                 previous += 1;
                 req.upstream.metrics.retries.increment(1);
             }
@@ -303,8 +315,23 @@ async fn exchange<S: Session, O: Open>(
 
 /// How one attempt may go.
 struct Attempted {
+    /// A retry-safe failure on a reused connection may be retried ([`Attempt::may_retry`]).
     may_retry: bool,
+    /// An unprocessed stream ([`UpstreamErrorKind::unprocessed`]) may be sent again.
+    may_resend: bool,
     wait_continue: bool,
+}
+
+/// Attempts at most made for streams an HTTP/2 upstream did not process, besides the first.
+const MAX_RESENDS: u32 = 3;
+
+/// Which failures of the response-head phase are retried.
+#[derive(Clone, Copy)]
+struct Retried {
+    /// Retry-safe ones (no response byte on a reused connection).
+    reused: bool,
+    /// Unprocessed streams.
+    unprocessed: bool,
 }
 
 /// How far [`send_request`] got.
@@ -333,8 +360,9 @@ async fn send_request<S: Session, E: UpstreamSession>(
     match up.send_head(out, cfg.write_timeout.0).await {
         Ok(()) => {}
         Err(e) if on.may_retry && e.kind != UpstreamErrorKind::WriteTimeout => {
-            return Err(Stop::Retry)
+            return Err(Stop::Retry(e.kind))
         }
+        Err(e) if on.may_resend && e.kind.unprocessed() => return Err(Stop::Retry(e.kind)),
         Err(e) => return Err(Stop::End(failed(Failure::Upstream(e), sent_whole))),
     }
     if on.wait_continue {
@@ -345,7 +373,7 @@ async fn send_request<S: Session, E: UpstreamSession>(
                 return Err(Stop::End(interim::client_gone(w, &req.log, e)))
             }
             Err(expect::Failed::Upstream(e)) if on.may_retry && e.retry_safe => {
-                return Err(Stop::Retry)
+                return Err(Stop::Retry(e.kind))
             }
             Err(expect::Failed::Upstream(e)) => {
                 return Err(Stop::End(failed(Failure::Upstream(e), false)))
@@ -391,7 +419,7 @@ async fn response_head<S: Session, E: UpstreamSession>(
     early: bool,
     fields: &mut Fields,
     interim: &mut interim::Interim,
-    retry: bool,
+    retry: Retried,
 ) -> Result<Answered, Stop<E::Tunnel>> {
     let cfg = &req.upstream.config;
     let threshold = zombie::threshold(
@@ -414,7 +442,8 @@ async fn response_head<S: Session, E: UpstreamSession>(
                 clock.pause(coarse_now() - started);
             }
             Ok(head) => return Ok(Answered { head, clock, early }),
-            Err(e) if retry && e.retry_safe => return Err(Stop::Retry),
+            Err(e) if retry.reused && e.retry_safe => return Err(Stop::Retry(e.kind)),
+            Err(e) if retry.unprocessed && e.kind.unprocessed() => return Err(Stop::Retry(e.kind)),
             Err(e) => {
                 if e.kind == UpstreamErrorKind::Zombie {
                     relay::log_zombie(w, &req.log, up.endpoint(), &clock, req.request_timeout);

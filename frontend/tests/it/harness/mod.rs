@@ -12,6 +12,7 @@ mod config;
 mod driver;
 mod edge;
 mod h2_client;
+mod h2_origin;
 mod metrics;
 mod origin;
 mod site;
@@ -31,6 +32,7 @@ pub use h2_client::{
     block_on, connect as h2_connect, connect_after as h2_connect_after, request as h2_request,
     H2Response,
 };
+pub use h2_origin::{H2Origin, H2OriginState, H2Seen};
 pub use metrics::metric_sum;
 pub use origin::{read_request, Origin, Reply, Seen};
 pub use site::Site;

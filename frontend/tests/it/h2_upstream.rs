@@ -1,0 +1,200 @@
+//! HTTP/2 upstreams (DESIGN.md "HTTP/2 and gRPC upstreams") against a real `h2` server
+//! ([`H2Origin`], h2c with prior knowledge): HTTP/1.1 and HTTP/2 clients forwarded as streams,
+//! bodies byte-exact both ways, trailers, multiplexing on one connection, REFUSED_STREAM and GOAWAY
+//! retried for any method, and the PING liveness that tells a zombie connection from a slow answer.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use crate::harness::{block_on, h2_connect, h2_request, Cfg, Client, Driver, Edge, H2Origin};
+
+/// An edge (one worker, h2c on its listener) whose upstream is `origin` over h2c; `set` adds upstream
+/// fields.
+fn edge_to(d: Driver, origin: &H2Origin, set: &[(&str, &str)]) -> Edge {
+    let mut cfg = Cfg::new(d, origin.addr)
+        .workers(1)
+        .server("h2c", true)
+        .upstream_field("protocol", "h2");
+    for (k, v) in set {
+        cfg = cfg.upstream_field(k, *v);
+    }
+    Edge::start(&cfg)
+}
+
+both_drivers!(http11_client_is_forwarded_as_an_h2_stream, |d| {
+    let origin = H2Origin::start();
+    let edge = edge_to(d, &origin, &[]);
+    let mut c = Client::connect(edge.addr);
+    let r = c.get("/plain?x=1");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"h2 origin\n");
+    let body: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 7 % 251) as u8).collect();
+    let head = format!(
+        "POST /echo HTTP/1.1\r\nHost: svc.test\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.send(head.as_bytes());
+    c.send(&body);
+    let r = c.read_response(false).expect("echo response");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len());
+    assert!(r.body == body, "1 MiB echoed byte-exact");
+    let seen = origin.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        (
+            seen[0].method.as_str(),
+            seen[0].scheme.as_str(),
+            seen[0].path.as_str()
+        ),
+        ("GET", "http", "/plain?x=1")
+    );
+    assert_eq!(seen[1].authority, "svc.test", "Host becomes :authority");
+    assert!(seen[1].header("host").is_none() && seen[1].header("connection").is_none());
+    assert!(seen[1].header("x-forwarded-for").is_some());
+    assert_eq!(seen[1].body, body);
+    assert_eq!(
+        origin.state.connections.load(Ordering::SeqCst),
+        1,
+        "one connection, reused"
+    );
+});
+
+both_drivers!(
+    chunked_upload_becomes_data_and_trailers_reach_an_http11_client,
+    |d| {
+        let origin = H2Origin::start();
+        let edge = edge_to(d, &origin, &[]);
+        let mut c = Client::connect(edge.addr);
+        c.send(b"POST /echo HTTP/1.1\r\nHost: a\r\nTE: trailers\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+        let (raw, closed) = c.read_until_closed(Duration::from_secs(5));
+        assert!(
+            closed.is_some(),
+            "the response ends and the connection closes"
+        );
+        let raw = String::from_utf8_lossy(&raw).into_owned();
+        assert!(raw.starts_with("HTTP/1.1 200 "), "{raw}");
+        assert!(
+            raw.contains("transfer-encoding: chunked\r\n")
+                || raw.contains("Transfer-Encoding: chunked\r\n"),
+            "{raw}"
+        );
+        assert!(
+            raw.ends_with("0\r\nx-echo: done\r\n\r\n"),
+            "trailers in the last chunk: {raw:?}"
+        );
+        assert_eq!(origin.seen()[0].body, b"hello world");
+    }
+);
+
+both_drivers!(
+    h2_client_streams_multiplex_on_one_upstream_connection,
+    |d| {
+        let origin = H2Origin::start();
+        let edge = edge_to(d, &origin, &[]);
+        let authority = edge.addr.to_string();
+        let statuses = block_on(async {
+            let send = h2_connect(edge.addr).await;
+            let mut tasks = Vec::new();
+            for _ in 0..100 {
+                let send = send.clone();
+                let a = authority.clone();
+                tasks.push(monoio::spawn(async move {
+                    h2_request(&send, "GET", "/slow/300", &a, &[], b"").await
+                }));
+            }
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.map(|r| r.status));
+            }
+            out
+        });
+        assert!(statuses.iter().all(|s| *s == Ok(200)), "{statuses:?}");
+        let conns = origin.state.connections.load(Ordering::SeqCst);
+        assert_eq!(
+            conns, 1,
+            "100 streams on one upstream connection (max_streams 100)"
+        );
+        assert!(origin.state.max_active.load(Ordering::SeqCst) > 50);
+    }
+);
+
+both_drivers!(refused_streams_are_retried_whatever_the_method, |d| {
+    let origin = H2Origin::start();
+    origin.state.refuse_first.store(2, Ordering::SeqCst);
+    let edge = edge_to(d, &origin, &[]);
+    let mut c = Client::connect(edge.addr);
+    c.send(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc");
+    let r = c.read_response(false).expect("response");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"abc");
+    assert_eq!(origin.state.refused.load(Ordering::SeqCst), 2);
+    assert_eq!(origin.seen().len(), 1, "processed once");
+    edge.wait_metric(
+        "edge_upstream_errors_total",
+        &["kind=\"refused_stream\""],
+        2.0,
+    );
+});
+
+both_drivers!(graceful_goaway_mid_load_fails_no_request, |d| {
+    let origin = H2Origin::start();
+    origin.state.goaway_after.store(5, Ordering::SeqCst);
+    let edge = edge_to(d, &origin, &[]);
+    let authority = edge.addr.to_string();
+    let results = block_on(async {
+        let send = h2_connect(edge.addr).await;
+        let mut out = Vec::new();
+        for round in 0..6 {
+            let mut tasks = Vec::new();
+            for i in 0..8 {
+                let send = send.clone();
+                let a = authority.clone();
+                let body = format!("r{round}-{i}").into_bytes();
+                tasks.push(monoio::spawn(async move {
+                    h2_request(&send, "POST", "/echo", &a, &[], &body)
+                        .await
+                        .map(|r| (r.status, r.body == body))
+                }));
+            }
+            for t in tasks {
+                out.push(t.await);
+            }
+        }
+        out
+    });
+    assert!(results.iter().all(|r| *r == Ok((200, true))), "{results:?}");
+    assert!(
+        origin.state.connections.load(Ordering::SeqCst) > 1,
+        "GOAWAY moved streams to new connections"
+    );
+});
+
+both_drivers!(
+    a_silent_connection_is_a_zombie_and_a_slow_live_one_is_not,
+    |d| {
+        let origin = H2Origin::start();
+        let set = [
+            ("max_inactive", "1s"),
+            ("max_inactive_cap", "2s"),
+            ("request_timeout", "10s"),
+        ];
+        let edge = edge_to(d, &origin, &set);
+        let mut c = Client::connect(edge.addr);
+        // A slow answer on a live connection: PINGs are answered, no zombie verdict.
+        let started = std::time::Instant::now();
+        let r = c.get("/slow/3500");
+        assert_eq!(r.status, 200, "slow but alive");
+        assert!(started.elapsed() >= Duration::from_millis(3400));
+        // A connection that answers nothing at all, PING ACK included.
+        let mut c = Client::connect(edge.addr);
+        let started = std::time::Instant::now();
+        let r = c.get("/freeze");
+        assert_eq!(r.status, 504);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(1500) && took < Duration::from_secs(6),
+            "{took:?}"
+        );
+        edge.wait_metric("edge_upstream_timeouts_total", &["phase=\"zombie\""], 1.0);
+    }
+);

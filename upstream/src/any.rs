@@ -1,0 +1,167 @@
+//! The session an [`Upstream`](crate::Upstream) opens ([`crate::session::Open`]): an HTTP/1.1 exchange
+//! on a pooled exclusive connection, or an HTTP/2 stream on a shared one, by the upstream's `protocol`
+//! (and, for `auto` over TLS, the server's ALPN choice). One enum, so the orchestrator stays one
+//! monomorphised function; each method is one `match`.
+
+use std::{future::Future, net::SocketAddr, time::Duration};
+
+use edge_core::{
+    buf::RecvBuf,
+    http::head::{Fields, ResponseHead},
+    io::body::BodySource,
+};
+use monoio::time::Instant;
+
+use crate::{
+    h1::{H1Exchange, H1Tunnel},
+    h2::{H2Exchange, NoTunnel},
+    pool::ConnParts,
+    session::{
+        BodyEnd, BodyError, BodyRead, Finish, Trailers, TunnelHalves, UpstreamSession,
+        UpstreamTunnel, Waited,
+    },
+    stream::{UpstreamReadHalf, UpstreamWriteHalf},
+    zombie::ActivityClock,
+    UpstreamError,
+};
+
+/// An upstream session of either protocol.
+pub enum AnyExchange<'u> {
+    /// HTTP/1.1.
+    H1(H1Exchange<'u>),
+    /// HTTP/2 (boxed: its stream state is many times an HTTP/1.1 exchange's pointer, and the session
+    /// lives in the orchestrator's future, which an HTTP/1.1 request would otherwise carry and move
+    /// at that size; an HTTP/2 stream allocates in `h2` anyway).
+    H2(Box<H2Exchange<'u>>),
+}
+
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            AnyExchange::H1($s) => $e,
+            AnyExchange::H2($s) => $e,
+        }
+    };
+}
+
+impl UpstreamSession for AnyExchange<'_> {
+    type Tunnel = AnyTunnel;
+
+    fn reused(&self) -> bool {
+        each!(self, s => s.reused())
+    }
+
+    fn endpoint(&self) -> SocketAddr {
+        each!(self, s => s.endpoint())
+    }
+
+    fn endpoint_metrics(&self) -> &edge_core::metrics::EndpointMetrics {
+        each!(self, s => s.endpoint_metrics())
+    }
+
+    fn received(&self) -> &RecvBuf {
+        each!(self, s => s.received())
+    }
+
+    fn received_mut(&mut self) -> &mut RecvBuf {
+        each!(self, s => s.received_mut())
+    }
+
+    async fn send_head(
+        &mut self,
+        out: &mut Vec<u8>,
+        write_timeout: Duration,
+    ) -> Result<(), UpstreamError> {
+        each!(self, s => s.send_head(out, write_timeout).await)
+    }
+
+    async fn wait_more(
+        &mut self,
+        until: Instant,
+        received_before: bool,
+    ) -> Result<Waited, UpstreamError> {
+        each!(self, s => s.wait_more(until, received_before).await)
+    }
+
+    async fn send_body<B: BodySource>(
+        self,
+        body: &mut B,
+        fields: &mut Fields,
+        write_timeout: Duration,
+    ) -> (Self, Result<BodyEnd, BodyError<B::Error>>) {
+        match self {
+            AnyExchange::H1(s) => {
+                let (s, r) = s.send_body(body, fields, write_timeout).await;
+                (AnyExchange::H1(s), r)
+            }
+            AnyExchange::H2(s) => {
+                let (s, r) = (*s).send_body(body, fields, write_timeout).await;
+                (AnyExchange::H2(Box::new(s)), r)
+            }
+        }
+    }
+
+    async fn read_head(
+        &mut self,
+        fields: &mut Fields,
+        clock: &mut ActivityClock,
+        head_deadline: Option<Instant>,
+    ) -> Result<ResponseHead, UpstreamError> {
+        each!(self, s => s.read_head(fields, clock, head_deadline).await)
+    }
+
+    async fn read_body(
+        &mut self,
+        clock: &mut ActivityClock,
+        size: usize,
+    ) -> Result<BodyRead, UpstreamError> {
+        each!(self, s => s.read_body(clock, size).await)
+    }
+
+    fn read_trailers(
+        &mut self,
+        fields: &mut Fields,
+        clock: &mut ActivityClock,
+    ) -> impl Future<Output = Result<Trailers, UpstreamError>> {
+        let _ = (fields, clock);
+        std::future::ready(Ok(Trailers::InBody))
+    }
+
+    fn finish(self, end: Finish) {
+        match self {
+            AnyExchange::H1(s) => s.finish(end),
+            AnyExchange::H2(s) => (*s).finish(end),
+        }
+    }
+
+    fn into_tunnel(self) -> AnyTunnel {
+        match self {
+            AnyExchange::H1(s) => AnyTunnel::H1(s.into_tunnel()),
+            // An HTTP/2 stream never answers `101`: its tunnel type has no value.
+            #[allow(unreachable_code)]
+            AnyExchange::H2(s) => match (*s).into_tunnel() {},
+        }
+    }
+}
+
+/// The upstream side of a tunnel after a `101`: an HTTP/1.1 connection (an HTTP/2 stream never
+/// answers `101`).
+pub enum AnyTunnel {
+    /// An HTTP/1.1 connection.
+    H1(H1Tunnel),
+    /// Never built ([`NoTunnel`] has no value).
+    H2(NoTunnel),
+}
+
+impl UpstreamTunnel for AnyTunnel {
+    type Read = UpstreamReadHalf;
+    type Write = UpstreamWriteHalf;
+    type Held = ConnParts;
+
+    fn into_halves(self) -> TunnelHalves<UpstreamReadHalf, UpstreamWriteHalf, ConnParts> {
+        match self {
+            AnyTunnel::H1(t) => t.into_halves(),
+            AnyTunnel::H2(n) => match n {},
+        }
+    }
+}
