@@ -86,6 +86,9 @@ pub struct BadBody;
 pub struct ResponseBody {
     scan: BodyScanner,
     client: OutFraming,
+    /// De-chunking: the bytes since the last data byte (a pooled buffer, taken at the first), which
+    /// hold the last chunk and the trailer section once the body is done ([`ResponseBody::trailers`]).
+    tail: Vec<u8>,
 }
 
 impl ResponseBody {
@@ -94,6 +97,7 @@ impl ResponseBody {
         ResponseBody {
             scan: BodyScanner::new(upstream),
             client,
+            tail: Vec::new(),
         }
     }
 
@@ -142,13 +146,43 @@ impl ResponseBody {
             encode_chunk(out, data);
             self.scan(data)?
         } else {
-            // Chunked upstream body to an HTTP/1.0 client: de-chunk.
-            self.scan
-                .scan(data, |r| out.extend_from_slice(&data[r]))
-                .map_err(|_| BadBody)?
+            // Chunked upstream body to an HTTP/1.0 or HTTP/2 client: de-chunk, keeping what follows
+            // the last data byte for the trailer section.
+            let mut last_data = 0;
+            let n = self
+                .scan
+                .scan(data, |r| {
+                    last_data = r.end;
+                    out.extend_from_slice(&data[r])
+                })
+                .map_err(|_| BadBody)?;
+            if last_data > 0 {
+                self.tail.clear();
+            }
+            if n > last_data {
+                if self.tail.capacity() == 0 {
+                    self.tail = edge_core::buf::take();
+                }
+                self.tail.extend_from_slice(&data[last_data..n]);
+            }
+            n
         };
         b.consume(n);
         Ok(self.done())
+    }
+
+    /// The trailer section of a de-chunked body once it is done (RFC 9112 §7.1.2): its field lines,
+    /// each ending in CRLF; `None` when there is none.
+    pub fn trailers(&self) -> Option<&[u8]> {
+        if !self.done() || self.tail.is_empty() {
+            return None;
+        }
+        // `\r\n` ending the last data chunk (when it came in the same pass), the last-chunk line, the
+        // field lines, the final CRLF.
+        let t = self.tail.strip_prefix(b"\r\n").unwrap_or(&self.tail);
+        let line = t.windows(2).position(|w| w == b"\r\n")? + 2;
+        let fields = t.get(line..t.len().checked_sub(2)?)?;
+        (!fields.is_empty()).then_some(fields)
     }
 
     /// The upstream closed a close-delimited body: it is complete (with the last chunk when re-chunking).
@@ -157,5 +191,13 @@ impl ResponseBody {
             out.extend_from_slice(LAST_CHUNK);
         }
         self.scan.finish();
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        if self.tail.capacity() > 0 {
+            edge_core::buf::give(std::mem::take(&mut self.tail));
+        }
     }
 }

@@ -209,10 +209,18 @@ impl<'a> H2Session<'a> {
         let Some(stream) = self.send.as_mut() else {
             return Err(SendFailure::Closed);
         };
-        if chunk.remaining() > 0 || end {
+        // A de-chunked body's trailer section ends the stream as trailing HEADERS (RFC 9113 §8.1).
+        let trailers = match end {
+            true => self.relay.trailers().and_then(trailer_map),
+            false => None,
+        };
+        if chunk.remaining() > 0 || (end && trailers.is_none()) {
             stream
-                .send_data(chunk, end)
+                .send_data(chunk, end && trailers.is_none())
                 .map_err(|_| SendFailure::Closed)?;
+        }
+        if let Some(t) = trailers {
+            stream.send_trailers(t).map_err(|_| SendFailure::Closed)?;
         }
         self.ended |= end;
         Ok(())
@@ -503,7 +511,8 @@ impl Session for H2Session<'_> {
                 (complete, Chunk::new(out))
             }
         };
-        let empty = complete && out.remaining() == 0;
+        // Trailers need a stream left open after the head.
+        let empty = complete && out.remaining() == 0 && self.relay.trailers().is_none();
         let stream = self
             .respond
             .send_response(resp, empty)
@@ -587,6 +596,35 @@ impl Session for H2Session<'_> {
         self.relay.finish(&mut out);
         self.send_data(Chunk::new(out), true).await
     }
+}
+
+/// A trailer section's field lines (each ending in CRLF) as trailing HEADERS fields, without the
+/// fields HTTP/2 forbids there (connection-specific ones, RFC 9113 §8.2.2) or that are not valid;
+/// `None` when none is left.
+fn trailer_map(lines: &[u8]) -> Option<http::HeaderMap> {
+    let mut storage = [httparse::EMPTY_HEADER; 64];
+    let mut whole = Vec::with_capacity(lines.len() + 2);
+    whole.extend_from_slice(lines);
+    whole.extend_from_slice(b"\r\n");
+    let httparse::Status::Complete((_, fields)) = httparse::parse_headers(&whole, &mut storage).ok()?
+    else {
+        return None;
+    };
+    let mut map = http::HeaderMap::new();
+    for f in fields.iter() {
+        let forbidden = ["connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer", "proxy-connection", "content-length", "host"];
+        if forbidden.iter().any(|n| f.name.eq_ignore_ascii_case(n)) {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(f.name.as_bytes()),
+            http::HeaderValue::from_bytes(f.value),
+        ) else {
+            continue;
+        };
+        map.append(name, value);
+    }
+    (!map.is_empty()).then_some(map)
 }
 
 /// A body edge answers with, and its Content-Type.
