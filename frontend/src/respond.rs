@@ -2,12 +2,16 @@
 //! response head reached the client ([`Failure::status`], [`Failure::closes`] and [`Failure::record`]
 //! decide the status, whether the connection closes, the counter and the log event);
 //! [`record_truncation`], [`record_upstream_mid_body`] and [`record_client_gone`] are the failures after
-//! it. How each protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
+//! it. [`Failure::grpc_code`] and [`Failure::grpc_message`] are the answer to a gRPC call. How each
+//! protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
 //! session's `answer`).
 
 use std::{fmt, net::SocketAddr};
 
-use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
+use edge_core::{
+    http::grpc::Code,
+    metrics::{InboundPhase, InvalidReason, UpstreamPhase},
+};
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
 
 use crate::{context::Worker, log::RequestLog};
@@ -216,6 +220,40 @@ impl Failure {
                 }
             },
         }
+    }
+
+    /// The gRPC status of the answer to a gRPC call (DESIGN.md "Status codes", its gRPC paragraph): no
+    /// route 12 UNIMPLEMENTED; a request edge could not accept 13 INTERNAL, its body over
+    /// `max_body_bytes` 8 RESOURCE_EXHAUSTED; the inbound `request` deadline 4 DEADLINE_EXCEEDED;
+    /// shed at the upstream's queue 8 RESOURCE_EXHAUSTED; upstream timeouts and zombie 4
+    /// DEADLINE_EXCEEDED; every other upstream failure (refused, reset, closed early, bad response,
+    /// TLS, unresolved) 14 UNAVAILABLE.
+    pub fn grpc_code(self) -> Code {
+        match self {
+            Failure::Invalid(InvalidReason::BodyTooLarge) => Code::ResourceExhausted,
+            Failure::Invalid(_) => Code::Internal,
+            Failure::RequestTimeout => Code::DeadlineExceeded,
+            Failure::NoRoute => Code::Unimplemented,
+            Failure::Upstream(e) => match e.kind {
+                UpstreamErrorKind::ConnectTimeout
+                | UpstreamErrorKind::WriteTimeout
+                | UpstreamErrorKind::RequestTimeout
+                | UpstreamErrorKind::Zombie => Code::DeadlineExceeded,
+                UpstreamErrorKind::QueueTimeout => Code::ResourceExhausted,
+                UpstreamErrorKind::Refused
+                | UpstreamErrorKind::Reset
+                | UpstreamErrorKind::ClosedEarly
+                | UpstreamErrorKind::BadResponse
+                | UpstreamErrorKind::Tls
+                | UpstreamErrorKind::NoEndpoint => Code::Unavailable,
+            },
+        }
+    }
+
+    /// The `grpc-message` of the answer to a gRPC call: the text body's cause without its line end
+    /// (printable ASCII without `%`, so percent-encoding leaves it as it is).
+    pub fn grpc_message(self) -> &'static str {
+        self.text().trim_end()
     }
 
     /// Counts the failure and logs its event (rate-limited at warn), each line with the request's
