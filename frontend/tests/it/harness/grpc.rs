@@ -127,7 +127,7 @@ impl GrpcServer {
                 let _ = tx.send(v);
             }
         });
-        let server = GrpcServer {
+        let mut server = GrpcServer {
             child,
             _stdin: stdin,
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -140,10 +140,8 @@ impl GrpcServer {
             panic!("grpc/server.py did not start listening within 10 s (see its stderr above)");
         };
         let port = listening["port"].as_u64().expect("a port") as u16;
-        GrpcServer {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            ..server
-        }
+        server.addr = SocketAddr::from(([127, 0, 0, 1], port));
+        server
     }
 
     /// Every event so far: `{"event": "call", "method", "metadata", "time_remaining", "peer"}` when a
