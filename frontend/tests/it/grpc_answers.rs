@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     block_on, h2_connect, h2_request, refused_addr, Cfg, Client, Driver, Edge, GrpcCall, GrpcCase,
-    GrpcServer, Origin, Reply, Route, Site,
+    GrpcServer, Origin, Reply, Route, Site, Value,
 };
 
 const SEC: Duration = Duration::from_secs(1);
@@ -221,4 +221,35 @@ both_drivers!(a_grpc_call_over_http1_gets_a_trailers_only_head, |d: Driver| {
     assert_eq!(c.get("/_health").status, 200);
     // A request that is not a gRPC call still gets the plain 404.
     assert_eq!(c.get(UNARY).status, 404);
+});
+
+both_drivers!(a_routes_respond_stays_as_configured_and_can_be_a_grpc_answer, |d: Driver| {
+    let origin = Origin::fixed(b"not gRPC");
+    let retired = Route::at("/edge.test.Echo/")
+        .set("respond", Value::Raw(r#"{ status = 200, body = "" }"#.into()))
+        .set(
+            "response_headers",
+            Value::Raw(
+                r#"{ set = { "content-type" = "application/grpc", "grpc-status" = "12", "grpc-message" = "retired" } }"#
+                    .into(),
+            ),
+        );
+    let plain = Route::at("/other.Service/")
+        .set("respond", Value::Raw(r#"{ status = 403, body = "no\n" }"#.into()));
+    let cfg = routeless(d, origin.addr).add_route(retired).add_route(plain);
+    let edge = Edge::start(&cfg);
+    let r = GrpcCall::unary().run(edge.addr);
+    assert_eq!((r.code, r.details.as_str()), (12, "retired"), "{r:?}");
+    // A respond rule that is no gRPC answer reaches the client as configured (grpcio reads HTTP 403
+    // as PERMISSION_DENIED).
+    let authority = edge.addr.to_string();
+    let r = block_on(async {
+        let c = h2_connect(edge.addr).await;
+        let grpc = [("content-type", "application/grpc")];
+        h2_request(&c, "POST", "/other.Service/M", &authority, &grpc, EMPTY_MESSAGE).await
+    });
+    let r = r.expect("an answer");
+    assert_eq!((r.status, r.body.as_slice()), (403, &b"no\n"[..]));
+    assert!(r.headers.get("grpc-status").is_none());
+    assert_eq!(origin.seen_count(), 0);
 });
