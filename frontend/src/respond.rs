@@ -353,3 +353,51 @@ pub enum SendFailure {
     /// The `send` deadline passed without progress.
     Timeout,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_core::http::grpc::message_is_plain;
+
+    /// DESIGN.md "Status codes", its gRPC paragraph, row by row.
+    #[test]
+    fn every_failure_has_the_grpc_status_of_its_row() {
+        use InvalidReason as I;
+        use UpstreamErrorKind as K;
+        let up = |k| Failure::Upstream(UpstreamError::new(k));
+        let table: &[(Failure, u16, Code)] = &[
+            (Failure::NoRoute, 404, Code::Unimplemented),
+            (Failure::Invalid(I::BadHead), 400, Code::Internal),
+            (Failure::Invalid(I::BadPath), 400, Code::Internal),
+            (Failure::Invalid(I::HeadTooLarge), 431, Code::Internal),
+            (Failure::Invalid(I::UriTooLong), 414, Code::Internal),
+            (Failure::Invalid(I::TransferCoding), 501, Code::Internal),
+            (
+                Failure::Invalid(I::BodyTooLarge),
+                413,
+                Code::ResourceExhausted,
+            ),
+            (Failure::RequestTimeout, 408, Code::DeadlineExceeded),
+            (up(K::Refused), 502, Code::Unavailable),
+            (up(K::Reset), 502, Code::Unavailable),
+            (up(K::ClosedEarly), 502, Code::Unavailable),
+            (up(K::BadResponse), 502, Code::Unavailable),
+            (up(K::Tls), 502, Code::Unavailable),
+            (up(K::NoEndpoint), 503, Code::Unavailable),
+            (up(K::QueueTimeout), 503, Code::ResourceExhausted),
+            (up(K::ConnectTimeout), 504, Code::DeadlineExceeded),
+            (up(K::WriteTimeout), 504, Code::DeadlineExceeded),
+            (up(K::RequestTimeout), 504, Code::DeadlineExceeded),
+            (up(K::Zombie), 504, Code::DeadlineExceeded),
+        ];
+        for &(f, status, code) in table {
+            assert_eq!((f.status(), f.grpc_code()), (status, code), "{f:?}");
+            // The message goes out as a field value without encoding (HTTP/2 takes it as is).
+            let message = f.grpc_message();
+            assert!(
+                message_is_plain(message.as_bytes()) && !message.is_empty(),
+                "{f:?}"
+            );
+        }
+    }
+}

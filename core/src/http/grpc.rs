@@ -91,7 +91,9 @@ pub fn push_message(out: &mut Vec<u8>, message: &[u8]) {
 
 /// Whether [`push_message`] leaves `message` as it is (so it can go out as a static field value).
 pub fn message_is_plain(message: &[u8]) -> bool {
-    message.iter().all(|&b| (0x20..=0x7e).contains(&b) && b != b'%')
+    message
+        .iter()
+        .all(|&b| (0x20..=0x7e).contains(&b) && b != b'%')
 }
 
 /// The number a `grpc-status` value carries: 1 to 5 ASCII digits, at most 65535 (the codes are 0 to
@@ -144,8 +146,21 @@ mod tests {
             assert_eq!(parse_timeout(v.as_bytes()), Some(*d), "{v}");
         }
         let bad = [
-            "", "S", "1", "10", "1s", "1h", "1 S", " 1S", "1S ", "-1S", "+1S", "1.5S", "123456789S",
-            "1x", "１S",
+            "",
+            "S",
+            "1",
+            "10",
+            "1s",
+            "1h",
+            "1 S",
+            " 1S",
+            "1S ",
+            "-1S",
+            "+1S",
+            "1.5S",
+            "123456789S",
+            "1x",
+            "１S",
         ];
         for v in bad {
             assert_eq!(parse_timeout(v.as_bytes()), None, "{v:?}");

@@ -36,7 +36,10 @@ mod tests {
     #[test]
     fn grpc_status_is_noted_from_a_field_section_of_a_grpc_call() {
         let mut facts = RequestFacts::default();
-        let fields: [(&[u8], &[u8]); 2] = [(b"content-type", b"application/grpc"), (b"Grpc-Status", b"14")];
+        let fields: [(&[u8], &[u8]); 2] = [
+            (b"content-type", b"application/grpc"),
+            (b"Grpc-Status", b"14"),
+        ];
         note_status(&facts, fields);
         assert_eq!(facts.grpc_status.get(), None, "not a gRPC call");
         facts.grpc = true;
@@ -51,7 +54,11 @@ mod tests {
             m.insert("grpc-status", http::HeaderValue::from_static("0"));
             m
         };
-        note_status(&facts, map.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())));
+        note_status(
+            &facts,
+            map.iter()
+                .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        );
         assert_eq!(facts.grpc_status.get(), Some(0));
     }
 }

@@ -58,7 +58,11 @@ mod tests {
         let cases: &[(&str, Option<Duration>, Option<Duration>)] = &[
             ("grpc-timeout: 1S\r\n", Some(s(60)), Some(s(1))),
             ("grpc-timeout: 5M\r\n", Some(s(60)), Some(s(60))),
-            ("grpc-timeout: 250m\r\n", None, Some(Duration::from_millis(250))),
+            (
+                "grpc-timeout: 250m\r\n",
+                None,
+                Some(Duration::from_millis(250)),
+            ),
             ("grpc-timeout: 1x\r\n", Some(s(60)), Some(s(60))),
             ("grpc-timeout: 123456789S\r\n", None, None),
             ("", Some(s(3)), Some(s(3))),
@@ -66,7 +70,11 @@ mod tests {
         ];
         for (field, configured, want) in cases {
             let (b, f) = head(field);
-            assert_eq!(request_timeout(&b, &f, *configured), *want, "{field:?} {configured:?}");
+            assert_eq!(
+                request_timeout(&b, &f, *configured),
+                *want,
+                "{field:?} {configured:?}"
+            );
         }
     }
 }

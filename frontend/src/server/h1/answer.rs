@@ -157,9 +157,7 @@ pub fn grpc_answer(
     id: &[u8],
     lines: &[u8],
 ) {
-    out.extend_from_slice(
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/grpc\r\ngrpc-status: ",
-    );
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/grpc\r\ngrpc-status: ");
     out.extend_from_slice(code.as_str().as_bytes());
     out.extend_from_slice(b"\r\ngrpc-message: ");
     push_message(out, message);
@@ -264,7 +262,17 @@ mod tests {
              Retry-After: 3\r\nX-Request-Id: id-1\r\nX-Env: prod\r\nConnection: close\r\n\r\n"
         );
         let mut out = Vec::new();
-        grpc_answer(&mut out, Code::Unimplemented, b"no route", None, false, b"", b"");
-        assert!(out.ends_with(b"grpc-message: no route\r\nContent-Length: 0\r\nCache-Control: no-store\r\n\r\n"));
+        grpc_answer(
+            &mut out,
+            Code::Unimplemented,
+            b"no route",
+            None,
+            false,
+            b"",
+            b"",
+        );
+        assert!(out.ends_with(
+            b"grpc-message: no route\r\nContent-Length: 0\r\nCache-Control: no-store\r\n\r\n"
+        ));
     }
 }

@@ -153,7 +153,15 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedR
         Some(code) => {
             let message = shed.body().trim_ascii_end();
             let answer = crate::server::h1::answer::grpc_answer;
-            answer(&mut out.0, code, message, shed.field(), true, &c.log_id, b"");
+            answer(
+                &mut out.0,
+                code,
+                message,
+                shed.field(),
+                true,
+                &c.log_id,
+                b"",
+            );
         }
         None => crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, &c.log_id),
     }

@@ -14,6 +14,7 @@ use bytes::{Buf, Bytes};
 use edge_core::{
     buf::{self, RecvBuf},
     clock::{after, coarse_now, timeout, timeout_at},
+    http::grpc::{push_message, Code},
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
@@ -21,7 +22,6 @@ use edge_core::{
         view::{RequestView, ResponseView, Version},
     },
     io::body::{BodySource, SendBodyError, SinkError},
-    http::grpc::{push_message, Code},
     metrics::InvalidReason,
 };
 use h2::{server::SendResponse, RecvStream, SendStream};

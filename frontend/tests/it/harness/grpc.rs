@@ -134,9 +134,9 @@ impl GrpcServer {
             events,
             rx: Mutex::new(rx),
         };
-        let Some(listening) = server.wait_event(Duration::from_secs(10), |e| {
-            e["event"] == "listening"
-        }) else {
+        let Some(listening) =
+            server.wait_event(Duration::from_secs(10), |e| e["event"] == "listening")
+        else {
             panic!("grpc/server.py did not start listening within 10 s (see its stderr above)");
         };
         let port = listening["port"].as_u64().expect("a port") as u16;
@@ -153,7 +153,10 @@ impl GrpcServer {
 
     /// The calls that reached the server.
     pub fn calls(&self) -> usize {
-        self.events().iter().filter(|e| e["event"] == "call").count()
+        self.events()
+            .iter()
+            .filter(|e| e["event"] == "call")
+            .count()
     }
 
     /// Waits (at most `limit`) for an event for which `hit` holds (one seen already counts); returns it.
@@ -314,7 +317,10 @@ impl GrpcCall {
         let Ok((out, err)) = rx.recv_timeout(self.limit) else {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("grpc/client.py ({self:?}) did not end within {:?}", self.limit);
+            panic!(
+                "grpc/client.py ({self:?}) did not end within {:?}",
+                self.limit
+            );
         };
         let status = child.wait().expect("wait for grpc/client.py");
         let Some(v) = out
