@@ -2,12 +2,16 @@
 //! response head reached the client ([`Failure::status`], [`Failure::closes`] and [`Failure::record`]
 //! decide the status, whether the connection closes, the counter and the log event);
 //! [`record_truncation`], [`record_upstream_mid_body`] and [`record_client_gone`] are the failures after
-//! it. How each protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
+//! it. [`Failure::grpc_code`] and [`Failure::grpc_message`] are the answer to a gRPC call. How each
+//! protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
 //! session's `answer`).
 
 use std::{fmt, net::SocketAddr};
 
-use edge_core::metrics::{InboundPhase, InvalidReason, UpstreamPhase};
+use edge_core::{
+    http::grpc::Code,
+    metrics::{InboundPhase, InvalidReason, UpstreamPhase},
+};
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
 
 use crate::{context::Worker, log::RequestLog};
@@ -222,6 +226,40 @@ impl Failure {
         }
     }
 
+    /// The gRPC status of the answer to a gRPC call (DESIGN.md "Status codes", its gRPC paragraph): no
+    /// route 12 UNIMPLEMENTED; a request edge could not accept 13 INTERNAL, its body over
+    /// `max_body_bytes` 8 RESOURCE_EXHAUSTED; the inbound `request` deadline 4 DEADLINE_EXCEEDED;
+    /// shed at the upstream's queue 8 RESOURCE_EXHAUSTED; upstream timeouts and zombie 4
+    /// DEADLINE_EXCEEDED; every other upstream failure (refused, reset, closed early, bad response,
+    /// TLS, unresolved) 14 UNAVAILABLE.
+    pub fn grpc_code(self) -> Code {
+        match self {
+            Failure::Invalid(InvalidReason::BodyTooLarge) => Code::ResourceExhausted,
+            Failure::Invalid(_) => Code::Internal,
+            Failure::RequestTimeout => Code::DeadlineExceeded,
+            Failure::NoRoute => Code::Unimplemented,
+            Failure::Upstream(e) => match e.kind {
+                UpstreamErrorKind::ConnectTimeout
+                | UpstreamErrorKind::WriteTimeout
+                | UpstreamErrorKind::RequestTimeout
+                | UpstreamErrorKind::Zombie => Code::DeadlineExceeded,
+                UpstreamErrorKind::QueueTimeout => Code::ResourceExhausted,
+                UpstreamErrorKind::Refused
+                | UpstreamErrorKind::Reset
+                | UpstreamErrorKind::ClosedEarly
+                | UpstreamErrorKind::BadResponse
+                | UpstreamErrorKind::Tls
+                | UpstreamErrorKind::NoEndpoint => Code::Unavailable,
+            },
+        }
+    }
+
+    /// The `grpc-message` of the answer to a gRPC call: the text body's cause without its line end
+    /// (printable ASCII without `%`, so percent-encoding leaves it as it is).
+    pub fn grpc_message(self) -> &'static str {
+        self.text().trim_end()
+    }
+
     /// Counts the failure and logs its event (rate-limited at warn), each line with the request's
     /// method, path and id.
     pub fn record(self, w: &Worker, req: &RequestLog<'_>) {
@@ -318,4 +356,52 @@ pub enum SendFailure {
     Closed,
     /// The `send` deadline passed without progress.
     Timeout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_core::http::grpc::message_is_plain;
+
+    /// DESIGN.md "Status codes", its gRPC paragraph, row by row.
+    #[test]
+    fn every_failure_has_the_grpc_status_of_its_row() {
+        use InvalidReason as I;
+        use UpstreamErrorKind as K;
+        let up = |k| Failure::Upstream(UpstreamError::new(k));
+        let table: &[(Failure, u16, Code)] = &[
+            (Failure::NoRoute, 404, Code::Unimplemented),
+            (Failure::Invalid(I::BadHead), 400, Code::Internal),
+            (Failure::Invalid(I::BadPath), 400, Code::Internal),
+            (Failure::Invalid(I::HeadTooLarge), 431, Code::Internal),
+            (Failure::Invalid(I::UriTooLong), 414, Code::Internal),
+            (Failure::Invalid(I::TransferCoding), 501, Code::Internal),
+            (
+                Failure::Invalid(I::BodyTooLarge),
+                413,
+                Code::ResourceExhausted,
+            ),
+            (Failure::RequestTimeout, 408, Code::DeadlineExceeded),
+            (up(K::Refused), 502, Code::Unavailable),
+            (up(K::Reset), 502, Code::Unavailable),
+            (up(K::ClosedEarly), 502, Code::Unavailable),
+            (up(K::BadResponse), 502, Code::Unavailable),
+            (up(K::Tls), 502, Code::Unavailable),
+            (up(K::NoEndpoint), 503, Code::Unavailable),
+            (up(K::QueueTimeout), 503, Code::ResourceExhausted),
+            (up(K::ConnectTimeout), 504, Code::DeadlineExceeded),
+            (up(K::WriteTimeout), 504, Code::DeadlineExceeded),
+            (up(K::RequestTimeout), 504, Code::DeadlineExceeded),
+            (up(K::Zombie), 504, Code::DeadlineExceeded),
+        ];
+        for &(f, status, code) in table {
+            assert_eq!((f.status(), f.grpc_code()), (status, code), "{f:?}");
+            // The message goes out as a field value without encoding (HTTP/2 takes it as is).
+            let message = f.grpc_message();
+            assert!(
+                message_is_plain(message.as_bytes()) && !message.is_empty(),
+                "{f:?}"
+            );
+        }
+    }
 }

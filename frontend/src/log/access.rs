@@ -65,6 +65,7 @@ pub fn write_line(
         trace_id: log.trace,
         user_agent: &facts.user_agent,
         referer: &facts.referer,
+        grpc_status: facts.grpc_status.get(),
     };
     let mut out = w.access_line.borrow_mut();
     out.clear();

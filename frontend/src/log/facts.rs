@@ -52,6 +52,12 @@ pub struct RequestFacts {
     pub request_bytes: Cell<u64>,
     /// Response body payload bytes sent to the client.
     pub response_bytes: Cell<u64>,
+    /// The request is a gRPC call (`content-type: application/grpc*`): edge's own answers to it are
+    /// gRPC answers (DESIGN.md "Status codes").
+    pub grpc: bool,
+    /// The `grpc-status` the client got, for the access line: edge's own gRPC answer's, or the one an
+    /// upstream sent in a response head or trailers ([`super::grpc::note_status`]).
+    pub grpc_status: Cell<Option<u16>>,
 }
 
 impl Default for RequestFacts {
@@ -73,6 +79,8 @@ impl Default for RequestFacts {
             ttfb: Cell::new(None),
             request_bytes: Cell::new(0),
             response_bytes: Cell::new(0),
+            grpc: false,
+            grpc_status: Cell::new(None),
         }
     }
 }
@@ -94,6 +102,8 @@ impl RequestFacts {
         self.ttfb.set(None);
         self.request_bytes.set(0);
         self.response_bytes.set(0);
+        self.grpc = false;
+        self.grpc_status.set(None);
     }
 
     /// The trace id to log (empty: none).

@@ -1,6 +1,7 @@
 //! The three forms of an access line (DESIGN.md "Observability", `log.access_format`), written into a
 //! reused buffer without allocating: `json` (one object per line), `text` (logfmt `key=value`) and
-//! `combined` (nginx/Apache combined, then the duration in seconds and the request id). Client-sent
+//! `combined` (nginx/Apache combined, then the duration in seconds and the request id). A gRPC call's
+//! lines in `json` and `text` end with its `grpc_status`. Client-sent
 //! bytes (path, host, user agent, referer, ids) are escaped for the form: JSON string escapes (bytes that
 //! are not UTF-8 become U+FFFD), logfmt quoting, and nginx's `\xNN` inside combined's quotes.
 //!
@@ -65,6 +66,9 @@ pub struct AccessLine<'a> {
     pub user_agent: &'a [u8],
     /// Referer, at most 256 bytes (empty: none), for the combined form.
     pub referer: &'a [u8],
+    /// The `grpc-status` the client got (`None`: not a gRPC call, or none seen); written by `json` and
+    /// `text` only when there is one, so lines of other requests keep their form.
+    pub grpc_status: Option<u16>,
 }
 
 impl AccessLine<'_> {
@@ -138,6 +142,10 @@ fn json(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     string(out, "request_id", l.request_id);
     string(out, "trace_id", l.trace_id);
     string(out, "user_agent", l.user_agent);
+    if let Some(g) = l.grpc_status {
+        key(out, "grpc_status");
+        dec(out, u64::from(g));
+    }
     out.push(b'}');
 }
 
@@ -185,6 +193,9 @@ fn text(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     pair(out, "request_id", l.request_id);
     pair(out, "trace_id", l.trace_id);
     pair(out, "user_agent", l.user_agent);
+    if let Some(g) = l.grpc_status {
+        num(out, "grpc_status", u64::from(g));
+    }
 }
 
 fn combined(out: &mut Vec<u8>, l: &AccessLine<'_>) {

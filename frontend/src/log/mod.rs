@@ -1,12 +1,13 @@
 //! Request log lines and their rate limit: [`RequestLog`] names a request in every line about it
 //! (`method`, `path`, `request_id`, `trace_id`), [`finish_request`] counts and logs a finished request
 //! alike for HTTP/1.1 and HTTP/2 (its access line: [`access`], [`format`]; what it needs:
-//! [`facts`]), [`warn_limited!`](crate::warn_limited) rate-limits warn-level drop logs per worker with
+//! [`facts`]; its `grpc_status`: [`grpc`]), [`warn_limited!`](crate::warn_limited) rate-limits warn-level drop logs per worker with
 //! the worker's [`LogLimit`](crate::context::log_limit::LogLimit) (DESIGN.md "Status codes").
 
 pub mod access;
 pub mod facts;
 pub mod format;
+pub mod grpc;
 
 use std::net::SocketAddr;
 

@@ -48,6 +48,9 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
     } = a;
     let status = head.status;
     let ubuf = up.received().data();
+    // A trailers-only gRPC answer carries its grpc-status in the head (DESIGN.md "Observability").
+    let head_fields = fields.iter().map(|f| (f.name(ubuf), f.value(ubuf)));
+    crate::log::grpc::note_status(req.facts, head_fields);
     let Ok(upstream_body) = response_body(ubuf, &head, fields, req.is_head) else {
         return dropped(bad_response(!early));
     };

@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 
 use std::net::SocketAddr;
 
-use edge_core::{http::framing::RequestInfo, metrics::ShedReason};
+use edge_core::{
+    http::{framing::RequestInfo, grpc::Code},
+    metrics::ShedReason,
+};
 
 use crate::context::Worker;
 
@@ -138,6 +141,18 @@ impl Local {
             Local::Redirect(_) => 308,
             Local::Limited { .. } => 429,
             Local::RouteRedirect { status, .. } | Local::RouteRespond { status, .. } => *status,
+        }
+    }
+
+    /// The gRPC status of the answer to a gRPC call, when this answer becomes a gRPC one (DESIGN.md
+    /// "Status codes", its gRPC paragraph; the text body is its `grpc-message`): a rate limit and a
+    /// shed stream are 8 RESOURCE_EXHAUSTED. The others keep their HTTP answer: the health probe and
+    /// the `Max-Forwards: 0` answers are no calls, and a route's `redirect` / `respond` and
+    /// `redirect_plain` are the configuration's explicit answers (docs/grpc.md).
+    pub fn grpc_code(&self) -> Option<Code> {
+        match self {
+            Local::Limited { .. } | Local::Shed(_) => Some(Code::ResourceExhausted),
+            _ => None,
         }
     }
 

@@ -11,14 +11,15 @@
 //! 4. the request rewrite plan;
 //! 5. upstream choice;
 //!
-//! then the deadlines (the route's `client_request_timeout` and `request_timeout`) and retry-safety
-//! (RFC 9110 §9.2.2). Before phase 1 the request gets its id and its W3C trace context ([`trace`]), so
+//! then the deadlines (the route's `client_request_timeout` and `request_timeout`, which a gRPC call's
+//! `grpc-timeout` shortens: [`grpc`]) and retry-safety (RFC 9110 §9.2.2). Before phase 1 the request gets its id and its W3C trace context ([`trace`]), so
 //! every answer, local ones included, carries the id. Phase 6, what is added to the response head (Via,
 //! X-Request-Id, then the route's response rules), is decided here too ([`ResponseFields`]) and written
 //! by each session. What the access line needs of the head is noted in the request's
 //! [`RequestFacts`]. Nothing here allocates per request: the request id is written into a buffer the
 //! connection (or the HTTP/2 stream task) keeps, and so are the facts.
 
+pub mod grpc;
 pub mod limit;
 pub mod local;
 pub mod response;
@@ -108,7 +109,7 @@ pub struct Admitted<'a> {
     pub upstream_index: usize,
     /// The request's hash for the upstream's `balance = "hash"` (`None`: not hashed).
     pub hash_key: Option<u64>,
-    /// `request_timeout` for this route (`None` = unlimited).
+    /// `request_timeout` for this route (`None` = unlimited), shortened by a gRPC call's `grpc-timeout`.
     pub request_timeout: Option<Duration>,
     /// The client's `request` deadline for the rest of the request (the route's
     /// `client_request_timeout` from the first byte when it has one).
@@ -245,6 +246,10 @@ pub fn admit<'a>(
     // the trace context edge started or replaced).
     let traceparent = facts.trace_started.then_some(&facts.traceparent[..]);
     let rewrite = rewrite::plan(&route.rules, path, normalised, scratch, &vars, traceparent);
+    let configured_timeout = route
+        .request_timeout
+        .unwrap_or(upstream.config.request_timeout)
+        .0;
     Admission::Forward(Admitted {
         info: r.info,
         is_head: method == b"HEAD",
@@ -254,10 +259,10 @@ pub fn admit<'a>(
         upstream,
         upstream_index,
         hash_key,
-        request_timeout: route
-            .request_timeout
-            .unwrap_or(upstream.config.request_timeout)
-            .0,
+        request_timeout: match facts.grpc {
+            true => grpc::request_timeout(buf, r.fields, configured_timeout),
+            false => configured_timeout,
+        },
         client_deadline: r.started
             + route
                 .client_request_timeout
@@ -294,6 +299,7 @@ fn note_facts(
 ) {
     facts.clear();
     facts.live = Some(live.clone());
+    facts.grpc = grpc::is_call(r.buf, r.fields);
     let log = &live.cfg.config.log;
     trace::note(w, log.traceparent, r.buf, r.fields, facts);
     facts.query_len = target

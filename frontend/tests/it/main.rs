@@ -36,6 +36,7 @@ mod discovery;
 mod docs;
 mod drops;
 mod faults;
+mod grpc_answers;
 mod h2;
 mod h2_floods;
 mod h2_local;

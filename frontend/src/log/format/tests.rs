@@ -28,6 +28,7 @@ fn line() -> AccessLine<'static> {
         trace_id: b"4bf92f3577b34da6a3ce929d0e0e4736",
         user_agent: b"curl/8.5.0 \"x\"",
         referer: b"",
+        grpc_status: None,
     }
 }
 
@@ -97,6 +98,20 @@ fn text_is_logfmt() {
         text.contains(" upstream_ttfb_ms=- route=api upstream=- endpoint=- "),
         "{text}"
     );
+}
+
+#[test]
+fn a_grpc_call_ends_json_and_text_with_its_grpc_status() {
+    let l = AccessLine {
+        grpc_status: Some(14),
+        ..line()
+    };
+    let v: serde_json::Value = serde_json::from_str(&render(AccessFormat::Json, &l)).unwrap();
+    assert_eq!(v["grpc_status"], 14);
+    let text = render(AccessFormat::Text, &l);
+    assert!(text.ends_with(" grpc_status=14\n"), "{text}");
+    let combined = render(AccessFormat::Combined, &l);
+    assert!(!combined.contains("grpc"), "{combined}");
 }
 
 #[test]

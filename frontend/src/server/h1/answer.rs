@@ -1,8 +1,10 @@
 //! edge's own HTTP/1.1 answers, written whole into a send buffer: error responses of the status table
 //! ([`error_response`]), the request pipeline's local answers ([`local_answer`]), and short answers of
-//! the admin API ([`simple`], [`local`]).
+//! the admin API ([`simple`], [`local`]); to a gRPC call, both kinds of answer are [`grpc_answer`].
 
 use std::io::Write;
+
+use edge_core::http::grpc::{push_message, Code};
 
 use crate::{
     request::{local::ALLOW, Local},
@@ -140,6 +142,40 @@ pub fn error_response(out: &mut Vec<u8>, f: Failure, close: bool, id: &[u8], lin
     );
 }
 
+/// edge's own answer to a gRPC call (DESIGN.md "Status codes", its gRPC paragraph), in HTTP/1.1: a
+/// trailers-only response, `200 OK` with `Content-Type: application/grpc`, `grpc-status: code`,
+/// `grpc-message` (`message` percent-encoded, [`push_message`]), `Content-Length: 0`,
+/// `Cache-Control: no-store`, `extra` (a rate limit's `Retry-After`), the request's `X-Request-Id`
+/// (none when `id` is empty), the route's `response_headers` lines and `Connection: close` when the
+/// connection closes after it.
+pub fn grpc_answer(
+    out: &mut Vec<u8>,
+    code: Code,
+    message: &[u8],
+    extra: Option<(&str, &[u8])>,
+    close: bool,
+    id: &[u8],
+    lines: &[u8],
+) {
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/grpc\r\ngrpc-status: ");
+    out.extend_from_slice(code.as_str().as_bytes());
+    out.extend_from_slice(b"\r\ngrpc-message: ");
+    push_message(out, message);
+    out.extend_from_slice(b"\r\nContent-Length: 0\r\nCache-Control: no-store\r\n");
+    let id = Some(("X-Request-Id", id)).filter(|(_, v)| !v.is_empty());
+    for (name, value) in extra.into_iter().chain(id) {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(lines);
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
@@ -200,4 +236,43 @@ pub fn local_answer(out: &mut Vec<u8>, answer: &Local, close: bool, head_only: b
         close,
         head_only,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grpc_answer_is_trailers_only_with_an_encoded_message() {
+        let mut out = Vec::new();
+        let lines = b"X-Env: prod\r\n";
+        grpc_answer(
+            &mut out,
+            Code::Unavailable,
+            b"100% down\n",
+            Some(("Retry-After", b"3")),
+            true,
+            b"id-1",
+            lines,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Type: application/grpc\r\ngrpc-status: 14\r\n\
+             grpc-message: 100%25 down%0A\r\nContent-Length: 0\r\nCache-Control: no-store\r\n\
+             Retry-After: 3\r\nX-Request-Id: id-1\r\nX-Env: prod\r\nConnection: close\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        grpc_answer(
+            &mut out,
+            Code::Unimplemented,
+            b"no route",
+            None,
+            false,
+            b"",
+            b"",
+        );
+        assert!(out.ends_with(
+            b"grpc-message: no route\r\nContent-Length: 0\r\nCache-Control: no-store\r\n\r\n"
+        ));
+    }
 }

@@ -396,6 +396,10 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     c.log_line.extend_from_slice(
         &buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)],
     );
+    // A gRPC call gets gRPC answers from here on, to a head that fails its checks too.
+    if let Some(facts) = c.facts.as_mut() {
+        facts.grpc = request::grpc::is_call(buf, &c.fields);
+    }
     let info = match check_head(buf, &head, &c.fields, &server.limits) {
         Ok(i) => i,
         Err(f) => return fail(w, c, f, started).await,
@@ -522,8 +526,10 @@ async fn fail<T: Transport>(w: &Worker, c: &mut Conn<T>, f: Failure, started: In
     record_and_answer(w, c, f, true, started, before).await
 }
 
-/// Counts and logs `f` (an upstream failure on `upstream`'s counters), answers it, and decides the
-/// connection's fate (`close`, or always for [`Failure::closes`]).
+/// Counts and logs `f` (an upstream failure on `upstream`'s counters), answers it (a gRPC call with a
+/// gRPC answer), and decides the connection's fate (`close`, or always for [`Failure::closes`]). The
+/// request is counted and logged with the status of `f` even when a gRPC answer went out as 200, so a
+/// failure counts the same for every client (its `grpc_status` is in the access line).
 async fn record_and_answer<T: Transport>(
     w: &Worker,
     c: &mut Conn<T>,
@@ -552,9 +558,20 @@ async fn record_and_answer<T: Transport>(
         .path
         .get(exchange.rules.0..exchange.rules.1)
         .unwrap_or_default();
-    crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id, lines);
-    if let Some(facts) = &c.facts {
-        facts.response_bytes.set(f.text().len() as u64);
+    match c.facts.as_deref().filter(|facts| facts.grpc) {
+        Some(facts) => {
+            let (code, message) = (f.grpc_code(), f.grpc_message().as_bytes());
+            crate::server::h1::answer::grpc_answer(
+                &mut out.0, code, message, None, close, &c.log_id, lines,
+            );
+            facts.grpc_status.set(Some(code.as_u16()));
+        }
+        None => {
+            crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id, lines);
+            if let Some(facts) = &c.facts {
+                facts.response_bytes.set(f.text().len() as u64);
+            }
+        }
     }
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))

@@ -45,7 +45,8 @@ pub(super) async fn discard_body<T: Transport>(
 
 /// Answers a request of the pipeline's first phase ([`Local`], decided by [`crate::request::admit`]):
 /// not a failure, so counted in `edge_requests_total{status}` only; the connection is kept when the
-/// body could be discarded.
+/// body could be discarded. A gRPC call gets the answer's gRPC form when it has one
+/// ([`Local::grpc_code`]), counted with the answer's HTTP status.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn answer<T: Transport>(
     w: &Worker,
@@ -57,7 +58,17 @@ pub(super) async fn answer<T: Transport>(
     close: bool,
     started: Instant,
 ) -> Next {
+    let grpc = c.facts.as_deref().filter(|f| f.grpc).and(local.grpc_code());
+    if let (Some(code), Some(facts)) = (grpc, c.facts.as_deref()) {
+        facts.grpc_status.set(Some(code.as_u16()));
+    }
     answer_locally(w, c, head_len, body, close, started, |out, close, id| {
+        if let Some(code) = grpc {
+            let (message, lines) = (local.body().trim_ascii_end(), local.route_fields());
+            let answer = crate::server::h1::answer::grpc_answer;
+            answer(out, code, message, local.field(), close, id, lines);
+            return (local.status(), 0);
+        }
         crate::server::h1::answer::local_answer(out, local, close, is_head, id);
         let sent = if is_head { 0 } else { local.body().len() };
         (local.status(), sent as u64)
@@ -137,7 +148,23 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedR
     w.generate_request_id(&mut c.log_id);
     let shed = Local::Shed(reason);
     let mut out = SendBuf::take();
-    crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, &c.log_id);
+    let grpc = head.is_some() && crate::request::grpc::is_call(c.rb.data(), &c.fields);
+    match shed.grpc_code().filter(|_| grpc) {
+        Some(code) => {
+            let message = shed.body().trim_ascii_end();
+            let answer = crate::server::h1::answer::grpc_answer;
+            answer(
+                &mut out.0,
+                code,
+                message,
+                shed.field(),
+                true,
+                &c.log_id,
+                b"",
+            );
+        }
+        None => crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, &c.log_id),
+    }
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;

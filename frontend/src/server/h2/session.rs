@@ -14,6 +14,7 @@ use bytes::{Buf, Bytes};
 use edge_core::{
     buf::{self, RecvBuf},
     clock::{after, coarse_now, timeout, timeout_at},
+    http::grpc::{push_message, Code},
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
@@ -185,6 +186,48 @@ impl<'a> H2Session<'a> {
             out.extend_from_slice(body);
             self.send_data(Chunk::new(out), true).await?;
         }
+        Ok(())
+    }
+
+    /// Answers a gRPC call with edge's own gRPC answer (DESIGN.md "Status codes", its gRPC paragraph):
+    /// trailers-only, one HEADERS frame with END_STREAM carrying `:status 200`, `content-type:
+    /// application/grpc`, `grpc-status: code`, `grpc-message` (`message` percent-encoded), `fields`
+    /// (`retry-after`, `x-request-id`) and `lines`, a route's `response_headers` (those of an admitted
+    /// stream when empty).
+    ///
+    /// # Errors
+    /// The client reset the stream.
+    pub fn answer_grpc(
+        &mut self,
+        code: Code,
+        message: &[u8],
+        fields: &[(&str, &[u8])],
+        lines: &[u8],
+    ) -> Result<(), SendFailure> {
+        let mut encoded = buf::take();
+        push_message(&mut encoded, message);
+        let resp = http::Response::builder()
+            .status(200)
+            .header("content-type", "application/grpc")
+            .header("grpc-status", code.as_str())
+            .header("grpc-message", &encoded[..]);
+        buf::give(encoded);
+        let lines = match lines {
+            b"" => self.added.rule_lines(),
+            lines => lines,
+        };
+        let resp = fields
+            .iter()
+            .map(|&(name, value)| (name.as_bytes(), value))
+            .chain(crate::request::response::field_lines(lines))
+            .fold(resp, |resp, (name, value)| resp.header(name, value));
+        let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
+        let stream = self
+            .respond
+            .send_response(resp, true)
+            .map_err(|_| SendFailure::Closed)?;
+        self.send = Some(stream);
+        self.ended = true;
         Ok(())
     }
 

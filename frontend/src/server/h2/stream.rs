@@ -146,6 +146,9 @@ pub async fn serve(
     }
     let mut head_buf = SendBuf::take();
     scratch.facts.clear();
+    // A gRPC call gets gRPC answers from here on, to a head that fails its checks too.
+    scratch.facts.grpc = (parts.headers.get(http::header::CONTENT_TYPE))
+        .is_some_and(|v| edge_core::http::grpc::is_grpc(v.as_bytes()));
     let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
     let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream());
@@ -210,9 +213,7 @@ pub async fn serve(
             let mut s = new_session(request, fields, deadline);
             let facts = &scratch.facts;
             let log = RequestLog::new(&line, &id).traced(facts.trace_id());
-            let status = answer_locally(w, &mut s, &local, is_head, &log, from.peer).await;
-            let sent = if is_head { 0 } else { local.body().len() };
-            facts.response_bytes.set(sent as u64);
+            let status = answer_locally(w, &mut s, &local, is_head, &log, facts, from.peer).await;
             finish(w, &log, facts, from.peer, status, started);
             s.take_fields()
         }
@@ -259,7 +260,8 @@ async fn forward(w: &Worker, s: &mut H2Session<'_>, req: Admitted<'_>, started: 
     }
 }
 
-/// Counts and logs `f` and answers it on the stream (the connection goes on).
+/// Counts and logs `f` and answers it on the stream (the connection goes on); a gRPC call gets a
+/// gRPC answer ([`Failure::grpc_code`]), counted and logged with the status of `f` as on HTTP/1.1.
 async fn fail(
     w: &Worker,
     s: &mut H2Session<'_>,
@@ -274,11 +276,21 @@ async fn fail(
     if s.started() {
         return;
     }
-    facts.response_bytes.set(f.text().len() as u64);
-    if let Err(e) = s
-        .answer(f.status(), f.text(), f.status() == 503, false, log.id)
-        .await
-    {
+    let answered = match facts.grpc {
+        true => {
+            let code = f.grpc_code();
+            facts.grpc_status.set(Some(code.as_u16()));
+            let id = [("x-request-id", log.id)];
+            let id = &id[..usize::from(!log.id.is_empty())];
+            s.answer_grpc(code, f.grpc_message().as_bytes(), id, b"")
+        }
+        false => {
+            facts.response_bytes.set(f.text().len() as u64);
+            s.answer(f.status(), f.text(), f.status() == 503, false, log.id)
+                .await
+        }
+    };
+    if let Err(e) = answered {
         let cause = match e {
             respond::SendFailure::Closed => "client reset the stream before the error response",
             respond::SendFailure::Timeout => "client did not read the error response within send",
@@ -288,15 +300,18 @@ async fn fail(
     finish(w, &log, facts, peer, f.status(), started);
 }
 
-/// Answers a stream of the pipeline's first phase ([`Local`], decided by [`crate::request::admit`]);
-/// returns the status. A shed stream (its connection was accepted over capacity) is counted in
-/// `edge_connections_shed_total{reason}`; the connection's GOAWAY follows (it serves one stream).
+/// Answers a stream of the pipeline's first phase ([`Local`], decided by [`crate::request::admit`]),
+/// a gRPC call in the answer's gRPC form when it has one ([`Local::grpc_code`]); returns the status
+/// and notes the body bytes (and gRPC status) in `facts`. A shed stream (its connection was accepted
+/// over capacity) is counted in `edge_connections_shed_total{reason}`; the connection's GOAWAY follows
+/// (it serves one stream).
 async fn answer_locally(
     w: &Worker,
     s: &mut H2Session<'_>,
     local: &Local,
     is_head: bool,
     log: &RequestLog<'_>,
+    facts: &RequestFacts,
     peer: SocketAddr,
 ) -> u16 {
     if let Local::Shed(reason) = local {
@@ -311,12 +326,23 @@ async fn answer_locally(
         None => [id, id],
     };
     let fields = &fields[..1 + usize::from(field.is_some())];
-    let text = super::session::Text {
-        content_type: local.content_type(),
-        body: local.body(),
-    };
     let lines = local.route_fields();
-    if let Err(e) = s.answer_with(status, fields, text, is_head, lines).await {
+    let answered = match local.grpc_code().filter(|_| facts.grpc) {
+        Some(code) => {
+            facts.grpc_status.set(Some(code.as_u16()));
+            s.answer_grpc(code, local.body().trim_ascii_end(), fields, lines)
+        }
+        None => {
+            let sent = if is_head { 0 } else { local.body().len() };
+            facts.response_bytes.set(sent as u64);
+            let text = super::session::Text {
+                content_type: local.content_type(),
+                body: local.body(),
+            };
+            s.answer_with(status, fields, text, is_head, lines).await
+        }
+    };
+    if let Err(e) = answered {
         if matches!(local, Local::Shed(_)) {
             let cause = match e {
                 respond::SendFailure::Closed => "client reset the stream before the error response",

@@ -23,6 +23,9 @@ pub struct H2Response {
     pub status: u16,
     pub headers: http::HeaderMap,
     pub body: Vec<u8>,
+    /// The response's HEADERS frame ended the stream (no DATA, no trailers: a trailers-only gRPC
+    /// answer).
+    pub headers_ended_stream: bool,
 }
 
 /// Opens an h2c connection (prior knowledge) to `addr`; the connection is driven by a spawned task.
@@ -92,6 +95,7 @@ pub async fn request(
     }
     let resp = resp.await.map_err(|e| e.to_string())?;
     let (parts, mut recv) = resp.into_parts();
+    let headers_ended_stream = recv.is_end_stream();
     let mut out = Vec::new();
     while let Some(d) = recv.data().await {
         let d = d.map_err(|e| e.to_string())?;
@@ -102,5 +106,6 @@ pub async fn request(
         status: parts.status.as_u16(),
         headers: parts.headers,
         body: out,
+        headers_ended_stream,
     })
 }

@@ -11,6 +11,7 @@ mod client;
 mod config;
 mod driver;
 mod edge;
+mod grpc;
 mod h2_client;
 mod h2_origin;
 mod metrics;
@@ -28,6 +29,7 @@ pub use client::{Client, Response};
 pub use config::{Cfg, Route, Upstream, Value};
 pub use driver::{each_driver, Driver};
 pub use edge::{assert_exit, check_config, raise_fd_limit, run_edge, Edge};
+pub use grpc::{GrpcCall, GrpcCase, GrpcResult, GrpcServer};
 pub use h2_client::{
     block_on, connect as h2_connect, connect_after as h2_connect_after, request as h2_request,
     H2Response,

@@ -1,0 +1,383 @@
+//! The gRPC fixture: a real gRPC server and client (Python grpcio) around `edge.test.Echo`
+//! (tests/it/grpc/echo.proto, compiled once per test process with `python3 -m grpc_tools.protoc`).
+//!
+//! - [`GrpcServer::start`] (h2c) / [`GrpcServer::start_tls`] (TLS, ALPN h2): `grpc/server.py` on
+//!   127.0.0.1, port read back; what it saw of each call (metadata, deadline, cancellation) as
+//!   [`GrpcServer::events`] / [`GrpcServer::wait_event`].
+//! - [`GrpcCall`]: one call of `grpc/client.py` against an address (h2c, or TLS with
+//!   [`GrpcCall::tls`]), bounded by [`GrpcCall::limit`]; its [`GrpcResult`] is the status, details,
+//!   metadata, trailers and message and byte counts the client saw.
+//!
+//! Without python3, grpcio or grpcio-tools the tests that use it FAIL (never skip) with the install
+//! command ([`INSTALL`]).
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Read},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::{mpsc, Arc, Mutex, OnceLock},
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// What to install when the fixture cannot run.
+pub const INSTALL: &str = "pip install grpcio grpcio-tools grpcio-health-checking \
+     (Debian's system Python: add --break-system-packages; no pip: apt-get install python3-pip)";
+
+/// The fixture's sources: echo.proto, server.py, client.py.
+fn sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/grpc")
+}
+
+/// The directory holding the generated `echo_pb2*.py` (compiled on first use, once per process, under
+/// the target's temp dir); panics with [`INSTALL`] when python3 or grpc_tools is missing.
+fn generated() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("grpc-echo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new("python3")
+            .args(["-c", "import grpc, grpc_tools, grpc_health"])
+            .output();
+        match out {
+            Err(e) => panic!("gRPC tests need python3 ({e}); then: {INSTALL}"),
+            Ok(o) if !o.status.success() => panic!(
+                "gRPC tests need grpcio, grpcio-tools and grpcio-health-checking for python3: {INSTALL}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Ok(_) => {}
+        }
+        let src = sources();
+        let out = Command::new("python3")
+            .args(["-m", "grpc_tools.protoc", "-I"])
+            .arg(&src)
+            .arg(format!("--python_out={}", dir.display()))
+            .arg(format!("--grpc_python_out={}", dir.display()))
+            .arg(src.join("echo.proto"))
+            .output()
+            .expect("run python3 -m grpc_tools.protoc");
+        assert!(
+            out.status.success(),
+            "protoc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+/// A Python command running `script` of the fixture with the generated modules importable.
+fn python(script: &str) -> Command {
+    let mut c = Command::new("python3");
+    c.arg(sources().join(script))
+        .env("PYTHONPATH", generated())
+        .env("PYTHONUNBUFFERED", "1")
+        // grpcio's C core logs to stderr only when asked.
+        .env_remove("GRPC_VERBOSITY");
+    c
+}
+
+/// The gRPC origin (`grpc/server.py`); killed on drop.
+pub struct GrpcServer {
+    child: Child,
+    /// Its stdin: the server ends when it closes (the test process gone).
+    _stdin: ChildStdin,
+    pub addr: SocketAddr,
+    events: Arc<Mutex<Vec<Value>>>,
+    rx: Mutex<mpsc::Receiver<Value>>,
+}
+
+impl GrpcServer {
+    /// Starts the server in h2c (plain, prior knowledge) and waits (10 s max) for its port.
+    pub fn start() -> GrpcServer {
+        Self::spawn(&[])
+    }
+
+    /// Starts the server over TLS with `cert` and `key` (PEM; ALPN h2) and waits for its port.
+    pub fn start_tls(cert: &Path, key: &Path) -> GrpcServer {
+        let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        Self::spawn(&["--tls", cert, key])
+    }
+
+    fn spawn(args: &[&str]) -> GrpcServer {
+        let mut child = python("server.py")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn grpc/server.py");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let seen = events.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    eprintln!("grpc/server.py: {line}");
+                    continue;
+                };
+                seen.lock().unwrap().push(v.clone());
+                let _ = tx.send(v);
+            }
+        });
+        let mut server = GrpcServer {
+            child,
+            _stdin: stdin,
+            addr: "127.0.0.1:0".parse().unwrap(),
+            events,
+            rx: Mutex::new(rx),
+        };
+        let Some(listening) =
+            server.wait_event(Duration::from_secs(10), |e| e["event"] == "listening")
+        else {
+            panic!("grpc/server.py did not start listening within 10 s (see its stderr above)");
+        };
+        let port = listening["port"].as_u64().expect("a port") as u16;
+        server.addr = SocketAddr::from(([127, 0, 0, 1], port));
+        server
+    }
+
+    /// Every event so far: `{"event": "call", "method", "metadata", "time_remaining", "peer"}` when a
+    /// call starts, `{"event": "done", "method", "cancelled", "messages_in", "messages_out"}` when it
+    /// ends (see grpc/server.py).
+    pub fn events(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// The calls that reached the server.
+    pub fn calls(&self) -> usize {
+        self.events()
+            .iter()
+            .filter(|e| e["event"] == "call")
+            .count()
+    }
+
+    /// Waits (at most `limit`) for an event for which `hit` holds (one seen already counts); returns it.
+    pub fn wait_event(&self, limit: Duration, hit: impl Fn(&Value) -> bool) -> Option<Value> {
+        let rx = self.rx.lock().unwrap();
+        if let Some(e) = self.events().into_iter().find(|e| hit(e)) {
+            return Some(e);
+        }
+        let until = Instant::now() + limit;
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(e) if hit(&e) => return Some(e),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Which method a [`GrpcCall`] calls.
+#[derive(Clone, Copy, Debug)]
+pub enum GrpcCase {
+    Unary,
+    ServerStream,
+    ClientStream,
+    Bidi,
+}
+
+impl GrpcCase {
+    fn as_str(self) -> &'static str {
+        match self {
+            GrpcCase::Unary => "unary",
+            GrpcCase::ServerStream => "server_stream",
+            GrpcCase::ClientStream => "client_stream",
+            GrpcCase::Bidi => "bidi",
+        }
+    }
+}
+
+/// One call of `grpc/client.py`, built then [`run`](GrpcCall::run).
+#[derive(Clone, Debug)]
+pub struct GrpcCall {
+    case: GrpcCase,
+    ask: Value,
+    messages: usize,
+    payload_bytes: usize,
+    timeout: Option<Duration>,
+    metadata: Vec<(String, String)>,
+    tls: Option<(PathBuf, Option<String>)>,
+    limit: Duration,
+}
+
+impl GrpcCall {
+    /// A call of `case` with an empty Ask, one message, no deadline, h2c, run for at most 20 s.
+    pub fn new(case: GrpcCase) -> GrpcCall {
+        GrpcCall {
+            case,
+            ask: serde_json::json!({}),
+            messages: 1,
+            payload_bytes: 0,
+            timeout: None,
+            metadata: Vec::new(),
+            tls: None,
+            limit: Duration::from_secs(20),
+        }
+    }
+
+    pub fn unary() -> GrpcCall {
+        Self::new(GrpcCase::Unary)
+    }
+
+    /// The Ask's fields (echo.proto, JSON names: `sleepMs`, `statusCode`, `statusMessage`,
+    /// `initialMetadata`, `trailingMetadata`, `payloadBytes`, `count`, `intervalMs`, `text`).
+    pub fn ask(mut self, ask: Value) -> Self {
+        self.ask = ask;
+        self
+    }
+
+    /// Asks sent on a client or bidi stream.
+    pub fn messages(mut self, n: usize) -> Self {
+        self.messages = n;
+        self
+    }
+
+    /// Payload bytes in each Ask.
+    pub fn payload_bytes(mut self, n: usize) -> Self {
+        self.payload_bytes = n;
+        self
+    }
+
+    /// The call's deadline (the client sends it as `grpc-timeout`).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// A metadata entry (request header field) of the call.
+    pub fn metadata(mut self, key: &str, value: &str) -> Self {
+        self.metadata.push((key.into(), value.into()));
+        self
+    }
+
+    /// TLS (ALPN h2) trusting `ca_file`, verifying `server_name` (default: the target's host).
+    pub fn tls(mut self, ca_file: &Path, server_name: Option<&str>) -> Self {
+        self.tls = Some((ca_file.to_path_buf(), server_name.map(Into::into)));
+        self
+    }
+
+    /// How long the client may run before the test fails (default 20 s).
+    pub fn limit(mut self, d: Duration) -> Self {
+        self.limit = d;
+        self
+    }
+
+    /// Runs the call against `addr` and returns what the client saw; panics when the client fails
+    /// to run or does not end within the limit.
+    pub fn run(&self, addr: SocketAddr) -> GrpcResult {
+        let mut c = python("client.py");
+        c.arg("--target")
+            .arg(addr.to_string())
+            .args(["--case", self.case.as_str(), "--ask"])
+            .arg(self.ask.to_string())
+            .arg(format!("--messages={}", self.messages))
+            .arg(format!("--payload-bytes={}", self.payload_bytes));
+        if let Some(t) = self.timeout {
+            c.arg(format!("--timeout={}", t.as_secs_f64()));
+        }
+        for (k, v) in &self.metadata {
+            c.arg(format!("--metadata={k}={v}"));
+        }
+        if let Some((ca, name)) = &self.tls {
+            c.arg("--tls-ca").arg(ca);
+            if let Some(name) = name {
+                c.arg("--server-name").arg(name);
+            }
+        }
+        let mut child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn grpc/client.py");
+        let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let (mut out, mut err) = (String::new(), String::new());
+            let _ = stdout.read_to_string(&mut out);
+            let _ = stderr.read_to_string(&mut err);
+            let _ = tx.send((out, err));
+        });
+        let Ok((out, err)) = rx.recv_timeout(self.limit) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "grpc/client.py ({self:?}) did not end within {:?}",
+                self.limit
+            );
+        };
+        let status = child.wait().expect("wait for grpc/client.py");
+        let Some(v) = out
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+        else {
+            panic!("grpc/client.py ({self:?}) printed no result ({status}):\n{out}\n{err}");
+        };
+        GrpcResult::of(v)
+    }
+}
+
+/// What the client saw of one call.
+#[derive(Clone, Debug)]
+pub struct GrpcResult {
+    /// The gRPC status code (0 OK, 4 DEADLINE_EXCEEDED, 12 UNIMPLEMENTED, 14 UNAVAILABLE...).
+    pub code: u64,
+    pub code_name: String,
+    /// The status message (`grpc-message`, decoded).
+    pub details: String,
+    /// Initial metadata (response header fields) and trailing metadata (trailers), as received.
+    pub initial_metadata: HashMap<String, String>,
+    pub trailing_metadata: HashMap<String, String>,
+    /// Replies received and their payload bytes.
+    pub messages: u64,
+    pub bytes: u64,
+    /// The last Reply's `sum` and `count` (a client stream's totals as the server counted them).
+    pub sum: u64,
+    pub count: u64,
+    /// From the call's start to its end, as the client measured.
+    pub elapsed: Duration,
+}
+
+impl GrpcResult {
+    fn of(v: Value) -> GrpcResult {
+        let map = |v: &Value| -> HashMap<String, String> {
+            v.as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let num = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+        GrpcResult {
+            code: num("code"),
+            code_name: v["code_name"].as_str().unwrap_or_default().into(),
+            details: v["details"].as_str().unwrap_or_default().into(),
+            initial_metadata: map(&v["initial_metadata"]),
+            trailing_metadata: map(&v["trailing_metadata"]),
+            messages: num("messages"),
+            bytes: num("bytes"),
+            sum: num("sum"),
+            count: num("count"),
+            elapsed: Duration::from_secs_f64(v["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0),
+        }
+    }
+}
