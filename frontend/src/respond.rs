@@ -249,7 +249,9 @@ impl Failure {
                 | UpstreamErrorKind::ClosedEarly
                 | UpstreamErrorKind::BadResponse
                 | UpstreamErrorKind::Tls
-                | UpstreamErrorKind::NoEndpoint => Code::Unavailable,
+                | UpstreamErrorKind::NoEndpoint
+                | UpstreamErrorKind::RefusedStream
+                | UpstreamErrorKind::GoAway => Code::Unavailable,
             },
         }
     }
