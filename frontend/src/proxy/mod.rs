@@ -46,7 +46,7 @@ pub use expect::CONTINUE_WAIT;
 
 use crate::{
     context::Worker,
-    respond::Failure,
+    respond::{Failure, SendFailure},
     server::{BodyFailure, Session},
 };
 
@@ -433,7 +433,15 @@ async fn response_head<S: Session, E: UpstreamSession>(
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
     let head_deadline = req.request_timeout.map(|t| now + t);
     loop {
-        match up.read_head(fields, &mut clock, head_deadline).await {
+        // A client that abandons the request meanwhile ends the exchange at once: dropping the
+        // session resets an HTTP/2 upstream stream (RST_STREAM CANCEL) or closes the connection.
+        let head = monoio::select! {
+            h = up.read_head(fields, &mut clock, head_deadline) => h,
+            () = s.client_gone() => {
+                return Err(Stop::End(interim::client_gone(w, &req.log, SendFailure::Closed)));
+            }
+        };
+        match head {
             Ok(h) if is_interim(h.status) => {
                 let started = coarse_now();
                 if let Err(e) = interim.forward(s, up.received_mut(), &h, fields).await {

@@ -153,6 +153,18 @@ pub trait Session: BodySource<Error = BodyFailure> {
         std::future::ready(Ok(()))
     }
 
+    /// Resolves once the client has abandoned the request while edge waits for the upstream's answer
+    /// (DESIGN.md "HTTP/2 and gRPC upstreams": a client that resets its stream resets the upstream's
+    /// at once): an HTTP/2 stream the client reset. The default never resolves: an HTTP/1.1
+    /// connection's next bytes may be a pipelined request, and its close is seen when the response is
+    /// written.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    fn client_gone(&mut self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
+
     /// The largest chunk a pass-through relay reads at once, bytes (its pace grows up to it).
     fn max_chunk(&self) -> usize {
         edge_core::buf::RELAY_BUF_SIZE

@@ -615,6 +615,11 @@ impl Session for H2Session<'_> {
         true
     }
 
+    /// The client reset the stream (RST_STREAM), or the connection ended.
+    async fn client_gone(&mut self) {
+        let _ = poll_fn(|cx| self.respond.poll_reset(cx)).await;
+    }
+
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
         if self.relay.passthrough() {
             return self.send_passthrough(rest).await;
@@ -649,13 +654,24 @@ fn trailer_map(lines: &[u8]) -> Option<http::HeaderMap> {
     let mut whole = Vec::with_capacity(lines.len() + 2);
     whole.extend_from_slice(lines);
     whole.extend_from_slice(b"\r\n");
-    let httparse::Status::Complete((_, fields)) = httparse::parse_headers(&whole, &mut storage).ok()?
+    let httparse::Status::Complete((_, fields)) =
+        httparse::parse_headers(&whole, &mut storage).ok()?
     else {
         return None;
     };
     let mut map = http::HeaderMap::new();
     for f in fields.iter() {
-        let forbidden = ["connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer", "proxy-connection", "content-length", "host"];
+        let forbidden = [
+            "connection",
+            "keep-alive",
+            "transfer-encoding",
+            "upgrade",
+            "te",
+            "trailer",
+            "proxy-connection",
+            "content-length",
+            "host",
+        ];
         if forbidden.iter().any(|n| f.name.eq_ignore_ascii_case(n)) {
             continue;
         }
