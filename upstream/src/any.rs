@@ -127,6 +127,10 @@ impl UpstreamSession for AnyExchange<'_> {
         std::future::ready(Ok(Trailers::InBody))
     }
 
+    fn received_trailers(&self) -> Option<&http::HeaderMap> {
+        each!(self, s => s.received_trailers())
+    }
+
     fn finish(self, end: Finish) {
         match self {
             AnyExchange::H1(s) => s.finish(end),

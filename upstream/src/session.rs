@@ -255,6 +255,13 @@ pub trait UpstreamSession: Sized {
         std::future::ready(Ok(Trailers::InBody))
     }
 
+    /// The trailer section received apart from the body bytes, once the body is complete (HTTP/2
+    /// trailing HEADERS; they are also in the body's last chunk, [`Trailers::InBody`]): for the access
+    /// line's `grpc_status`. `None` where trailers travel only inside the body (HTTP/1.1).
+    fn received_trailers(&self) -> Option<&http::HeaderMap> {
+        None
+    }
+
     /// Ends the session after its response: see [`Finish`].
     fn finish(self, end: Finish);
 

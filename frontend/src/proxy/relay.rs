@@ -124,6 +124,10 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
         }
     }
     drop(hold);
+    if let Some(t) = up.received_trailers() {
+        let trailer_fields = t.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        crate::log::grpc::note_status(req.facts, trailer_fields);
+    }
     (
         done(status, started.close, early),
         finish(reusable, up, keep_alive),

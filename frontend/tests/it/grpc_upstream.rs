@@ -14,6 +14,8 @@ const SEC: Duration = Duration::from_secs(1);
 fn grpc_edge(d: Driver, upstream: std::net::SocketAddr, set: &[(&str, &str)]) -> Edge {
     let mut cfg = Cfg::new(d, upstream)
         .server("h2c", true)
+        .log("access", true)
+        .log("access_format", "text")
         .upstream_field("protocol", "h2");
     for (k, v) in set {
         cfg = cfg.upstream_field(k, *v);

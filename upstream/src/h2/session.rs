@@ -75,6 +75,8 @@ pub struct H2Exchange<'u> {
     sent: bool,
     /// The response ended (END_STREAM received).
     ended: bool,
+    /// The trailing HEADERS, once received.
+    trailers: Option<http::HeaderMap>,
     _slot: InFlight,
     _permit: Permit,
 }
@@ -99,6 +101,7 @@ impl<'u> H2Exchange<'u> {
             head_method: false,
             sent: false,
             ended: false,
+            trailers: None,
             _slot: slot,
             _permit: permit,
         }
@@ -408,6 +411,7 @@ impl UpstreamSession for H2Exchange<'_> {
                     };
                     self.buf
                         .append_with(|out| head::last_chunk(out, trailers.as_ref()));
+                    self.trailers = trailers;
                     self.ended = true;
                     return Ok(BodyRead::Data);
                 }
@@ -418,6 +422,10 @@ impl UpstreamSession for H2Exchange<'_> {
                 Err(_) => {}
             }
         }
+    }
+
+    fn received_trailers(&self) -> Option<&http::HeaderMap> {
+        self.trailers.as_ref()
     }
 
     /// Ends the stream: one that did not end both ways is reset (RST_STREAM CANCEL); the connection
