@@ -33,7 +33,14 @@
 //! - [`UpstreamSession::send_body`]: [`BodySource::forward_rest`] into a sink that turns the declared
 //!   framing into DATA frames (de-chunking a chunked body), each within the stream's send capacity
 //!   (`reserve_capacity`/`poll_capacity` under `write_timeout`), while the `ResponseFuture` is watched
-//!   for an early answer. No split is needed; the by-value signature costs nothing.
+//!   for an early answer. No split is needed; the by-value signature costs nothing. It runs only for a
+//!   client that cannot split (an HTTP/1.1 client); an HTTP/2 client's exchange is full duplex:
+//! - [`UpstreamSession::duplex`] answers true and [`UpstreamSession::take_body_sink`] moves that same
+//!   sink out of the session: the stream's `SendStream` with the framing state (END_STREAM once the
+//!   declared body is complete), its writes marking the stream's activity. The session keeps the
+//!   `ResponseFuture` / `RecvStream` for the reads, which the orchestrator runs beside the sink's
+//!   writes in one task (`frontend/src/proxy/duplex.rs`). Dropping the sink unfinished and then
+//!   [`Finish::Close`] resets the stream (CANCEL; h2 does it when the last handle goes).
 //! - [`UpstreamSession::wait_more`], [`UpstreamSession::read_head`]: the `ResponseFuture` under the
 //!   deadlines; the head is written into [`UpstreamSession::received_mut`] in HTTP/1.1 syntax
 //!   (`Transfer-Encoding: chunked` when it has no Content-Length) and parsed there. The `h2` client

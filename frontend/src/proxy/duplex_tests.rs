@@ -3,6 +3,15 @@
 //! ([`Script::duplex`]). Both sides record into one [`Trace`] and wait on the other's events, so a test
 //! sees the two directions in one order and a half-duplex orchestrator deadlocks on the ping-pong
 //! (each test runs under a deadline, so a deadlock fails it).
+//!
+//! End to end, once the HTTP/2 upstream session exists, the real binary needs (h2 client → edge → h2
+//! origin, both drivers): a gRPC bidirectional ping-pong (message k answered before k+1 is sent); a
+//! client-streaming call longer than `request_timeout` and than `server.timeouts.request` whose
+//! messages keep flowing (no 408, no 504); a client silent mid-stream for `request` (stream reset); the
+//! origin answering with trailers before the client ends (client stream reset NO_ERROR, origin stream
+//! cancelled); a client RST_STREAM mid-stream (origin sees RST_STREAM CANCEL); the origin resetting
+//! mid-stream (client gets RST_STREAM, `edge_responses_truncated_total`); and an HTTP/1.1 client on an
+//! h2 origin staying half duplex.
 
 use std::{collections::VecDeque, rc::Rc, time::Duration};
 
