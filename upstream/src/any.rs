@@ -14,7 +14,7 @@ use monoio::time::Instant;
 
 use crate::{
     h1::{H1Exchange, H1Tunnel},
-    h2::{H2Exchange, NoTunnel},
+    h2::{H2BodySink, H2Exchange, NoTunnel},
     pool::ConnParts,
     session::{
         BodyEnd, BodyError, BodyRead, Finish, Trailers, TunnelHalves, UpstreamSession,
@@ -46,6 +46,19 @@ macro_rules! each {
 
 impl UpstreamSession for AnyExchange<'_> {
     type Tunnel = AnyTunnel;
+    /// Only an HTTP/2 stream is full duplex.
+    type BodySink = H2BodySink;
+
+    fn duplex(&self) -> bool {
+        each!(self, s => s.duplex())
+    }
+
+    fn take_body_sink(&mut self) -> Option<H2BodySink> {
+        match self {
+            AnyExchange::H1(_) => None,
+            AnyExchange::H2(s) => s.take_body_sink(),
+        }
+    }
 
     fn reused(&self) -> bool {
         each!(self, s => s.reused())

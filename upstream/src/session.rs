@@ -33,7 +33,14 @@
 //! - [`UpstreamSession::send_body`]: [`BodySource::forward_rest`] into a sink that turns the declared
 //!   framing into DATA frames (de-chunking a chunked body), each within the stream's send capacity
 //!   (`reserve_capacity`/`poll_capacity` under `write_timeout`), while the `ResponseFuture` is watched
-//!   for an early answer. No split is needed; the by-value signature costs nothing.
+//!   for an early answer. No split is needed; the by-value signature costs nothing. It runs only for a
+//!   client that cannot split (an HTTP/1.1 client); an HTTP/2 client's exchange is full duplex:
+//! - [`UpstreamSession::duplex`] answers true and [`UpstreamSession::take_body_sink`] moves that same
+//!   sink out of the session: the stream's `SendStream` with the framing state (END_STREAM once the
+//!   declared body is complete), its writes marking the stream's activity. The session keeps the
+//!   `ResponseFuture` / `RecvStream` for the reads, which the orchestrator runs beside the sink's
+//!   writes in one task (`frontend/src/proxy/duplex.rs`). Dropping the sink unfinished and then
+//!   [`Finish::Close`] resets the stream (CANCEL; h2 does it when the last handle goes).
 //! - [`UpstreamSession::wait_more`], [`UpstreamSession::read_head`]: the `ResponseFuture` under the
 //!   deadlines; the head is written into [`UpstreamSession::received_mut`] in HTTP/1.1 syntax
 //!   (`Transfer-Encoding: chunked` when it has no Content-Length) and parsed there. The `h2` client
@@ -66,8 +73,10 @@ use edge_core::{
     io::body::BodySource,
 };
 use monoio::{
+    buf::{IoBuf, IoVecBuf},
     io::{AsyncReadRent, AsyncWriteRent},
     time::Instant,
+    BufResult,
 };
 
 pub use crate::pool::Reuse;
@@ -137,6 +146,50 @@ pub struct Opened<E> {
 pub trait UpstreamSession: Sized {
     /// The upstream side of a tunnel after a `101`.
     type Tunnel: UpstreamTunnel;
+
+    /// The request-body side of a full-duplex session, taken apart from it
+    /// ([`UpstreamSession::take_body_sink`]); [`NoSink`] for a half-duplex one.
+    type BodySink: AsyncWriteRent;
+
+    /// Whether the exchange is full duplex: the upstream keeps taking request body bytes after its
+    /// response head, and both directions go on together until each ends (gRPC client and
+    /// bidirectional streaming, DESIGN.md "HTTP/2 and gRPC upstreams"). An HTTP/2 stream keeps
+    /// accepting request DATA after its response head; an HTTP/1.1 exchange is half duplex (the
+    /// default): an answer that starts before the whole body was sent ends the body
+    /// ([`BodyEnd::Early`]) and the client connection closes afterwards.
+    fn duplex(&self) -> bool {
+        false
+    }
+
+    /// Takes the request-body side out of a duplex session ([`UpstreamSession::duplex`]), once, right
+    /// after [`UpstreamSession::send_head`] (and the `100 Continue` wait) instead of
+    /// [`UpstreamSession::send_body`]: the orchestrator then writes the rest of the body into it
+    /// ([`BodySource::forward_rest`], bytes in the framing the forwarded head declares, as for
+    /// `send_body`) while it reads the response through the session ([`UpstreamSession::read_head`],
+    /// [`UpstreamSession::read_body`]) in the same task. `None` (the default) for a half-duplex session.
+    ///
+    /// What the sink must do:
+    /// - end the request by itself once the declared framing is complete (HTTP/2: END_STREAM with the
+    ///   last DATA, after a chunked body's last chunk or the Content-Length's last byte); `flush` and
+    ///   `shutdown` are not called;
+    /// - bound each write by the stream's flow control under the `write_timeout` the orchestrator
+    ///   applies around it (HTTP/2: `reserve_capacity` / `poll_capacity`), failing with an
+    ///   [`std::io::Error`] once the upstream no longer takes the body (a reset stream);
+    /// - count its writes as activity for the zombie deadline of the session's reads (a request that
+    ///   keeps streaming while the response is silent is not a zombie; an HTTP/2 connection answering
+    ///   PINGs never is).
+    ///
+    /// Dropping the sink before the body ended leaves the request unfinished: [`Finish::Close`] (or
+    /// dropping the session) then cancels it (HTTP/2: RST_STREAM CANCEL, RFC 9113 §8.1); the session's
+    /// reads go on after the sink is dropped.
+    ///
+    /// In the duplex phase a session's reads may be dropped while pending (the other direction
+    /// failed; the session is then finished with [`Finish::Close`]), and `read_head` is called with no
+    /// `head_deadline`: the orchestrator runs `request_timeout` itself, from the end of the request
+    /// body to the response head.
+    fn take_body_sink(&mut self) -> Option<Self::BodySink> {
+        None
+    }
 
     /// Whether the session runs on a connection that served earlier requests (a pooled HTTP/1.1
     /// connection): a failure before any response byte may then be the upstream closing it as it was
@@ -333,6 +386,28 @@ pub enum Finish {
     },
     /// Closed: the connection (HTTP/1.1), or the stream when it did not end (HTTP/2).
     Close,
+}
+
+/// The [`UpstreamSession::BodySink`] of a half-duplex session: there is none (uninhabited).
+#[derive(Debug)]
+pub enum NoSink {}
+
+impl AsyncWriteRent for NoSink {
+    async fn write<T: IoBuf>(&mut self, _: T) -> BufResult<usize, T> {
+        match *self {}
+    }
+
+    async fn writev<T: IoVecBuf>(&mut self, _: T) -> BufResult<usize, T> {
+        match *self {}
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        match *self {}
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match *self {}
+    }
 }
 
 /// The upstream side of a tunnel after a `101` ([`UpstreamSession::into_tunnel`]).

@@ -10,7 +10,7 @@ use edge_core::{
 
 use super::Outcome;
 use crate::log::RequestLog;
-use crate::{context::Worker, respond::SendFailure, server::Session};
+use crate::{context::Worker, respond::SendFailure, server::Respond};
 
 /// What reached the client of the interim responses so far.
 #[derive(Default)]
@@ -25,7 +25,7 @@ impl Interim {
     ///
     /// # Errors
     /// The client could not be written to.
-    pub async fn forward<S: Session>(
+    pub async fn forward<S: Respond>(
         &mut self,
         s: &mut S,
         buf: &mut RecvBuf,

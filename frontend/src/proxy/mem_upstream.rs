@@ -3,7 +3,14 @@
 //! an event, so a test checks both what the client was sent and what the upstream saw (opens, heads,
 //! bodies, how each session finished), without sockets or timing races.
 
-use std::{cell::RefCell, collections::VecDeque, net::SocketAddr, time::Duration};
+use std::{
+    cell::RefCell,
+    collections::VecDeque,
+    net::SocketAddr,
+    rc::Rc,
+    task::{Poll, Waker},
+    time::Duration,
+};
 
 use edge_core::{
     buf::RecvBuf,
@@ -37,6 +44,9 @@ pub(super) enum Reply {
     Reset,
     /// Nothing arrives: the read waits for its deadline.
     Silent,
+    /// No bytes: the read waits until the upstream got these request body bytes (one write of a
+    /// duplex session's body sink, [`Trace`] event `upstream got ..`), then goes on with the next reply.
+    AfterBody(&'static str),
 }
 
 /// One attempt's session.
@@ -51,6 +61,11 @@ pub(super) struct Script {
     pub(super) answers_early: bool,
     /// The reads, in order; none left reads as a close.
     pub(super) replies: Vec<Reply>,
+    /// Full duplex ([`UpstreamSession::duplex`]): the body goes into a [`MemSink`] taken from the
+    /// session while the response is read.
+    pub(super) duplex: bool,
+    /// The body sink fails every write (the upstream reset its stream).
+    pub(super) sink_fails: bool,
 }
 
 impl Script {
@@ -61,6 +76,16 @@ impl Script {
             head_fails: None,
             answers_early: false,
             replies: replies.to_vec(),
+            duplex: false,
+            sink_fails: false,
+        }
+    }
+
+    /// As [`Script::fresh`], full duplex.
+    pub(super) fn duplex(replies: &[Reply]) -> Self {
+        Script {
+            duplex: true,
+            ..Script::fresh(replies)
         }
     }
 
@@ -78,13 +103,21 @@ impl Script {
 pub(super) struct MemUpstream {
     scripts: RefCell<VecDeque<Script>>,
     events: RefCell<Vec<String>>,
+    trace: Rc<Trace>,
 }
 
 impl MemUpstream {
     pub(super) fn new(scripts: Vec<Script>) -> Self {
+        Self::traced(scripts, Rc::default())
+    }
+
+    /// As [`MemUpstream::new`], recording what a duplex session's body sink got in `trace` (shared
+    /// with the client's side, so that a test sees both directions in one order).
+    pub(super) fn traced(scripts: Vec<Script>, trace: Rc<Trace>) -> Self {
         MemUpstream {
             scripts: RefCell::new(scripts.into()),
             events: RefCell::default(),
+            trace,
         }
     }
 
@@ -117,6 +150,7 @@ impl Open for MemUpstream {
                 replies: script.replies.iter().copied().collect(),
                 script,
                 buf: RecvBuf::new(),
+                sink_taken: false,
                 endpoint_metrics: edge_core::metrics::EndpointMetrics::noop(),
             },
             retried: false,
@@ -130,6 +164,7 @@ pub(super) struct MemExchange<'a> {
     script: Script,
     replies: VecDeque<Reply>,
     buf: RecvBuf,
+    sink_taken: bool,
     endpoint_metrics: edge_core::metrics::EndpointMetrics,
 }
 
@@ -141,7 +176,13 @@ impl MemExchange<'_> {
             retry_safe: !received_before,
             ..UpstreamError::new(kind)
         };
-        match self.replies.pop_front().unwrap_or(Reply::Close) {
+        let mut reply = self.replies.pop_front().unwrap_or(Reply::Close);
+        while let Reply::AfterBody(text) = reply {
+            self.up.trace.until(&format!("upstream got {text}")).await;
+            reply = self.replies.pop_front().unwrap_or(Reply::Close);
+        }
+        match reply {
+            Reply::AfterBody(_) => unreachable!("skipped above"),
             Reply::Bytes(b) => {
                 // One read of a slice takes it whole (replies are shorter than a buffer).
                 let n = self.buf.fill_large(&mut b.as_bytes()).await;
@@ -155,8 +196,25 @@ impl MemExchange<'_> {
     }
 }
 
-impl UpstreamSession for MemExchange<'_> {
+impl<'a> UpstreamSession for MemExchange<'a> {
     type Tunnel = MemTunnel;
+    type BodySink = MemSink<'a>;
+
+    fn duplex(&self) -> bool {
+        self.script.duplex
+    }
+
+    fn take_body_sink(&mut self) -> Option<MemSink<'a>> {
+        if !self.script.duplex || self.sink_taken {
+            return None;
+        }
+        self.sink_taken = true;
+        self.up.record("sink taken".into());
+        Some(MemSink {
+            up: self.up,
+            fails: self.script.sink_fails,
+        })
+    }
 
     fn reused(&self) -> bool {
         self.script.reused
@@ -281,6 +339,74 @@ impl UpstreamSession for MemExchange<'_> {
     fn into_tunnel(self) -> MemTunnel {
         self.up.record("tunnel".into());
         MemTunnel(self.buf)
+    }
+}
+
+/// Both directions of a duplex exchange in one order: what each side did, as `client sent ..`,
+/// `upstream got ..`, `client got ..` events; a side waits for an event of the other ([`Trace::until`]).
+#[derive(Default)]
+pub(super) struct Trace {
+    events: RefCell<Vec<String>>,
+    waiting: RefCell<Vec<Waker>>,
+}
+
+impl Trace {
+    /// Records `event` and wakes the waiters.
+    pub(super) fn push(&self, event: String) {
+        self.events.borrow_mut().push(event);
+        for w in self.waiting.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    /// The events so far.
+    pub(super) fn events(&self) -> Vec<String> {
+        self.events.borrow().clone()
+    }
+
+    /// Waits until `event` was recorded.
+    pub(super) async fn until(&self, event: &str) {
+        std::future::poll_fn(|cx| {
+            if self.events.borrow().iter().any(|e| e == event) {
+                return Poll::Ready(());
+            }
+            self.waiting.borrow_mut().push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A duplex session's body sink: each write is one `upstream got ..` [`Trace`] event (and a `body ..`
+/// event of the upstream), or fails as a reset stream.
+pub(super) struct MemSink<'a> {
+    up: &'a MemUpstream,
+    fails: bool,
+}
+
+impl AsyncWriteRent for MemSink<'_> {
+    async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        if self.fails {
+            return (Err(std::io::ErrorKind::ConnectionReset.into()), buf);
+        }
+        // SAFETY: an `IoBuf` has `bytes_init` initialized bytes at `read_ptr`.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.read_ptr(), buf.bytes_init()) };
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        self.up.record(format!("body {text}"));
+        self.up.trace.push(format!("upstream got {text}"));
+        (Ok(bytes.len()), buf)
+    }
+
+    async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        (Err(std::io::ErrorKind::Unsupported.into()), buf)
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -13,9 +13,13 @@
 //! blocked writing to a slow client does not count as upstream inactivity.
 //!
 //! Concerns in their own files: [`expect`] (`Expect: 100-continue`), [`interim`] (1xx forwarding),
-//! [`relay`] (the response head and body), [`tunnel`] (101 and the byte tunnel). Retries follow
+//! [`relay`] (the response head and body), [`duplex`] (the body and the response together, for an
+//! upstream that takes the body after its head: gRPC streaming), [`tunnel`] (101 and the byte tunnel). Retries follow
 //! [`edge_upstream::retry`].
 
+mod duplex;
+#[cfg(test)]
+mod duplex_tests;
 pub mod expect;
 mod hold;
 pub mod interim;
@@ -36,7 +40,7 @@ use edge_upstream::{
     head::{request_head, RequestRewrite},
     received::is_interim,
     retry::Attempt,
-    session::{BodyEnd, BodyError, Open, Reuse, UpstreamSession},
+    session::{BodyEnd, BodyError, Finish, Open, Reuse, UpstreamSession},
     zombie::{self, ActivityClock},
     UpstreamError, UpstreamErrorKind,
 };
@@ -47,7 +51,7 @@ pub use expect::CONTINUE_WAIT;
 use crate::{
     context::Worker,
     respond::{Failure, SendFailure},
-    server::{BodyFailure, Session},
+    server::{BodyFailure, Respond, Session},
 };
 
 /// The admitted request the orchestrator runs ([`crate::request::admit`]), re-exported for its phases.
@@ -253,6 +257,23 @@ async fn exchange<S: Session, O: Open>(
         let sent =
             match send_request(w, s, req, &mut up, &mut out.0, fields, &mut interim, &on).await {
                 Ok(Sent::Whole { early }) => Ok((early, false)),
+                Ok(Sent::BodyPending) if up.duplex() => {
+                    // Nothing is sent again once the body streams: the upstream head's buffer goes
+                    // back to the pool for the (maybe long) duplex phase.
+                    edge_core::buf::give(std::mem::take(&mut out.0));
+                    let i = &mut interim;
+                    match duplex::run(w, s, req, &mut up, fields, i, sent_at).await {
+                        Some((outcome, finish)) => {
+                            return ended_duplex(up, outcome, finish);
+                        }
+                        None => {
+                            let write_timeout = req.upstream.config.write_timeout.0;
+                            let (u, r) = stream_body(s, up, fields, write_timeout).await;
+                            up = u;
+                            r.map(|early| (early, true))
+                        }
+                    }
+                }
                 Ok(Sent::BodyPending) => {
                     let write_timeout = req.upstream.config.write_timeout.0;
                     let (u, r) = stream_body(s, up, fields, write_timeout).await;
@@ -268,7 +289,19 @@ async fn exchange<S: Session, O: Open>(
                     reused: on.may_retry && !streamed,
                     unprocessed: on.may_resend && !streamed,
                 };
-                response_head(w, s, req, &mut up, early, fields, &mut interim, retry).await
+                let timeout = req.request_timeout;
+                response_head(
+                    w,
+                    s,
+                    req,
+                    &mut up,
+                    early,
+                    fields,
+                    &mut interim,
+                    retry,
+                    timeout,
+                )
+                .await
             }
             Err(stop) => Err(stop),
         };
@@ -313,6 +346,25 @@ async fn exchange<S: Session, O: Open>(
     }
 }
 
+/// The end of an exchange that ran full duplex ([`duplex::run`]): the endpoint's counters, the upstream
+/// session finished as the phase decided.
+fn ended_duplex<E: UpstreamSession>(
+    up: E,
+    o: Outcome<E::Tunnel>,
+    finish: Finish,
+) -> Outcome<E::Tunnel> {
+    if let Outcome::Failed {
+        failure: Failure::Upstream(_),
+        ..
+    } = o
+    {
+        up.endpoint_metrics().failed();
+    }
+    let endpoint = up.endpoint();
+    up.finish(finish);
+    on_endpoint(o, endpoint)
+}
+
 /// How one attempt may go.
 struct Attempted {
     /// A retry-safe failure on a reused connection may be retried ([`Attempt::may_retry`]).
@@ -332,6 +384,14 @@ struct Retried {
     reused: bool,
     /// Unprocessed streams.
     unprocessed: bool,
+}
+
+impl Retried {
+    /// None is (the body was streamed: nothing can be sent again).
+    const NONE: Retried = Retried {
+        reused: false,
+        unprocessed: false,
+    };
 }
 
 /// How far [`send_request`] got.
@@ -407,11 +467,12 @@ async fn stream_body<S: Session, E: UpstreamSession>(
     (up, r)
 }
 
-/// Reads the response head under `request_timeout` and the zombie clock, handing interim heads to the
-/// session. `early`: the upstream answered before the whole body was sent. A retry-safe failure (no
-/// response byte arrived) is retried when `retry` allows it.
+/// Reads the response head under `request_timeout` (`None`: none; the duplex phase runs it itself) and
+/// the zombie clock, handing interim heads to the session. `early`: the upstream answered before the
+/// whole body was sent. A retry-safe failure (no response byte arrived) is retried when `retry` allows
+/// it.
 #[allow(clippy::too_many_arguments)]
-async fn response_head<S: Session, E: UpstreamSession>(
+async fn response_head<S: Respond, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
     req: &Admitted<'_>,
@@ -420,6 +481,7 @@ async fn response_head<S: Session, E: UpstreamSession>(
     fields: &mut Fields,
     interim: &mut interim::Interim,
     retry: Retried,
+    request_timeout: Option<Duration>,
 ) -> Result<Answered, Stop<E::Tunnel>> {
     let cfg = &req.upstream.config;
     let threshold = zombie::threshold(
@@ -431,7 +493,7 @@ async fn response_head<S: Session, E: UpstreamSession>(
     // Response bytes already buffered (an early answer) make a failure unsafe to retry.
     let received = !up.received().is_empty();
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
-    let head_deadline = req.request_timeout.map(|t| now + t);
+    let head_deadline = request_timeout.map(|t| now + t);
     loop {
         // A client that abandons the request meanwhile ends the exchange at once: dropping the
         // session resets an HTTP/2 upstream stream (RST_STREAM CANCEL) or closes the connection.

@@ -26,13 +26,13 @@ use crate::{
     context::Worker,
     respond,
     respond::SendFailure,
-    server::{RelayError, Session},
+    server::{RelayError, Respond},
 };
 
 /// Sends the response of `a` (not a `101`: [`super::tunnel::switch`]) to the client, reading its body
 /// from `up`; says how the upstream session ends ([`Finish::Reuse`] when it may serve another request).
 /// The session is borrowed, not moved (bench/README.md "Future moves").
-pub(crate) async fn respond<S: Session, E: UpstreamSession>(
+pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
     req: &Admitted<'_>,
@@ -141,7 +141,7 @@ pub(crate) async fn respond<S: Session, E: UpstreamSession>(
 ///
 /// # Errors
 /// The client stopped reading for `send`, or its connection failed.
-async fn after_chunk<S: Session>(
+async fn after_chunk<S: Respond>(
     s: &mut S,
     hold: &mut RelayHold<'_>,
     rest: &mut RecvBuf,

@@ -33,7 +33,7 @@ use crate::{
     respond::{Failure, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
     server::h1::encode::OutFraming,
-    server::{BodyFailure, RelayError, Session, Started},
+    server::{BodyFailure, RelayError, Respond, Session, Started},
 };
 
 /// How the in-memory client's request body behaves after the bytes that came with the head.
@@ -120,6 +120,9 @@ impl BodySource for MemSession {
 }
 
 impl Session for MemSession {
+    type Body = crate::server::NoDuplex;
+    type Reply = crate::server::NoDuplex;
+
     fn request(&self) -> RequestView<'_> {
         RequestView {
             buf: &self.buf,
@@ -149,6 +152,12 @@ impl Session for MemSession {
 
     fn put_fields(&mut self, _fields: Fields) {}
 
+    fn body_bytes(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+impl Respond for MemSession {
     async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
         self.sent(format!("interim {}", resp.status()))
     }
@@ -179,10 +188,6 @@ impl Session for MemSession {
 
     fn passthrough(&self) -> bool {
         true
-    }
-
-    fn body_bytes(&self) -> (u64, u64) {
-        (0, 0)
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {

@@ -11,9 +11,12 @@
 
 pub mod h1;
 pub mod h2;
+mod no_duplex;
 pub mod send;
 
-use std::future::Future;
+pub use no_duplex::NoDuplex;
+
+use std::{future::Future, time::Duration};
 
 use edge_core::{
     buf::RecvBuf,
@@ -59,7 +62,12 @@ pub struct Started {
 ///
 /// Order of use: [`Session::request`] (to build the upstream head), [`Session::body_prefix`], then the
 /// body through [`BodySource`], interim responses, the response head, body and end.
-pub trait Session: BodySource<Error = BodyFailure> {
+pub trait Session: BodySource<Error = BodyFailure> + Respond {
+    /// The request-body half of [`Session::split`]; [`NoDuplex`] where the session cannot split.
+    type Body: BodySource<Error = BodyFailure>;
+    /// The response half of [`Session::split`]; [`NoDuplex`] where the session cannot split.
+    type Reply: Respond;
+
     /// The request head. Valid until [`Session::body_prefix`].
     fn request(&self) -> RequestView<'_>;
 
@@ -85,6 +93,32 @@ pub trait Session: BodySource<Error = BodyFailure> {
     /// Gives the field list back (see [`Session::take_fields`]).
     fn put_fields(&mut self, fields: Fields);
 
+    /// (request body payload bytes taken from the client, response body payload bytes sent to it) so
+    /// far, for the access line (chunk framing not counted).
+    fn body_bytes(&self) -> (u64, u64);
+
+    /// The session's two directions as two disjoint borrows, for a full-duplex exchange
+    /// ([`crate::proxy::duplex`]): the request body read from the client while the response is
+    /// written to it, in one task. From the split on, the client `request` deadline of the body counts
+    /// time without progress: each wait for more body bytes ends at the later of the request's
+    /// deadline and `request` after it started (`request`: the route's `client_request_timeout`, else
+    /// `server.timeouts.request`), so a stream whose data keeps flowing is never cut, a silent one is.
+    ///
+    /// `None` (the default) where the session cannot split cheaply: an HTTP/1.1 connection's transport
+    /// is one `&mut` (a TLS session is one state machine for both directions), and an HTTP/1.1 client
+    /// that sends a body while reading the answer is rare; such an exchange stays half duplex (an
+    /// early answer ends the body and closes the connection). An HTTP/2 stream splits into its
+    /// `RecvStream` and its response state.
+    fn split(&mut self, request: Duration) -> Option<(&mut Self::Body, &mut Self::Reply)> {
+        let _ = request;
+        None
+    }
+}
+
+/// The response side of one downstream request: interim responses, the final head and the body relay,
+/// every send bounded by the client's `send` deadline inside the session. A [`Session`] is one; so is
+/// the response half of a split session ([`Session::split`]).
+pub trait Respond {
     /// Sends an interim (1xx other than 101) response, or drops it where the protocol has none (an
     /// HTTP/1.0 client).
     ///
@@ -136,10 +170,6 @@ pub trait Session: BodySource<Error = BodyFailure> {
     fn client_socket(&self) -> Option<std::os::fd::RawFd> {
         None
     }
-
-    /// (request body payload bytes taken from the client, response body payload bytes sent to it) so
-    /// far, for the access line (chunk framing not counted).
-    fn body_bytes(&self) -> (u64, u64);
 
     /// Waits, holding no buffer, until the client's socket has room again
     /// ([`edge_core::io::Transport::writable`]): how a relay whose client stopped reading pauses

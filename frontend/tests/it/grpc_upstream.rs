@@ -153,8 +153,28 @@ both_drivers!(
             .ask(serde_json::json!({"count": 8, "intervalMs": 400, "payloadBytes": 3}))
             .run(edge.addr);
         assert_eq!((r.code, r.messages), (0, 8), "{r:?}");
+        // Seven 400 ms gaps between eight messages: well past the 1 s request_timeout.
         assert!(
-            started.elapsed() > 3 * SEC,
+            started.elapsed() > 2 * SEC,
+            "the stream ran past request_timeout"
+        );
+    }
+);
+
+both_drivers!(
+    a_bidi_stream_outlives_request_timeout_while_messages_flow,
+    |d| {
+        let server = GrpcServer::start();
+        let edge = grpc_edge(d, server.addr, &[("request_timeout", "1s")]);
+        let started = Instant::now();
+        // The server answers each of six messages 400 ms after it arrives, while the call is open.
+        let r = GrpcCall::new(GrpcCase::Bidi)
+            .ask(serde_json::json!({"sleepMs": 400, "payloadBytes": 2}))
+            .messages(6)
+            .run(edge.addr);
+        assert_eq!((r.code, r.messages), (0, 6), "{r:?}");
+        assert!(
+            started.elapsed() > 2 * SEC,
             "the stream ran past request_timeout"
         );
     }

@@ -20,7 +20,8 @@ use super::{request, response};
 use crate::{
     pool::ConnParts,
     session::{
-        BodyEnd, BodyError, BodyRead, Finish, TunnelHalves, UpstreamSession, UpstreamTunnel, Waited,
+        BodyEnd, BodyError, BodyRead, Finish, NoSink, TunnelHalves, UpstreamSession,
+        UpstreamTunnel, Waited,
     },
     stream::{UpstreamReadHalf, UpstreamWriteHalf},
     zombie::ActivityClock,
@@ -42,6 +43,8 @@ impl<'u> H1Exchange<'u> {
 
 impl UpstreamSession for H1Exchange<'_> {
     type Tunnel = H1Tunnel;
+    /// Half duplex (see [`UpstreamSession::duplex`]).
+    type BodySink = NoSink;
 
     fn reused(&self) -> bool {
         self.conn.reused

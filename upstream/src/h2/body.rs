@@ -22,61 +22,79 @@ use monoio::{
 
 use super::{head::Framing, session::ready_now};
 
-/// The request side of one stream while its body is sent (borrows of the session's fields).
-pub(crate) struct DataSink<'a> {
-    stream: &'a mut SendStream<Bytes>,
-    framing: Framing,
-    decoder: &'a mut ChunkedDecoder,
+/// The request side of one stream: its send half and where its body's framing stands.
+pub(crate) struct ReqSide {
+    pub(crate) stream: SendStream<Bytes>,
+    pub(crate) framing: Framing,
+    decoder: ChunkedDecoder,
     /// Bytes left under a Content-Length.
-    left: &'a mut u64,
+    left: u64,
     /// END_STREAM went out.
-    sent: &'a mut bool,
-    response: &'a mut Option<ResponseFuture>,
-    early: &'a mut Option<Result<http::Response<RecvStream>, h2::Error>>,
+    pub(crate) sent: bool,
+}
+
+impl ReqSide {
+    /// The request side of a stream opened with `framing`; `sent` when HEADERS ended the stream.
+    pub(crate) fn new(stream: SendStream<Bytes>, framing: Framing, sent: bool) -> Self {
+        let left = match framing {
+            Framing::Length(n) => n,
+            _ => 0,
+        };
+        ReqSide {
+            stream,
+            framing,
+            decoder: ChunkedDecoder::new(),
+            left,
+            sent,
+        }
+    }
+}
+
+/// The response future of a stream and where an answer that arrives early is kept, watched while
+/// the body waits for send capacity (half duplex).
+pub(crate) struct Watch<'a> {
+    pub(crate) response: &'a mut Option<ResponseFuture>,
+    pub(crate) early: &'a mut Option<Result<http::Response<RecvStream>, h2::Error>>,
+}
+
+/// The request side of one stream while its body is sent.
+pub(crate) struct DataSink<'a> {
+    side: &'a mut ReqSide,
+    watch: Option<Watch<'a>>,
     write_timeout: Duration,
 }
 
 impl<'a> DataSink<'a> {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        stream: &'a mut SendStream<Bytes>,
-        framing: Framing,
-        decoder: &'a mut ChunkedDecoder,
-        left: &'a mut u64,
-        sent: &'a mut bool,
-        response: &'a mut Option<ResponseFuture>,
-        early: &'a mut Option<Result<http::Response<RecvStream>, h2::Error>>,
+        side: &'a mut ReqSide,
+        watch: Option<Watch<'a>>,
         write_timeout: Duration,
     ) -> Self {
         DataSink {
-            stream,
-            framing,
-            decoder,
-            left,
-            sent,
-            response,
-            early,
+            side,
+            watch,
             write_timeout,
         }
     }
 
     /// Sends the data of `input` (seam framing); END_STREAM with the body's last byte.
     pub(crate) async fn put(&mut self, input: &[u8]) -> Result<usize, SinkError> {
-        if *self.sent {
+        if self.side.sent {
             return Ok(input.len());
         }
-        match self.framing {
+        match self.side.framing {
             Framing::None => Ok(input.len()),
             Framing::Length(_) => {
-                let n = (*self.left).min(input.len() as u64) as usize;
-                *self.left -= n as u64;
-                let end = *self.left == 0;
+                let n = self.side.left.min(input.len() as u64) as usize;
+                self.side.left -= n as u64;
+                let end = self.side.left == 0;
                 self.data(&input[..n], end).await?;
                 Ok(input.len())
             }
             Framing::Chunked => {
                 let mut ranges = Vec::new();
                 let progress = self
+                    .side
                     .decoder
                     .feed(input, |r| ranges.push(r))
                     .map_err(|_| SinkError::Io(io::Error::other("malformed chunked body")))?;
@@ -94,7 +112,7 @@ impl<'a> DataSink<'a> {
 
     /// Sends END_STREAM if the body's framing did not (a body that ended at the source's end).
     pub(crate) async fn end(&mut self) -> Result<(), SinkError> {
-        match *self.sent {
+        match self.side.sent {
             true => Ok(()),
             false => self.data(&[], true).await,
         }
@@ -106,17 +124,19 @@ impl<'a> DataSink<'a> {
             let n = self.capacity(data.len()).await?;
             let (now, rest) = data.split_at(n.min(data.len()));
             let last = end && rest.is_empty();
-            self.stream
+            self.side
+                .stream
                 .send_data(Bytes::copy_from_slice(now), last)
                 .map_err(|e| SinkError::Io(io::Error::other(e)))?;
-            *self.sent |= last;
+            self.side.sent |= last;
             data = rest;
         }
-        if end && !*self.sent {
-            self.stream
+        if end && !self.side.sent {
+            self.side
+                .stream
                 .send_data(Bytes::new(), true)
                 .map_err(|e| SinkError::Io(io::Error::other(e)))?;
-            *self.sent = true;
+            self.side.sent = true;
         }
         Ok(())
     }
@@ -125,15 +145,14 @@ impl<'a> DataSink<'a> {
     /// the response: an answer that arrives meanwhile is kept and ends the wait with an error (the
     /// session then reports an early answer).
     async fn capacity(&mut self, want: usize) -> Result<usize, SinkError> {
-        self.stream.reserve_capacity(want);
-        let stream = &mut *self.stream;
-        let response = &mut *self.response;
-        let early = &mut *self.early;
+        self.side.stream.reserve_capacity(want);
+        let stream = &mut self.side.stream;
+        let mut watch = self.watch.as_mut();
         let wait = poll_fn(|cx| {
-            if let Some(f) = response.as_mut() {
-                if let Some(r) = ready_now(f, cx) {
-                    *response = None;
-                    *early = Some(r);
+            if let Some(w) = watch.as_mut() {
+                if let Some(r) = w.response.as_mut().and_then(|f| ready_now(f, cx)) {
+                    *w.response = None;
+                    *w.early = Some(r);
                     return Poll::Ready(Err(SinkError::Io(io::Error::other("answered early"))));
                 }
             }
@@ -154,6 +173,46 @@ impl<'a> DataSink<'a> {
             Ok(r) => r,
             Err(_) => Err(SinkError::Timeout),
         }
+    }
+}
+
+/// The request side of a full-duplex stream, owned by the orchestrator while the response is read
+/// through the session ([`crate::session::UpstreamSession::take_body_sink`]): it sends END_STREAM
+/// itself when the body's framing is complete. Dropping it unfinished (with the session) resets the
+/// stream (RST_STREAM CANCEL).
+pub struct H2BodySink {
+    side: ReqSide,
+    write_timeout: Duration,
+}
+
+impl H2BodySink {
+    pub(crate) fn new(side: ReqSide, write_timeout: Duration) -> Self {
+        H2BodySink {
+            side,
+            write_timeout,
+        }
+    }
+}
+
+impl AsyncWriteRent for H2BodySink {
+    async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        DataSink::new(&mut self.side, None, self.write_timeout)
+            .write(buf)
+            .await
+    }
+
+    async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        DataSink::new(&mut self.side, None, self.write_timeout)
+            .writev(buf)
+            .await
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -10,5 +10,6 @@ mod head;
 mod open;
 pub mod session;
 
+pub use body::H2BodySink;
 pub use conn::H2Conns;
 pub use session::{H2Exchange, NoTunnel};

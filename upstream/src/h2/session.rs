@@ -17,21 +17,17 @@
 
 use std::{cell::RefCell, future::Future, net::SocketAddr, rc::Rc, task::Poll, time::Duration};
 
-use bytes::Bytes;
 use edge_core::{
     buf::RecvBuf,
     clock::{coarse_now, timeout_at},
-    http::{
-        chunked::ChunkedDecoder,
-        head::{parse_response, Fields, ResponseHead},
-    },
+    http::head::{parse_response, Fields, ResponseHead},
     io::body::{BodySource, SendBodyError, SinkError},
 };
-use h2::{client::ResponseFuture, Reason, RecvStream, SendStream};
+use h2::{client::ResponseFuture, Reason, RecvStream};
 use monoio::time::Instant;
 
 use super::{
-    body::DataSink,
+    body::{DataSink, H2BodySink, ReqSide, Watch},
     conn::{H2Conn, InFlight},
     head::{self, BodyFraming, Framing},
 };
@@ -57,22 +53,17 @@ pub struct H2Exchange<'u> {
     endpoint: usize,
     reused: bool,
     buf: RecvBuf,
-    /// The request side, once HEADERS went out; `None` after END_STREAM... kept for resets.
-    send: Option<SendStream<Bytes>>,
+    /// The request side, once HEADERS went out (taken by a full-duplex exchange's body sink).
+    req: Option<ReqSide>,
     /// The response head, until it arrives.
     response: Option<ResponseFuture>,
     /// A response head that arrived while the body was being sent or during a `100-continue` wait.
     early: Option<Result<http::Response<RecvStream>, h2::Error>>,
     /// The response body, after the head.
     recv: Option<RecvStream>,
-    req_framing: Framing,
-    decoder: ChunkedDecoder,
-    /// Request body bytes still to send under a Content-Length.
-    left: u64,
     framing: BodyFraming,
     head_method: bool,
-    /// END_STREAM went out.
-    sent: bool,
+    write_timeout: Duration,
     /// The response ended (END_STREAM received).
     ended: bool,
     /// The trailing HEADERS, once received.
@@ -90,16 +81,13 @@ impl<'u> H2Exchange<'u> {
             endpoint,
             reused,
             buf: RecvBuf::new(),
-            send: None,
+            req: None,
             response: None,
             early: None,
             recv: None,
-            req_framing: Framing::None,
-            decoder: ChunkedDecoder::new(),
-            left: 0,
             framing: BodyFraming::None,
             head_method: false,
-            sent: false,
+            write_timeout: Duration::ZERO,
             ended: false,
             trailers: None,
             _slot: slot,
@@ -129,19 +117,14 @@ impl<'u> H2Exchange<'u> {
         body: &[u8],
         write_timeout: Duration,
     ) -> Result<(), UpstreamError> {
-        let Some(stream) = self.send.as_mut() else {
+        let Some(side) = self.req.as_mut() else {
             return Ok(());
         };
-        let mut sink = DataSink::new(
-            stream,
-            self.req_framing,
-            &mut self.decoder,
-            &mut self.left,
-            &mut self.sent,
-            &mut self.response,
-            &mut self.early,
-            write_timeout,
-        );
+        let watch = Watch {
+            response: &mut self.response,
+            early: &mut self.early,
+        };
+        let mut sink = DataSink::new(side, Some(watch), write_timeout);
         sink.put(body).await.map_err(|e| sink_error(&e))?;
         Ok(())
     }
@@ -184,6 +167,17 @@ fn sink_error(e: &SinkError) -> UpstreamError {
 
 impl UpstreamSession for H2Exchange<'_> {
     type Tunnel = NoTunnel;
+    type BodySink = H2BodySink;
+
+    /// An HTTP/2 stream keeps taking request DATA after its response head.
+    fn duplex(&self) -> bool {
+        true
+    }
+
+    fn take_body_sink(&mut self) -> Option<H2BodySink> {
+        let side = self.req.take()?;
+        Some(H2BodySink::new(side, self.write_timeout))
+    }
 
     fn reused(&self) -> bool {
         self.reused
@@ -214,11 +208,9 @@ impl UpstreamSession for H2Exchange<'_> {
         else {
             return Err(UpstreamError::new(UpstreamErrorKind::BadResponse));
         };
-        self.req_framing = req.framing;
         self.head_method = req.head_method;
-        if let Framing::Length(n) = req.framing {
-            self.left = n;
-        }
+        self.write_timeout = write_timeout;
+        let framing = req.framing;
         let body = &out[req.head_len..];
         let no_body = match req.framing {
             Framing::None => true,
@@ -253,8 +245,7 @@ impl UpstreamSession for H2Exchange<'_> {
             }
         };
         self.response = Some(response);
-        self.send = Some(stream);
-        self.sent = no_body;
+        self.req = Some(ReqSide::new(stream, framing, no_body));
         if !no_body && !body.is_empty() {
             let body = body.to_vec();
             self.send_prefix(&body, write_timeout).await?;
@@ -296,19 +287,14 @@ impl UpstreamSession for H2Exchange<'_> {
         _fields: &mut Fields,
         write_timeout: Duration,
     ) -> (Self, Result<BodyEnd, BodyError<B::Error>>) {
-        let Some(stream) = self.send.as_mut() else {
+        let Some(side) = self.req.as_mut() else {
             return (self, Ok(BodyEnd::Sent));
         };
-        let mut sink = DataSink::new(
-            stream,
-            self.req_framing,
-            &mut self.decoder,
-            &mut self.left,
-            &mut self.sent,
-            &mut self.response,
-            &mut self.early,
-            write_timeout,
-        );
+        let watch = Watch {
+            response: &mut self.response,
+            early: &mut self.early,
+        };
+        let mut sink = DataSink::new(side, Some(watch), write_timeout);
         let r = body.forward_rest(&mut sink, write_timeout).await;
         let r = match r {
             Ok(()) => sink
@@ -431,9 +417,10 @@ impl UpstreamSession for H2Exchange<'_> {
     /// Ends the stream: one that did not end both ways is reset (RST_STREAM CANCEL); the connection
     /// stays for other streams either way.
     fn finish(mut self, _end: Finish) {
-        if !(self.ended && self.sent) {
-            if let Some(s) = self.send.as_mut() {
-                s.send_reset(Reason::CANCEL);
+        // A sink taken by a full-duplex exchange resets the stream as it drops, if unfinished.
+        if let Some(side) = self.req.as_mut() {
+            if !(self.ended && side.sent) {
+                side.stream.send_reset(Reason::CANCEL);
             }
         }
     }

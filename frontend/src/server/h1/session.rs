@@ -27,7 +27,7 @@ use crate::{
     request::ResponseFields,
     respond::{Failure, SendFailure},
     server::h1::body::{RequestBody, ResponseBody},
-    server::{BodyFailure, RelayError, Session, Started},
+    server::{BodyFailure, NoDuplex, RelayError, Respond, Session, Started},
 };
 
 /// One HTTP/1.1 request on a connection, borrowed from the keep-alive loop for the exchange.
@@ -155,6 +155,9 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
 }
 
 impl<T: Transport> Session for H1Session<'_, T> {
+    type Body = NoDuplex;
+    type Reply = NoDuplex;
+
     fn request(&self) -> RequestView<'_> {
         RequestView {
             buf: self.rb.data(),
@@ -188,6 +191,12 @@ impl<T: Transport> Session for H1Session<'_, T> {
         *self.fields = fields;
     }
 
+    fn body_bytes(&self) -> (u64, u64) {
+        (self.body.payload(), self.relay.payload())
+    }
+}
+
+impl<T: Transport> Respond for H1Session<'_, T> {
     async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
         // A server must not send a 1xx to an HTTP/1.0 client (RFC 9110 §15.2).
         if self.client_10() {
@@ -290,10 +299,6 @@ impl<T: Transport> Session for H1Session<'_, T> {
 
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
-    }
-
-    fn body_bytes(&self) -> (u64, u64) {
-        (self.body.payload(), self.relay.payload())
     }
 
     async fn client_room(&mut self) -> Result<(), SendFailure> {

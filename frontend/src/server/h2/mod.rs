@@ -3,13 +3,15 @@
 //! own flood limits ([`flood`], [`filter`], sans-IO) and the IO that runs them under h2 ([`guard`]), the
 //! connection's reused stream tasks ([`tasks`]), one stream's request lifecycle ([`stream`]), the stream's request view as an HTTP/1.1-syntax head
 //! ([`request`]), and [`session::H2Session`], one stream as a [`Session`](super::Session) for the
-//! orchestrator.
+//! orchestrator, made of its request body ([`body`]) and its response side ([`reply`]).
 
+pub mod body;
 pub mod chunk;
 pub mod conn;
 pub mod filter;
 pub mod flood;
 pub mod guard;
+pub mod reply;
 pub mod request;
 pub mod session;
 pub mod stream;

@@ -1,42 +1,32 @@
 //! [`H2Session`]: one HTTP/2 stream as a [`Session`] (DESIGN.md "HTTP/2"). It owns only its stream:
-//! the request view is the HTTP/1.1-syntax head [`super::request`] wrote; the body source forwards
-//! DATA frames upstream (chunked when the client sent no Content-Length), releasing flow-control
-//! capacity only once the bytes are written upstream, so a slow upstream slows only its client's
-//! stream; sends become HEADERS and DATA frames with hop-by-hop fields dropped, each DATA frame
-//! waiting for the client's flow-control window under the `send` deadline (a client that stops
-//! reading pauses this stream's upstream read, nothing else). A session dropped before its response
-//! ended resets its stream (RST_STREAM INTERNAL_ERROR, RFC 9113 §8.1); the connection goes on.
+//! the request view is the HTTP/1.1-syntax head [`super::request`] wrote; the request body is an
+//! [`H2Body`] (DATA frames forwarded upstream as the upstream takes them) and the response side an
+//! [`H2Reply`] (HEADERS and DATA frames within the client's window under the `send` deadline). The two
+//! are apart so that a full-duplex exchange runs them together ([`Session::split`]). A session dropped
+//! before its response ended resets its stream (RST_STREAM INTERNAL_ERROR, RFC 9113 §8.1); the
+//! connection goes on.
 
-use std::{future::poll_fn, time::Duration};
-
-use bytes::{Buf, Bytes};
+use std::time::Duration;
 
 use edge_core::{
-    buf::{self, RecvBuf},
-    clock::{after, coarse_now, timeout, timeout_at},
-    http::grpc::{push_message, Code},
+    buf::RecvBuf,
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
-        hop::is_hop_by_hop,
         view::{RequestView, ResponseView, Version},
     },
-    io::body::{BodySource, SendBodyError, SinkError},
-    metrics::InvalidReason,
+    io::body::{BodySource, SendBodyError},
 };
-use h2::{server::SendResponse, RecvStream, SendStream};
-use monoio::{
-    io::{AsyncWriteRent, AsyncWriteRentExt},
-    time::Instant,
-};
+use h2::{server::SendResponse, RecvStream};
+use monoio::{io::AsyncWriteRent, time::Instant};
 
+pub use super::body::H2Body;
 pub use super::chunk::Chunk;
-use super::chunk::Moved;
+pub use super::reply::H2Reply;
 use crate::{
     request::ResponseFields,
     respond::{Failure, SendFailure},
-    server::h1::{body::ResponseBody, encode::OutFraming},
-    server::{BodyFailure, RelayError, Session, Started},
+    server::{BodyFailure, RelayError, Respond, Session, Started},
 };
 
 /// The request side of one stream, as [`super::stream`] parsed it.
@@ -53,22 +43,8 @@ pub struct Request<'a> {
 pub struct H2Session<'a> {
     req: Request<'a>,
     fields: Fields,
-    body: RecvStream,
-    /// Body bytes taken so far, against `max_body`.
-    received: u64,
-    max_body: u64,
-    body_done: bool,
-    respond: SendResponse<Chunk>,
-    send: Option<SendStream<Chunk>>,
-    /// The stream's END_STREAM went out: the response is complete.
-    ended: bool,
-    relay: ResponseBody,
-    send_timeout: Duration,
-    /// When this stream's body bytes last left h2 (made with the first body chunk).
-    moved: Option<Moved>,
-    deadline: Instant,
-    /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
-    added: ResponseFields<'a>,
+    body: H2Body,
+    reply: H2Reply<'a>,
 }
 
 impl<'a> H2Session<'a> {
@@ -84,40 +60,29 @@ impl<'a> H2Session<'a> {
         send_timeout: Duration,
         deadline: Instant,
     ) -> Self {
-        let body_done = req.info.body == Body::None || body.is_end_stream();
+        let done = req.info.body == Body::None || body.is_end_stream();
+        let chunked = req.info.body == Body::Chunked;
         H2Session {
             req,
             fields,
-            body,
-            received: 0,
-            max_body,
-            body_done,
-            respond,
-            send: None,
-            ended: false,
-            relay: ResponseBody::new(Body::None, OutFraming::None),
-            send_timeout,
-            moved: None,
-            deadline,
-            added: ResponseFields::default(),
+            body: H2Body::new(body, done, chunked, max_body, deadline),
+            reply: H2Reply::new(respond, send_timeout),
         }
     }
 
     /// The session with the fields edge adds to the forwarded response's heads, as admission decided
     /// them ([`crate::request::Admitted::response`]).
     pub fn adding(mut self, added: ResponseFields<'a>) -> Self {
-        self.added = added;
+        self.reply.added = added;
         self
     }
 
     /// Whether the response head went out (a later failure can only reset the stream).
     pub fn started(&self) -> bool {
-        self.send.is_some()
+        self.reply.started()
     }
 
-    /// Answers the stream with a complete response edge made itself (`status`, `text/plain` `body`;
-    /// `retry_after` adds `Retry-After: 1`; `head_only` for HEAD) carrying the request's `X-Request-Id`
-    /// (`id`; none when empty) and, for an admitted stream, its route's `response_headers`.
+    /// See [`H2Reply::answer`].
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -129,25 +94,12 @@ impl<'a> H2Session<'a> {
         head_only: bool,
         id: &[u8],
     ) -> Result<(), SendFailure> {
-        let fields = [("retry-after", &b"1"[..]), ("x-request-id", id)];
-        let fields = match (retry_after, id.is_empty()) {
-            (true, false) => &fields[..],
-            (true, true) => &fields[..1],
-            (false, false) => &fields[1..],
-            (false, true) => &fields[..0],
-        };
-        let text = Text {
-            content_type: "text/plain; charset=utf-8",
-            body: body.as_bytes(),
-        };
-        let lines = self.added.rule_lines();
-        self.answer_with(status, fields, text, head_only, lines)
+        self.reply
+            .answer(status, body, retry_after, head_only, id)
             .await
     }
 
-    /// [`Self::answer`] with `fields` (name, value) added to the head: `Location` of a redirect,
-    /// `Allow` of an OPTIONS answer, `Retry-After`, `X-Request-Id`; then `lines`, a route's
-    /// `response_headers` as `Name: value\r\n` lines.
+    /// See [`H2Reply::answer_with`].
     ///
     /// # Errors
     /// The client reset the stream or did not take the body within `send`.
@@ -159,296 +111,43 @@ impl<'a> H2Session<'a> {
         head_only: bool,
         lines: &[u8],
     ) -> Result<(), SendFailure> {
-        let body = text.body;
-        let mut resp = http::Response::builder()
-            .status(status)
-            .header("content-length", body.len())
-            .header("cache-control", "no-store");
-        if !body.is_empty() {
-            resp = resp.header("content-type", text.content_type);
-        }
-        for (name, value) in fields {
-            resp = resp.header(*name, *value);
-        }
-        for (name, value) in crate::request::response::field_lines(lines) {
-            resp = resp.header(name, value);
-        }
-        let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
-        let empty = head_only || body.is_empty();
-        let stream = self
-            .respond
-            .send_response(resp, empty)
-            .map_err(|_| SendFailure::Closed)?;
-        self.send = Some(stream);
-        self.ended = empty;
-        if !empty {
-            let mut out = buf::take();
-            out.extend_from_slice(body);
-            self.send_data(Chunk::new(out), true).await?;
-        }
-        Ok(())
+        self.reply
+            .answer_with(status, fields, text, head_only, lines)
+            .await
     }
 
-    /// Answers a gRPC call with edge's own gRPC answer (DESIGN.md "Status codes", its gRPC paragraph):
-    /// trailers-only, one HEADERS frame with END_STREAM carrying `:status 200`, `content-type:
-    /// application/grpc`, `grpc-status: code`, `grpc-message` (`message` percent-encoded), `fields`
-    /// (`retry-after`, `x-request-id`) and `lines`, a route's `response_headers` (those of an admitted
-    /// stream when empty).
+    /// Answers a gRPC call with edge's own trailers-only gRPC answer ([`H2Reply::answer_grpc`]).
     ///
     /// # Errors
     /// The client reset the stream.
     pub fn answer_grpc(
         &mut self,
-        code: Code,
+        code: edge_core::http::grpc::Code,
         message: &[u8],
         fields: &[(&str, &[u8])],
         lines: &[u8],
     ) -> Result<(), SendFailure> {
-        let mut encoded = buf::take();
-        push_message(&mut encoded, message);
-        let resp = http::Response::builder()
-            .status(200)
-            .header("content-type", "application/grpc")
-            .header("grpc-status", code.as_str())
-            .header("grpc-message", &encoded[..]);
-        buf::give(encoded);
-        let lines = match lines {
-            b"" => self.added.rule_lines(),
-            lines => lines,
-        };
-        let resp = fields
-            .iter()
-            .map(|&(name, value)| (name.as_bytes(), value))
-            .chain(crate::request::response::field_lines(lines))
-            .fold(resp, |resp, (name, value)| resp.header(name, value));
-        let resp = resp.body(()).map_err(|_| SendFailure::Closed)?;
-        let stream = self
-            .respond
-            .send_response(resp, true)
-            .map_err(|_| SendFailure::Closed)?;
-        self.send = Some(stream);
-        self.ended = true;
-        Ok(())
-    }
-
-    /// Sends `chunk` as DATA (h2 cuts it into frames within the client's flow-control window, RFC 9113
-    /// §6.9); `end` sets END_STREAM on the last. It first waits until the stream has send capacity: the
-    /// client's window is open and h2 holds less than `SEND_BUFFER` of this stream's earlier bytes, so a
-    /// stream buffers at most one chunk beyond what the client took. The wait is under the `send`
-    /// deadline counted as time without progress ([`crate::server::send`]): the capacity growing, or
-    /// h2 taking bytes of the chunks already handed to it (each time the client's window moves),
-    /// restarts it.
-    async fn send_data(&mut self, chunk: Chunk, end: bool) -> Result<(), SendFailure> {
-        if self.send.is_none() {
-            return Err(SendFailure::Closed);
-        }
-        let chunk = match chunk.remaining() {
-            0 => chunk,
-            _ => chunk.telling(self.moved.get_or_insert_with(Moved::now)),
-        };
-        if chunk.remaining() > 0 {
-            self.wait_capacity(chunk.remaining()).await?;
-        }
-        let Some(stream) = self.send.as_mut() else {
-            return Err(SendFailure::Closed);
-        };
-        // A de-chunked body's trailer section ends the stream as trailing HEADERS (RFC 9113 §8.1).
-        let trailers = match end {
-            true => self.relay.trailers().and_then(trailer_map),
-            false => None,
-        };
-        if chunk.remaining() > 0 || (end && trailers.is_none()) {
-            stream
-                .send_data(chunk, end && trailers.is_none())
-                .map_err(|_| SendFailure::Closed)?;
-        }
-        if let Some(t) = trailers {
-            stream.send_trailers(t).map_err(|_| SendFailure::Closed)?;
-        }
-        self.ended |= end;
-        Ok(())
-    }
-
-    /// Waits until the stream has send capacity for up to `want` more bytes (see
-    /// [`H2Session::send_data`]), under the `send` deadline counted as time without progress.
-    async fn wait_capacity(&mut self, want: usize) -> Result<(), SendFailure> {
-        let send = self.send_timeout;
-        let Some(stream) = self.send.as_mut() else {
-            return Err(SendFailure::Closed);
-        };
-        stream.reserve_capacity(want);
-        let mut until = after(send);
-        while stream.capacity() == 0 {
-            match timeout_at(until, poll_fn(|cx| stream.poll_capacity(cx))).await {
-                Ok(Some(Ok(_))) => until = after(send),
-                Ok(_) => return Err(SendFailure::Closed),
-                // Bytes of earlier chunks that left since push the deadline to `send` after them.
-                Err(_) => match self.moved.as_ref().map(|m| m.last() + send) {
-                    Some(t) if t > coarse_now() => until = t,
-                    _ => return Err(SendFailure::Timeout),
-                },
-            }
-        }
-        Ok(())
-    }
-
-    /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and the fields edge
-    /// adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the added
-    /// values are copied once, into one buffer, and every field value is a slice of that copy (no
-    /// allocation per value; a field name outside the standard ones is still one).
-    fn response(
-        buf: &[u8],
-        head: &ResponseHead,
-        fields: &[Field],
-        added: &ResponseFields<'_>,
-    ) -> Option<http::Response<()>> {
-        let mut resp = http::Response::new(());
-        *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
-        let end = fields
-            .iter()
-            .map(|f| (f.value_start + f.value_len) as usize)
-            .max()
-            .unwrap_or(0);
-        let extra: usize = added.each(fields).map(|(_, v)| v.len()).sum();
-        let mut copy = Vec::with_capacity(end + extra);
-        copy.extend_from_slice(&buf[..end]);
-        for (_, v) in added.each(fields) {
-            copy.extend_from_slice(v);
-        }
-        let shared = Bytes::from(copy);
-        let map = resp.headers_mut();
-        map.reserve(fields.len() + 2); // and what edge adds
-        for f in fields
-            .iter()
-            .filter(|f| !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)))
-        {
-            let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
-            let start = f.value_start as usize;
-            let value = shared.slice(start..start + f.value_len as usize);
-            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
-        }
-        let mut at = end;
-        for (name, v) in added.each(fields) {
-            let name = http::HeaderName::from_bytes(name).ok()?;
-            let value = shared.slice(at..at + v.len());
-            at += v.len();
-            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
-        }
-        Some(resp)
-    }
-
-    /// Sends the body bytes buffered in `rest` of a pass-through body; returns whether the body is
-    /// complete. When every buffered byte is body (the usual case), `rest`'s storage itself becomes the
-    /// DATA payload: no copy, and the buffer goes back to its pool once h2 has written it.
-    async fn send_passthrough(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
-        let n = self
-            .relay
-            .scan(rest.data())
-            .map_err(|_| RelayError::BadBody)?;
-        let done = self.relay.done();
-        let chunk = if n == rest.len() && n > 0 {
-            // No storage replaces it: the relay holds none while h2 holds the chunk, and its next
-            // read takes a pooled buffer of its paced size ([`RecvBuf::fill_sized`]).
-            let (storage, start) = rest.swap_storage(Vec::new());
-            Chunk::at(storage, start)
-        } else {
-            let mut out = Vec::with_capacity(n);
-            out.extend_from_slice(&rest.data()[..n]);
-            rest.consume(n);
-            Chunk::new(out)
-        };
-        if chunk.remaining() > 0 || done {
-            self.send_data(chunk, done)
-                .await
-                .map_err(RelayError::Client)?;
-        }
-        Ok(done)
-    }
-
-    /// Forwards one DATA frame's bytes to `sink` (chunk-framed when `chunked`) under `write_timeout`.
-    async fn forward<W: AsyncWriteRent>(
-        sink: &mut W,
-        data: &Bytes,
-        chunked: bool,
-        write_timeout: Duration,
-    ) -> Result<(), SinkError> {
-        let mut out = match data.len() + 32 > buf::BUF_SIZE {
-            true => buf::take_large(),
-            false => buf::take(),
-        };
-        if chunked {
-            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        }
-        out.extend_from_slice(data);
-        if chunked {
-            out.extend_from_slice(b"\r\n");
-        }
-        let (res, out) = match timeout(write_timeout, sink.write_all(out)).await {
-            Ok(r) => r,
-            Err(_) => return Err(SinkError::Timeout),
-        };
-        buf::give(out);
-        res.map(|_| ()).map_err(SinkError::Io)
-    }
-}
-
-impl Drop for H2Session<'_> {
-    /// A response that did not end resets its stream (RST_STREAM INTERNAL_ERROR); no response at all is
-    /// up to the stream's owner (it answers or resets).
-    fn drop(&mut self) {
-        if let (Some(s), false) = (self.send.as_mut(), self.ended) {
-            s.send_reset(h2::Reason::INTERNAL_ERROR);
-        }
+        self.reply.answer_grpc(code, message, fields, lines)
     }
 }
 
 impl BodySource for H2Session<'_> {
     type Error = BodyFailure;
 
-    /// DATA frames read under the stream's `request` deadline, each written upstream under
-    /// `write_timeout`, then its flow-control capacity released (RFC 9113 §6.9): the client sends more
-    /// only as fast as the upstream takes it.
-    async fn forward_rest<W: AsyncWriteRent>(
+    /// See [`H2Body`].
+    fn forward_rest<W: AsyncWriteRent>(
         &mut self,
         sink: &mut W,
         write_timeout: Duration,
-    ) -> Result<(), SendBodyError<BodyFailure>> {
-        let source = |f| SendBodyError::Source(f);
-        let chunked = self.req.info.body == Body::Chunked;
-        while !self.body_done {
-            let data = match timeout_at(self.deadline, self.body.data()).await {
-                Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
-                Ok(None) => {
-                    self.body_done = true;
-                    break;
-                }
-                Ok(Some(Err(_))) => return Err(source(BodyFailure::ClientGone)),
-                Ok(Some(Ok(d))) => d,
-            };
-            self.received += data.len() as u64;
-            if self.received > self.max_body {
-                let f = Failure::Invalid(InvalidReason::BodyTooLarge);
-                return Err(source(BodyFailure::Client(f)));
-            }
-            if !data.is_empty() {
-                Self::forward(sink, &data, chunked, write_timeout)
-                    .await
-                    .map_err(SendBodyError::Sink)?;
-                let _ = self.body.flow_control().release_capacity(data.len());
-            }
-            self.body_done = self.body.is_end_stream();
-        }
-        if chunked {
-            let last = Bytes::new();
-            Self::forward(sink, &last, true, write_timeout)
-                .await
-                .map_err(SendBodyError::Sink)?;
-        }
-        Ok(())
+    ) -> impl std::future::Future<Output = Result<(), SendBodyError<BodyFailure>>> {
+        self.body.forward_rest(sink, write_timeout)
     }
 }
 
-impl Session for H2Session<'_> {
+impl<'a> Session for H2Session<'a> {
+    type Body = H2Body;
+    type Reply = H2Reply<'a>;
+
     fn request(&self) -> RequestView<'_> {
         RequestView {
             buf: self.req.buf,
@@ -464,11 +163,11 @@ impl Session for H2Session<'_> {
     }
 
     fn body_done(&self) -> bool {
-        self.body_done
+        self.body.done
     }
 
     fn expects_continue(&self) -> bool {
-        self.req.info.expect_continue && !self.body_done
+        self.req.info.expect_continue && !self.body.done
     }
 
     fn take_fields(&mut self) -> Fields {
@@ -479,211 +178,78 @@ impl Session for H2Session<'_> {
         self.fields = fields;
     }
 
-    async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        let Some(interim) = Self::response(resp.buf, resp.head, resp.fields, &self.added) else {
-            return Ok(());
-        };
-        self.respond
-            .send_informational(interim)
-            .map_err(|_| SendFailure::Closed)
+    fn body_bytes(&self) -> (u64, u64) {
+        (self.body.received, self.reply.payload())
     }
 
-    async fn send_continue(&mut self) -> Result<(), SendFailure> {
-        let interim = http::Response::builder()
-            .status(100)
-            .body(())
-            .map_err(|_| SendFailure::Closed)?;
-        self.respond
-            .send_informational(interim)
-            .map_err(|_| SendFailure::Closed)
+    /// The stream's `RecvStream` and its response side.
+    fn split(&mut self, request: Duration) -> Option<(&mut H2Body, &mut H2Reply<'a>)> {
+        self.body.idle = Some(request);
+        Some((&mut self.body, &mut self.reply))
+    }
+}
+
+/// Every response send goes to the stream's [`H2Reply`].
+impl Respond for H2Session<'_> {
+    fn send_interim(
+        &mut self,
+        resp: &ResponseView<'_>,
+    ) -> impl std::future::Future<Output = Result<(), SendFailure>> {
+        self.reply.send_interim(resp)
     }
 
-    async fn send_switching(&mut self, _resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        // HTTP/2 has no 101 (RFC 9113 §8.6); Upgrade is refused in the request, so none is asked for.
-        Err(SendFailure::Closed)
+    fn send_continue(&mut self) -> impl std::future::Future<Output = Result<(), SendFailure>> {
+        self.reply.send_continue()
     }
 
-    async fn send_head(
+    fn send_switching(
+        &mut self,
+        resp: &ResponseView<'_>,
+    ) -> impl std::future::Future<Output = Result<(), SendFailure>> {
+        self.reply.send_switching(resp)
+    }
+
+    fn send_head(
         &mut self,
         head: &ResponseHead,
         fields: &[Field],
         upstream: Body,
-        _close: bool,
+        close: bool,
         rest: &mut RecvBuf,
-    ) -> Result<Started, RelayError> {
-        let framing = match upstream {
-            Body::None => OutFraming::None,
-            Body::Length(n) => OutFraming::Length(n),
-            // DATA frames delimit the body: a chunked upstream body is de-chunked.
-            Body::Chunked | Body::CloseDelimited => OutFraming::Close,
-        };
-        self.relay = ResponseBody::new(upstream, framing);
-        let resp =
-            Self::response(rest.data(), head, fields, &self.added).ok_or(RelayError::BadBody)?;
-        rest.consume(head.len);
-        let passthrough = self.relay.passthrough();
-        let (complete, out) = match passthrough && !rest.is_empty() {
-            // The body bytes that came with the head: the head's buffer itself becomes the first
-            // DATA payload (no copy, no second buffer), as in [`H2Session::send_passthrough`].
-            true => {
-                let n = self
-                    .relay
-                    .scan(rest.data())
-                    .map_err(|_| RelayError::BadBody)?;
-                let complete = self.relay.done();
-                let chunk = match n == rest.len() {
-                    true => {
-                        let (storage, start) = rest.swap_storage(Vec::new());
-                        Chunk::at(storage, start)
-                    }
-                    false => {
-                        let mut out = buf::take_sized(n);
-                        out.extend_from_slice(&rest.data()[..n]);
-                        rest.consume(n);
-                        Chunk::new(out)
-                    }
-                };
-                (complete, chunk)
-            }
-            false => {
-                let mut out = buf::take_large();
-                let complete = self
-                    .relay
-                    .take_available(rest, &mut out)
-                    .map_err(|_| RelayError::BadBody)?;
-                (complete, Chunk::new(out))
-            }
-        };
-        // Trailers need a stream left open after the head.
-        let empty = complete && out.remaining() == 0 && self.relay.trailers().is_none();
-        let stream = self
-            .respond
-            .send_response(resp, empty)
-            .map_err(|_| RelayError::Client(SendFailure::Closed))?;
-        self.send = Some(stream);
-        self.ended = empty;
-        if !empty {
-            self.send_data(out, complete)
-                .await
-                .map_err(RelayError::Client)?;
-        }
-        Ok(Started {
-            complete,
-            close: false,
-        })
+    ) -> impl std::future::Future<Output = Result<Started, RelayError>> {
+        self.reply.send_head(head, fields, upstream, close, rest)
     }
 
-    fn body_bytes(&self) -> (u64, u64) {
-        (self.received, self.relay.payload())
-    }
-
-    /// Pass-through bodies read in chunks that follow the stream's pace ([`Session::max_chunk`]).
     fn passthrough(&self) -> bool {
-        self.relay.passthrough()
+        self.reply.passthrough()
     }
 
-    /// A stream's chunks are bounded by its window (DESIGN.md "Memory under slow readers and large
-    /// bodies": HTTP/2 streams obey the same rule per stream, bounded by the stream's window): 16 KiB,
-    /// one DATA frame at the default `SETTINGS_MAX_FRAME_SIZE` (RFC 9113 §4.2, §6.5.2), and h2 takes
-    /// the next only once the last is gone ([`Session::client_room`]). At 640 concurrent 1 MiB
-    /// streams, 64 KiB chunks held 1.4x the memory of 16 KiB ones (bench/README.md "HTTP/2").
     fn max_chunk(&self) -> usize {
-        buf::BUF_SIZE
+        self.reply.max_chunk()
     }
 
-    /// Waits, holding no buffer of the relay's, until h2 let go of the stream's last chunk (its bytes
-    /// went to the connection's write pump as the stream's window allowed): a stream holds one chunk.
-    /// Under the `send` deadline, counted from the chunk's bytes last moving.
-    async fn client_room(&mut self) -> Result<(), SendFailure> {
-        let Some(moved) = self.moved.clone() else {
-            return Ok(());
-        };
-        let send = self.send_timeout;
-        let mut taken = std::pin::pin!(moved.all_taken());
-        loop {
-            let until = moved.last() + send;
-            if until <= coarse_now() {
-                return Err(SendFailure::Timeout);
-            }
-            if timeout_at(until, taken.as_mut()).await.is_ok() {
-                return Ok(());
-            }
-        }
+    fn client_room(&mut self) -> impl std::future::Future<Output = Result<(), SendFailure>> {
+        self.reply.client_room()
     }
 
     fn window_paced(&self) -> bool {
-        true
+        self.reply.window_paced()
     }
 
-    /// The client reset the stream (RST_STREAM), or the connection ended.
-    async fn client_gone(&mut self) {
-        let _ = poll_fn(|cx| self.respond.poll_reset(cx)).await;
+    fn client_gone(&mut self) -> impl std::future::Future<Output = ()> {
+        self.reply.client_gone()
     }
 
-    async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
-        if self.relay.passthrough() {
-            return self.send_passthrough(rest).await;
-        }
-        let mut out = buf::take_large();
-        let done = self
-            .relay
-            .take_available(rest, &mut out)
-            .map_err(|_| RelayError::BadBody)?;
-        if !out.is_empty() || done {
-            self.send_data(Chunk::new(out), done)
-                .await
-                .map_err(RelayError::Client)?;
-        } else {
-            buf::give(out);
-        }
-        Ok(done)
+    fn send_body(
+        &mut self,
+        rest: &mut RecvBuf,
+    ) -> impl std::future::Future<Output = Result<bool, RelayError>> {
+        self.reply.send_body(rest)
     }
 
-    async fn end_body(&mut self) -> Result<(), SendFailure> {
-        let mut out = Vec::new();
-        self.relay.finish(&mut out);
-        self.send_data(Chunk::new(out), true).await
+    fn end_body(&mut self) -> impl std::future::Future<Output = Result<(), SendFailure>> {
+        self.reply.end_body()
     }
-}
-
-/// A trailer section's field lines (each ending in CRLF) as trailing HEADERS fields, without the
-/// fields HTTP/2 forbids there (connection-specific ones, RFC 9113 §8.2.2) or that are not valid;
-/// `None` when none is left.
-fn trailer_map(lines: &[u8]) -> Option<http::HeaderMap> {
-    let mut storage = [httparse::EMPTY_HEADER; 64];
-    let mut whole = Vec::with_capacity(lines.len() + 2);
-    whole.extend_from_slice(lines);
-    whole.extend_from_slice(b"\r\n");
-    let httparse::Status::Complete((_, fields)) =
-        httparse::parse_headers(&whole, &mut storage).ok()?
-    else {
-        return None;
-    };
-    let mut map = http::HeaderMap::new();
-    for f in fields.iter() {
-        let forbidden = [
-            "connection",
-            "keep-alive",
-            "transfer-encoding",
-            "upgrade",
-            "te",
-            "trailer",
-            "proxy-connection",
-            "content-length",
-            "host",
-        ];
-        if forbidden.iter().any(|n| f.name.eq_ignore_ascii_case(n)) {
-            continue;
-        }
-        let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(f.name.as_bytes()),
-            http::HeaderValue::from_bytes(f.value),
-        ) else {
-            continue;
-        };
-        map.append(name, value);
-    }
-    (!map.is_empty()).then_some(map)
 }
 
 /// A body edge answers with, and its Content-Type.
