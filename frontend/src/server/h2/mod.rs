@@ -2,8 +2,8 @@
 //! monoio runtime through [`edge_core::io::PollIo`]: the connection and its accept loop ([`conn`]), edge's
 //! own flood limits ([`flood`], [`filter`], sans-IO) and the IO that runs them under h2 ([`guard`]), the
 //! connection's reused stream tasks ([`tasks`]), one stream's request lifecycle ([`stream`]), the stream's request view as an HTTP/1.1-syntax head
-//! ([`request`]), and [`session::H2Session`], one stream as a [`Session`](super::Session) for the
-//! orchestrator.
+//! ([`request`]), [`session::H2Session`], one stream as a [`Session`](super::Session) for the
+//! orchestrator, and a WebSocket stream's tunnel after the switch (RFC 8441, [`tunnel`]).
 
 pub mod chunk;
 pub mod conn;
@@ -14,6 +14,7 @@ pub mod request;
 pub mod session;
 pub mod stream;
 pub mod tasks;
+pub mod tunnel;
 
 pub use conn::{serve, PREFACE};
 pub use stream::Origin;

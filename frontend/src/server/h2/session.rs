@@ -6,6 +6,10 @@
 //! waiting for the client's flow-control window under the `send` deadline (a client that stops
 //! reading pauses this stream's upstream read, nothing else). A session dropped before its response
 //! ended resets its stream (RST_STREAM INTERNAL_ERROR, RFC 9113 §8.1); the connection goes on.
+//!
+//! A WebSocket stream (RFC 8441: an extended CONNECT, sent upstream as the HTTP/1.1 opening handshake
+//! with a key of edge's own) takes the upstream's `101` only with the matching Sec-WebSocket-Accept,
+//! answers it with `200`, and then lends its stream's two sides to the tunnel ([`super::tunnel`]).
 
 use std::{future::poll_fn, time::Duration};
 
@@ -19,6 +23,7 @@ use edge_core::{
         head::{Field, Fields, RequestHead, ResponseHead},
         hop::is_hop_by_hop,
         view::{RequestView, ResponseView, Version},
+        websocket,
     },
     io::body::{BodySource, SendBodyError, SinkError},
     metrics::InvalidReason,
@@ -68,6 +73,8 @@ pub struct H2Session<'a> {
     deadline: Instant,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
     added: ResponseFields<'a>,
+    /// A WebSocket stream's Sec-WebSocket-Key, sent upstream ([`H2Session::websocket`]).
+    websocket: Option<[u8; websocket::KEY_LEN]>,
 }
 
 impl<'a> H2Session<'a> {
@@ -99,7 +106,30 @@ impl<'a> H2Session<'a> {
             moved: None,
             deadline,
             added: ResponseFields::default(),
+            websocket: None,
         }
+    }
+
+    /// The session of a WebSocket stream (RFC 8441) whose forwarded head carries `key` as its
+    /// Sec-WebSocket-Key: a `101` answering it switches the stream to a tunnel.
+    pub fn websocket(mut self, key: [u8; websocket::KEY_LEN]) -> Self {
+        self.websocket = Some(key);
+        self
+    }
+
+    /// The stream's two sides for the tunnel after the switch (RFC 8441 §5): the client's DATA and the
+    /// response's DATA. `None` unless the switch's `200` went out.
+    pub fn tunnel_sides(&mut self) -> Option<(&mut RecvStream, &mut SendStream<Chunk>)> {
+        match (self.websocket, self.send.as_mut(), self.ended) {
+            (Some(_), Some(send), false) => Some((&mut self.body, send)),
+            _ => None,
+        }
+    }
+
+    /// The tunnel ended the stream (END_STREAM or a reset went out): dropping the session sends
+    /// nothing more.
+    pub fn tunnel_ended(&mut self) {
+        self.ended = true;
     }
 
     /// The session with the fields edge adds to the forwarded response's heads, as admission decided
@@ -241,18 +271,21 @@ impl<'a> H2Session<'a> {
         Ok(())
     }
 
-    /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and the fields edge
-    /// adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the added
-    /// values are copied once, into one buffer, and every field value is a slice of that copy (no
-    /// allocation per value; a field name outside the standard ones is still one).
+    /// The response head as h2 sends it: `status`, the fields that are not hop-by-hop, and the fields
+    /// edge adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the
+    /// added values are copied once, into one buffer, and every field value is a slice of that copy (no
+    /// allocation per value; a field name outside the standard ones is still one). `switched`: the head
+    /// is a WebSocket `101` answered as `200` (RFC 8441 §5), without its Sec-WebSocket-Accept.
     fn response(
         buf: &[u8],
-        head: &ResponseHead,
+        status: u16,
         fields: &[Field],
         added: &ResponseFields<'_>,
+        switched: bool,
     ) -> Option<http::Response<()>> {
         let mut resp = http::Response::new(());
-        *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
+        *resp.status_mut() = http::StatusCode::from_u16(status).ok()?;
+        let kept = |f: &Field| !(switched && f.name(buf).eq_ignore_ascii_case(ACCEPT));
         let end = fields
             .iter()
             .map(|f| (f.value_start + f.value_len) as usize)
@@ -267,10 +300,9 @@ impl<'a> H2Session<'a> {
         let shared = Bytes::from(copy);
         let map = resp.headers_mut();
         map.reserve(fields.len() + 2); // and what edge adds
-        for f in fields
-            .iter()
-            .filter(|f| !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)))
-        {
+        for f in fields.iter().filter(|f| {
+            !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)) && kept(f)
+        }) {
             let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
             let start = f.value_start as usize;
             let value = shared.slice(start..start + f.value_len as usize);
@@ -429,7 +461,9 @@ impl Session for H2Session<'_> {
     }
 
     async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        let Some(interim) = Self::response(resp.buf, resp.head, resp.fields, &self.added) else {
+        let Some(interim) =
+            Self::response(resp.buf, resp.head.status, resp.fields, &self.added, false)
+        else {
             return Ok(());
         };
         self.respond
@@ -447,9 +481,38 @@ impl Session for H2Session<'_> {
             .map_err(|_| SendFailure::Closed)
     }
 
-    async fn send_switching(&mut self, _resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        // HTTP/2 has no 101 (RFC 9113 §8.6); Upgrade is refused in the request, so none is asked for.
-        Err(SendFailure::Closed)
+    /// A WebSocket stream's `101` is its key's (RFC 6455 §4.1: exactly one Sec-WebSocket-Accept, the
+    /// key's); other streams never asked for a switch (Upgrade is refused in their requests).
+    fn switch_accepted(&self, resp: &ResponseView<'_>) -> bool {
+        let Some(key) = self.websocket else {
+            return false;
+        };
+        let mut accepts = resp
+            .fields
+            .iter()
+            .filter(|f| f.name(resp.buf).eq_ignore_ascii_case(ACCEPT));
+        match (accepts.next(), accepts.next()) {
+            (Some(f), None) => websocket::accepts(&key, f.value(resp.buf)),
+            _ => false,
+        }
+    }
+
+    /// HTTP/2 has no 101 (RFC 9113 §8.6): a WebSocket stream's switch is its `200` (RFC 8441 §5), with
+    /// the 101's end-to-end fields (Sec-WebSocket-Protocol, Sec-WebSocket-Extensions, Set-Cookie...)
+    /// less Sec-WebSocket-Accept, and what edge adds; the stream stays open for the tunnel.
+    async fn send_switching(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
+        if self.websocket.is_none() {
+            return Err(SendFailure::Closed);
+        }
+        let head = Self::response(resp.buf, 200, resp.fields, &self.added, true)
+            .ok_or(SendFailure::Closed)?;
+        let stream = self
+            .respond
+            .send_response(head, false)
+            .map_err(|_| SendFailure::Closed)?;
+        self.send = Some(stream);
+        self.ended = false;
+        Ok(())
     }
 
     async fn send_head(
@@ -467,8 +530,8 @@ impl Session for H2Session<'_> {
             Body::Chunked | Body::CloseDelimited => OutFraming::Close,
         };
         self.relay = ResponseBody::new(upstream, framing);
-        let resp =
-            Self::response(rest.data(), head, fields, &self.added).ok_or(RelayError::BadBody)?;
+        let resp = Self::response(rest.data(), head.status, fields, &self.added, false)
+            .ok_or(RelayError::BadBody)?;
         rest.consume(head.len);
         let passthrough = self.relay.passthrough();
         let (complete, out) = match passthrough && !rest.is_empty() {
@@ -588,6 +651,9 @@ impl Session for H2Session<'_> {
         self.send_data(Chunk::new(out), true).await
     }
 }
+
+/// The field a WebSocket `101` answers the key with (RFC 6455 §4.2.2).
+const ACCEPT: &[u8] = b"sec-websocket-accept";
 
 /// A body edge answers with, and its Content-Type.
 #[derive(Clone, Copy)]
