@@ -39,6 +39,7 @@ mod faults;
 mod h2;
 mod h2_floods;
 mod h2_local;
+mod h2_websocket;
 mod health_check;
 mod lifecycle;
 mod limits;
