@@ -106,7 +106,13 @@ impl End {
 /// or an HTTP/2 stream's, RFC 8441) and `up`, until it ends; returns how. The idle expiry is counted
 /// (`edge_inbound_timeouts_total{phase="idle"}`) and the end logged at debug (`tunnel.closed`), here
 /// for every kind of client; the caller closes or resets what is left.
-pub async fn relay<CR, CW, U>(w: &Worker, mut cr: CR, mut cw: CW, mut client_buf: RecvBuf, up: U) -> End
+pub async fn relay<CR, CW, U>(
+    w: &Worker,
+    mut cr: CR,
+    mut cw: CW,
+    mut client_buf: RecvBuf,
+    up: U,
+) -> End
 where
     CR: AsyncReadRent,
     CW: AsyncWriteRent,

@@ -36,7 +36,9 @@ fn h2c(d: Driver, origin: &WsOrigin, idle: &str) -> Edge {
 
 /// One ordinary request, whose answer also proves the client has edge's SETTINGS (they come first).
 async fn plain(c: &SendRequest<Bytes>, authority: &str) {
-    let r = h2_request(c, "GET", "/p", authority, &[], b"").await.unwrap();
+    let r = h2_request(c, "GET", "/p", authority, &[], b"")
+        .await
+        .unwrap();
     assert_eq!((r.status, r.body.as_slice()), (200, &b"plain"[..]));
 }
 
@@ -49,7 +51,9 @@ async fn echo_case(c: SendRequest<Bytes>, authority: &str, origin: &WsOrigin) {
         c.is_extended_connect_protocol_enabled(),
         "edge's SETTINGS carry ENABLE_CONNECT_PROTOCOL = 1"
     );
-    let mut t = h2_websocket(&c, "/chat?room=1", authority, &OFFER).await.unwrap();
+    let mut t = h2_websocket(&c, "/chat?room=1", authority, &OFFER)
+        .await
+        .unwrap();
     assert_eq!(t.status, 200, "the switch is the stream's 200");
     let header = |n: &str| t.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(header("sec-websocket-protocol").as_deref(), Some("chat"));
@@ -62,14 +66,28 @@ async fn echo_case(c: SendRequest<Bytes>, authority: &str, origin: &WsOrigin) {
         assert_eq!(header(gone), None, "{gone} reached the h2 client");
     }
     let seen = origin.next_head();
-    assert_eq!((seen.method.as_str(), seen.target.as_str()), ("GET", "/chat?room=1"));
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str()),
+        ("GET", "/chat?room=1")
+    );
     assert_eq!(seen.minor, 1);
     assert_eq!(seen.header("upgrade"), Some("websocket"));
-    assert_eq!(seen.header("connection").map(str::to_ascii_lowercase).as_deref(), Some("upgrade"));
+    assert_eq!(
+        seen.header("connection")
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("upgrade")
+    );
     assert_eq!(seen.header("sec-websocket-version"), Some("13"));
     assert_eq!(seen.header("sec-websocket-key").map(str::len), Some(24));
-    assert_eq!(seen.header("sec-websocket-protocol"), Some("chat, superchat"));
-    assert_eq!(seen.header("sec-websocket-extensions"), Some("permessage-deflate"));
+    assert_eq!(
+        seen.header("sec-websocket-protocol"),
+        Some("chat, superchat")
+    );
+    assert_eq!(
+        seen.header("sec-websocket-extensions"),
+        Some("permessage-deflate")
+    );
     assert_eq!(seen.header("origin"), Some("https://app.example"));
     assert_eq!(seen.header("cookie"), Some("a=1; b=2"), "cookies joined");
     assert_eq!(seen.header("host"), Some(authority));
@@ -102,7 +120,10 @@ async fn echo_case(c: SendRequest<Bytes>, authority: &str, origin: &WsOrigin) {
 
 /// The counters of a clean tunnel: a 200 logged per stream, no reset, nothing left active.
 fn assert_clean(edge: &Edge) {
-    assert_eq!(edge.wait_metric("edge_requests_total", &["status=\"200\""], 2.0), 2.0);
+    assert_eq!(
+        edge.wait_metric("edge_requests_total", &["status=\"200\""], 2.0),
+        2.0
+    );
     assert_eq!(edge.metric("edge_http2_resets_total", &[]), 0.0);
     assert_eq!(edge.metric("edge_upstream_errors_total", &[]), 0.0);
     edge.assert_upstream_settled();
@@ -130,23 +151,29 @@ both_drivers!(websocket_over_tls_alpn_h2_is_a_byte_exact_tunnel, |d| {
     assert_clean(&edge);
 });
 
-both_drivers!(an_upstream_refusing_the_upgrade_is_the_streams_answer, |d| {
-    let origin = WsOrigin::start();
-    let edge = h2c(d, &origin, "60s");
-    let authority = edge.addr.to_string();
-    block_on(async {
-        let c = h2_connect(edge.addr).await;
-        plain(&c, &authority).await;
-        let mut t = h2_websocket(&c, "/deny", &authority, &OFFER).await.unwrap();
-        assert_eq!(t.status, 403);
-        assert_eq!(read_to_end(&mut t.recv).await.unwrap(), b"denied");
-        // The connection goes on.
-        plain(&c, &authority).await;
-    });
-    assert_eq!(edge.wait_metric("edge_requests_total", &["status=\"403\""], 1.0), 1.0);
-    assert_eq!(edge.metric("edge_http2_resets_total", &[]), 0.0);
-    edge.assert_upstream_settled();
-});
+both_drivers!(
+    an_upstream_refusing_the_upgrade_is_the_streams_answer,
+    |d| {
+        let origin = WsOrigin::start();
+        let edge = h2c(d, &origin, "60s");
+        let authority = edge.addr.to_string();
+        block_on(async {
+            let c = h2_connect(edge.addr).await;
+            plain(&c, &authority).await;
+            let mut t = h2_websocket(&c, "/deny", &authority, &OFFER).await.unwrap();
+            assert_eq!(t.status, 403);
+            assert_eq!(read_to_end(&mut t.recv).await.unwrap(), b"denied");
+            // The connection goes on.
+            plain(&c, &authority).await;
+        });
+        assert_eq!(
+            edge.wait_metric("edge_requests_total", &["status=\"403\""], 1.0),
+            1.0
+        );
+        assert_eq!(edge.metric("edge_http2_resets_total", &[]), 0.0);
+        edge.assert_upstream_settled();
+    }
+);
 
 both_drivers!(a_101_with_another_keys_accept_is_502, |d| {
     let origin = WsOrigin::start();
@@ -155,7 +182,9 @@ both_drivers!(a_101_with_another_keys_accept_is_502, |d| {
     let status = block_on(async {
         let c = h2_connect(edge.addr).await;
         plain(&c, &authority).await;
-        let mut t = h2_websocket(&c, "/bad-accept", &authority, &OFFER).await.unwrap();
+        let mut t = h2_websocket(&c, "/bad-accept", &authority, &OFFER)
+            .await
+            .unwrap();
         let _ = read_to_end(&mut t.recv).await;
         t.status
     });
@@ -176,7 +205,9 @@ both_drivers!(a_client_reset_closes_the_upstream_connection, |d| {
     block_on(async {
         let c = h2_connect(edge.addr).await;
         plain(&c, &authority).await;
-        let mut t = h2_websocket(&c, "/reset", &authority, &OFFER).await.unwrap();
+        let mut t = h2_websocket(&c, "/reset", &authority, &OFFER)
+            .await
+            .unwrap();
         assert_eq!(t.status, 200);
         let mut got = Vec::new();
         send_all(&mut t.send, b"ping", false).await.unwrap();
@@ -203,7 +234,9 @@ both_drivers!(an_upstream_close_ends_the_stream, |d| {
     block_on(async {
         let c = h2_connect(edge.addr).await;
         plain(&c, &authority).await;
-        let mut t = h2_websocket(&c, "/close", &authority, &OFFER).await.unwrap();
+        let mut t = h2_websocket(&c, "/close", &authority, &OFFER)
+            .await
+            .unwrap();
         assert_eq!(t.status, 200);
         // The origin's last bytes, then END_STREAM (no reset).
         assert_eq!(read_to_end(&mut t.recv).await.unwrap(), b"hi");
@@ -213,42 +246,48 @@ both_drivers!(an_upstream_close_ends_the_stream, |d| {
     edge.assert_upstream_settled();
 });
 
-both_drivers!(two_websockets_and_plain_requests_share_one_connection, |d| {
-    let origin = WsOrigin::start();
-    let edge = h2c(d, &origin, "60s");
-    let authority = edge.addr.to_string();
-    block_on(async {
-        let c = h2_connect(edge.addr).await;
-        plain(&c, &authority).await;
-        let mut a = h2_websocket(&c, "/a", &authority, &OFFER).await.unwrap();
-        let mut b = h2_websocket(&c, "/b", &authority, &OFFER).await.unwrap();
-        assert_eq!((a.status, b.status), (200, 200));
-        let mut plains = Vec::new();
-        for _ in 0..10 {
-            let (c, authority) = (c.clone(), authority.clone());
-            plains.push(monoio::spawn(async move { plain(&c, &authority).await }));
-        }
-        for round in 0..3 {
-            let (ma, mb) = (format!("a{round}"), format!("b-{round}"));
-            send_all(&mut a.send, ma.as_bytes(), false).await.unwrap();
-            send_all(&mut b.send, mb.as_bytes(), false).await.unwrap();
-            let (mut ga, mut gb) = (Vec::new(), Vec::new());
-            assert!(read_at_least(&mut b.recv, &mut gb, mb.len()).await.unwrap());
-            assert!(read_at_least(&mut a.recv, &mut ga, ma.len()).await.unwrap());
-            assert_eq!((ga, gb), (ma.into_bytes(), mb.into_bytes()));
-        }
-        for p in plains {
-            p.await;
-        }
-        for t in [&mut a, &mut b] {
-            send_all(&mut t.send, b"", true).await.unwrap();
-            assert_eq!(read_to_end(&mut t.recv).await.unwrap(), b"bye");
-        }
-    });
-    assert_eq!(edge.wait_metric("edge_requests_total", &["status=\"200\""], 13.0), 13.0);
-    assert_eq!(edge.metric("edge_http2_resets_total", &[]), 0.0);
-    edge.assert_upstream_settled();
-});
+both_drivers!(
+    two_websockets_and_plain_requests_share_one_connection,
+    |d| {
+        let origin = WsOrigin::start();
+        let edge = h2c(d, &origin, "60s");
+        let authority = edge.addr.to_string();
+        block_on(async {
+            let c = h2_connect(edge.addr).await;
+            plain(&c, &authority).await;
+            let mut a = h2_websocket(&c, "/a", &authority, &OFFER).await.unwrap();
+            let mut b = h2_websocket(&c, "/b", &authority, &OFFER).await.unwrap();
+            assert_eq!((a.status, b.status), (200, 200));
+            let mut plains = Vec::new();
+            for _ in 0..10 {
+                let (c, authority) = (c.clone(), authority.clone());
+                plains.push(monoio::spawn(async move { plain(&c, &authority).await }));
+            }
+            for round in 0..3 {
+                let (ma, mb) = (format!("a{round}"), format!("b-{round}"));
+                send_all(&mut a.send, ma.as_bytes(), false).await.unwrap();
+                send_all(&mut b.send, mb.as_bytes(), false).await.unwrap();
+                let (mut ga, mut gb) = (Vec::new(), Vec::new());
+                assert!(read_at_least(&mut b.recv, &mut gb, mb.len()).await.unwrap());
+                assert!(read_at_least(&mut a.recv, &mut ga, ma.len()).await.unwrap());
+                assert_eq!((ga, gb), (ma.into_bytes(), mb.into_bytes()));
+            }
+            for p in plains {
+                p.await;
+            }
+            for t in [&mut a, &mut b] {
+                send_all(&mut t.send, b"", true).await.unwrap();
+                assert_eq!(read_to_end(&mut t.recv).await.unwrap(), b"bye");
+            }
+        });
+        assert_eq!(
+            edge.wait_metric("edge_requests_total", &["status=\"200\""], 13.0),
+            13.0
+        );
+        assert_eq!(edge.metric("edge_http2_resets_total", &[]), 0.0);
+        edge.assert_upstream_settled();
+    }
+);
 
 both_drivers!(an_idle_websocket_stream_is_reset_after_idle, |d| {
     let origin = WsOrigin::start();
@@ -264,13 +303,21 @@ both_drivers!(an_idle_websocket_stream_is_reset_after_idle, |d| {
         assert!(end.is_err(), "an idle tunnel ends with a reset: {end:?}");
         started.elapsed()
     });
-    assert_about("idle tunnel", waited, Duration::from_secs(1), Duration::from_millis(700));
+    assert_about(
+        "idle tunnel",
+        waited,
+        Duration::from_secs(1),
+        Duration::from_millis(700),
+    );
     assert_eq!(origin.next_end().0, "/idle");
     assert_eq!(
         edge.wait_metric("edge_inbound_timeouts_total", &["phase=\"idle\""], 1.0),
         1.0
     );
-    assert_eq!(edge.metric("edge_http2_resets_total", &["side=\"edge\""]), 1.0);
+    assert_eq!(
+        edge.metric("edge_http2_resets_total", &["side=\"edge\""]),
+        1.0
+    );
     edge.assert_upstream_settled();
 });
 
@@ -297,5 +344,9 @@ both_drivers!(connect_without_protocol_websocket_is_still_405, |d| {
         (plain_connect.map(|r| r.status), other)
     });
     assert_eq!(statuses, (Ok(405), 405));
-    assert_eq!(origin.origin.accepted(), 1, "only the plain GET reached the origin");
+    assert_eq!(
+        origin.origin.accepted(),
+        1,
+        "only the plain GET reached the origin"
+    );
 });

@@ -21,7 +21,6 @@ use edge_core::{
     http::{
         framing::{Body, RequestInfo},
         head::{Field, Fields, RequestHead, ResponseHead},
-        hop::is_hop_by_hop,
         view::{RequestView, ResponseView, Version},
         websocket,
     },
@@ -271,53 +270,6 @@ impl<'a> H2Session<'a> {
         Ok(())
     }
 
-    /// The response head as h2 sends it: `status`, the fields that are not hop-by-hop, and the fields
-    /// edge adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the
-    /// added values are copied once, into one buffer, and every field value is a slice of that copy (no
-    /// allocation per value; a field name outside the standard ones is still one). `switched`: the head
-    /// is a WebSocket `101` answered as `200` (RFC 8441 §5), without its Sec-WebSocket-Accept.
-    fn response(
-        buf: &[u8],
-        status: u16,
-        fields: &[Field],
-        added: &ResponseFields<'_>,
-        switched: bool,
-    ) -> Option<http::Response<()>> {
-        let mut resp = http::Response::new(());
-        *resp.status_mut() = http::StatusCode::from_u16(status).ok()?;
-        let kept = |f: &Field| !(switched && f.name(buf).eq_ignore_ascii_case(ACCEPT));
-        let end = fields
-            .iter()
-            .map(|f| (f.value_start + f.value_len) as usize)
-            .max()
-            .unwrap_or(0);
-        let extra: usize = added.each(fields).map(|(_, v)| v.len()).sum();
-        let mut copy = Vec::with_capacity(end + extra);
-        copy.extend_from_slice(&buf[..end]);
-        for (_, v) in added.each(fields) {
-            copy.extend_from_slice(v);
-        }
-        let shared = Bytes::from(copy);
-        let map = resp.headers_mut();
-        map.reserve(fields.len() + 2); // and what edge adds
-        for f in fields.iter().filter(|f| {
-            !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)) && kept(f)
-        }) {
-            let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
-            let start = f.value_start as usize;
-            let value = shared.slice(start..start + f.value_len as usize);
-            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
-        }
-        let mut at = end;
-        for (name, v) in added.each(fields) {
-            let name = http::HeaderName::from_bytes(name).ok()?;
-            let value = shared.slice(at..at + v.len());
-            at += v.len();
-            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
-        }
-        Some(resp)
-    }
-
     /// Sends the body bytes buffered in `rest` of a pass-through body; returns whether the body is
     /// complete. When every buffered byte is body (the usual case), `rest`'s storage itself becomes the
     /// DATA payload: no copy, and the buffer goes back to its pool once h2 has written it.
@@ -462,7 +414,7 @@ impl Session for H2Session<'_> {
 
     async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
         let Some(interim) =
-            Self::response(resp.buf, resp.head.status, resp.fields, &self.added, false)
+            super::head::response(resp.buf, resp.head.status, resp.fields, &self.added, false)
         else {
             return Ok(());
         };
@@ -490,7 +442,7 @@ impl Session for H2Session<'_> {
         let mut accepts = resp
             .fields
             .iter()
-            .filter(|f| f.name(resp.buf).eq_ignore_ascii_case(ACCEPT));
+            .filter(|f| f.name(resp.buf).eq_ignore_ascii_case(super::head::ACCEPT));
         match (accepts.next(), accepts.next()) {
             (Some(f), None) => websocket::accepts(&key, f.value(resp.buf)),
             _ => false,
@@ -504,7 +456,7 @@ impl Session for H2Session<'_> {
         if self.websocket.is_none() {
             return Err(SendFailure::Closed);
         }
-        let head = Self::response(resp.buf, 200, resp.fields, &self.added, true)
+        let head = super::head::response(resp.buf, 200, resp.fields, &self.added, true)
             .ok_or(SendFailure::Closed)?;
         let stream = self
             .respond
@@ -530,7 +482,7 @@ impl Session for H2Session<'_> {
             Body::Chunked | Body::CloseDelimited => OutFraming::Close,
         };
         self.relay = ResponseBody::new(upstream, framing);
-        let resp = Self::response(rest.data(), head.status, fields, &self.added, false)
+        let resp = super::head::response(rest.data(), head.status, fields, &self.added, false)
             .ok_or(RelayError::BadBody)?;
         rest.consume(head.len);
         let passthrough = self.relay.passthrough();
@@ -651,9 +603,6 @@ impl Session for H2Session<'_> {
         self.send_data(Chunk::new(out), true).await
     }
 }
-
-/// The field a WebSocket `101` answers the key with (RFC 6455 §4.2.2).
-const ACCEPT: &[u8] = b"sec-websocket-accept";
 
 /// A body edge answers with, and its Content-Type.
 #[derive(Clone, Copy)]

@@ -177,10 +177,11 @@ impl AsyncWriteRent for StreamWrite<'_> {
     /// From the first non-empty buffer of the vector.
     async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         // SAFETY: `read_iovec_len` iovecs are valid at `read_iovec_ptr`.
-        let first = unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) }
-            .iter()
-            .find(|v| v.iov_len > 0)
-            .map(|v| (v.iov_base as *const u8, v.iov_len));
+        let first =
+            unsafe { std::slice::from_raw_parts(buf.read_iovec_ptr(), buf.read_iovec_len()) }
+                .iter()
+                .find(|v| v.iov_len > 0)
+                .map(|v| (v.iov_base as *const u8, v.iov_len));
         let r = match first {
             Some((src, len)) => self.send(src, len).await,
             None => Ok(0),

@@ -194,7 +194,9 @@ pub async fn send_all(
         stream.send_data(piece, false).map_err(|e| e.to_string())?;
     }
     if end {
-        stream.send_data(Bytes::new(), true).map_err(|e| e.to_string())?;
+        stream
+            .send_data(Bytes::new(), true)
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -32,7 +32,10 @@ impl WsOrigin {
         let (end_tx, ends) = mpsc::channel();
         let (head_tx, end_tx) = (Mutex::new(head_tx), Mutex::new(end_tx));
         let origin = Origin::script(move |s, _| {
-            let (heads, ends) = (head_tx.lock().unwrap().clone(), end_tx.lock().unwrap().clone());
+            let (heads, ends) = (
+                head_tx.lock().unwrap().clone(),
+                end_tx.lock().unwrap().clone(),
+            );
             serve(s, &heads, &ends)
         });
         WsOrigin {
@@ -45,13 +48,21 @@ impl WsOrigin {
     /// The next request head the origin got (5 s at most).
     pub fn next_head(&self) -> Seen {
         let timeout = std::time::Duration::from_secs(5);
-        self.heads.lock().unwrap().recv_timeout(timeout).expect("a request at the origin")
+        self.heads
+            .lock()
+            .unwrap()
+            .recv_timeout(timeout)
+            .expect("a request at the origin")
     }
 
     /// The next tunnel end at the origin (5 s at most): (path, `"eof"` or `"error"`).
     pub fn next_end(&self) -> (String, &'static str) {
         let timeout = std::time::Duration::from_secs(5);
-        self.ends.lock().unwrap().recv_timeout(timeout).expect("a tunnel end at the origin")
+        self.ends
+            .lock()
+            .unwrap()
+            .recv_timeout(timeout)
+            .expect("a tunnel end at the origin")
     }
 }
 
@@ -87,7 +98,10 @@ fn serve(
         buf.drain(..used);
         let _ = heads.send(req.clone());
         let reply = |code: &str, body: &str| {
-            format!("HTTP/1.1 {code}\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+            format!(
+                "HTTP/1.1 {code}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
         };
         let answer = match (req.header("upgrade"), req.target.as_str()) {
             (None, _) => reply("200 OK", "plain"),
@@ -121,7 +135,10 @@ fn switched(
         String::from_utf8_lossy(&accept)
     );
     if let Some(p) = req.header("sec-websocket-protocol") {
-        head.push_str(&format!("Sec-WebSocket-Protocol: {}\r\n", p.split(',').next().unwrap().trim()));
+        head.push_str(&format!(
+            "Sec-WebSocket-Protocol: {}\r\n",
+            p.split(',').next().unwrap().trim()
+        ));
     }
     if let Some(e) = req.header("sec-websocket-extensions") {
         head.push_str(&format!("Sec-WebSocket-Extensions: {e}\r\n"));
