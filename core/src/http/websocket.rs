@@ -4,12 +4,24 @@
 //! it sends an HTTP/1.1 upstream, and checks the upstream's `Sec-WebSocket-Accept` against it
 //! ([`accepts`]). Sans-IO, but for the kernel's random bytes in [`new_key`].
 //!
-//! An HTTP/2 upstream (RFC 8441 on both sides) maps the other way: the forwarded HTTP/1.1-syntax head's
-//! `Upgrade: websocket` becomes `:method CONNECT` + `:protocol websocket` (the key, Upgrade and
-//! Connection left out), and its 2xx becomes the `101` whose `Sec-WebSocket-Accept` is [`accept`] of the
-//! key in that head, so the downstream side sees the same answer from either kind of upstream.
+//! # An HTTP/2 upstream's extended CONNECT (the one place it plugs in)
+//! An HTTP/2 upstream (RFC 8441 on both sides) maps the other way, inside its upstream session and
+//! nowhere else (the orchestrator, the tunnel and the downstream sessions stay as they are):
+//! - `send_head`: a forwarded head for which [`upgrade_key`] finds a key is sent as `:method CONNECT`,
+//!   `:protocol websocket`, `:scheme`, `:path`, `:authority` (the key, Upgrade and Connection left out;
+//!   the other fields as for any request), without END_STREAM; an upstream whose SETTINGS do not allow
+//!   extended CONNECT (RFC 8441 §3) answers that attempt as 502 `bad_response`;
+//! - `read_head`: a 2xx to it is written into the received bytes as [`write_switch_head`] of that key
+//!   followed by the 2xx's fields and the empty line, so the orchestrator's `101` path
+//!   (`frontend/src/proxy/tunnel.rs`) and its accept check see the same answer from either kind of
+//!   upstream; any other status is an ordinary response;
+//! - `into_tunnel`: the stream's `RecvStream` and `SendStream` as the tunnel's owned-buffer reader and
+//!   writer (as `frontend/src/server/h2/tunnel.rs` wraps the downstream stream's), its `shutdown`
+//!   sending END_STREAM, and a drop resetting the stream (RST_STREAM CANCEL).
 
 use base64::{engine::general_purpose::STANDARD, Engine as _};
+
+use super::head::{list_elements, Field, FieldKind};
 
 /// Length of a Sec-WebSocket-Key value: 16 bytes in base64 (RFC 6455 §4.1), bytes.
 pub const KEY_LEN: usize = 24;
@@ -64,6 +76,35 @@ pub fn accepts(key: &[u8], value: &[u8]) -> bool {
     value == accept(key)
 }
 
+/// The Sec-WebSocket-Key of a request head (`buf`, its fields `fields`) that asks for a WebSocket
+/// upgrade: an Upgrade field naming `websocket` and one Sec-WebSocket-Key. `None` for any other head.
+pub fn upgrade_key<'a>(buf: &'a [u8], fields: &[Field]) -> Option<&'a [u8]> {
+    let websocket = fields
+        .iter()
+        .filter(|f| f.kind == FieldKind::Upgrade)
+        .flat_map(|f| list_elements(f.value(buf)))
+        .any(|p| p.eq_ignore_ascii_case(b"websocket"));
+    let mut keys = fields
+        .iter()
+        .filter(|f| f.name(buf).eq_ignore_ascii_case(b"sec-websocket-key"));
+    match (websocket, keys.next(), keys.next()) {
+        (true, Some(k), None) => Some(k.value(buf)),
+        _ => None,
+    }
+}
+
+/// Writes the start of the `101` an upstream's switch for `key` reads as (RFC 6455 §4.2.2): status
+/// line, `Upgrade: websocket`, `Connection: Upgrade` and the key's `Sec-WebSocket-Accept`; the caller
+/// adds the answer's other fields and the empty line.
+pub fn write_switch_head(out: &mut Vec<u8>, key: &[u8]) {
+    out.extend_from_slice(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Accept: ",
+    );
+    out.extend_from_slice(&accept(key));
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Nonce bytes when the kernel gave none: the time, the thread and a per-thread counter, hashed.
 fn fallback_nonce() -> [u8; 16] {
     use std::cell::Cell;
@@ -97,6 +138,35 @@ mod tests {
         assert!(accepts(key, b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
         assert!(!accepts(key, b"s3pPLMBiTxaQ9kYGzzhZRbK+xOO="));
         assert!(!accepts(key, b""));
+    }
+
+    #[test]
+    fn an_upgrade_heads_key_and_the_switch_it_reads_as() {
+        let parse = |head: &[u8]| {
+            let mut fields = crate::http::head::Fields::default();
+            crate::http::head::parse_request(head, 64, &mut fields)
+                .unwrap()
+                .unwrap();
+            upgrade_key(head, &fields).map(<[u8]>::to_vec)
+        };
+        let head = b"GET /c HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\nConnection: upgrade\r\n\
+                     Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+        assert_eq!(
+            parse(head).as_deref(),
+            Some(&b"dGhlIHNhbXBsZSBub25jZQ=="[..])
+        );
+        let other = b"GET /c HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nSec-WebSocket-Key: k\r\n\r\n";
+        assert_eq!(parse(other), None);
+        let two = b"GET /c HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Key: a\r\n\
+                    Sec-WebSocket-Key: b\r\n\r\n";
+        assert_eq!(parse(two), None);
+        let mut out = Vec::new();
+        write_switch_head(&mut out, b"dGhlIHNhbXBsZSBub25jZQ==");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
+        );
     }
 
     #[test]

@@ -35,6 +35,10 @@ use crate::{context::Worker, server::Session};
 /// a request that asked for it (edge forwards Upgrade only then) and whose body went out whole (`early`
 /// is false), since the bytes after it belong to the new protocol. The 101 head goes to the client and
 /// the caller tunnels ([`Outcome::Upgraded`]).
+///
+/// Whatever the upstream's protocol: an HTTP/2 upstream's extended CONNECT (RFC 8441) arrives here as
+/// the same `101`, which its upstream session writes from its 2xx; that session is the one place it
+/// plugs in ([`edge_core::http::websocket`] says how).
 pub(crate) async fn switch<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
