@@ -9,14 +9,15 @@ use crate::request::ResponseFields;
 
 /// The field a WebSocket `101` answers the key with (RFC 6455 §4.2.2); an HTTP/2 stream's `200` has
 /// none (RFC 8441 §5).
-pub(super) const ACCEPT: &[u8] = b"sec-websocket-accept";
+pub const ACCEPT: &[u8] = b"sec-websocket-accept";
 
 /// The response head as h2 sends it: `status`, the fields that are not hop-by-hop, and the fields
 /// edge adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the
 /// added values are copied once, into one buffer, and every field value is a slice of that copy (no
 /// allocation per value; a field name outside the standard ones is still one). `switched`: the head
-/// is a WebSocket `101` answered as `200` (RFC 8441 §5), without its Sec-WebSocket-Accept.
-pub(super) fn response(
+/// is a WebSocket `101` answered as `200` (RFC 8441 §5), without its Sec-WebSocket-Accept. `None`
+/// when the status or a field cannot be an HTTP/2 header (the caller answers 502 or resets).
+pub fn response(
     buf: &[u8],
     status: u16,
     fields: &[Field],

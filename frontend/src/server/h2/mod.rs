@@ -11,7 +11,7 @@ pub mod conn;
 pub mod filter;
 pub mod flood;
 pub mod guard;
-mod head;
+pub mod head;
 pub mod request;
 pub mod session;
 pub mod stream;
