@@ -1,12 +1,15 @@
 //! Upgrade (RFC 9110 §7.8, §15.2.2): a `101` is accepted only for a request that asked for an upgrade
-//! (see `RequestInfo::upgrade`) and whose body was sent whole (`switch`); any other 101 is 502. Then
+//! (see `RequestInfo::upgrade`), whose body was sent whole, and that the downstream session accepts
+//! (an HTTP/2 WebSocket stream checks Sec-WebSocket-Accept: [`Session::switch_accepted`]) (`switch`);
+//! any other 101 is 502. Then
 //! the byte tunnel ([`tunnel`]): once the upstream agreed to an upgrade the client asked for, edge copies
 //! bytes both ways on the same worker until both sides have
 //! closed. A side that closes its write half (EOF) is passed on with `shutdown(Write)` and the other
 //! direction goes on (half-close). The tunnel ends early when either direction fails, or when no byte
 //! moved in either direction for the `idle` timeout (DESIGN.md "Inbound deadlines": counted as
 //! `edge_inbound_timeouts_total{phase="idle"}`, logged at debug). The upstream connection is never pooled
-//! afterwards; it counts in `edge_upstream_connections{state="active"}` while the tunnel runs.
+//! afterwards; it counts in `edge_upstream_connections{state="active"}` while the tunnel runs. The client
+//! side is a connection's halves, or an HTTP/2 stream's (RFC 8441: [`relay`]).
 
 use std::{cell::Cell, future::Future, pin::pin, task::Poll};
 
@@ -32,6 +35,10 @@ use crate::{context::Worker, server::Session};
 /// a request that asked for it (edge forwards Upgrade only then) and whose body went out whole (`early`
 /// is false), since the bytes after it belong to the new protocol. The 101 head goes to the client and
 /// the caller tunnels ([`Outcome::Upgraded`]).
+///
+/// Whatever the upstream's protocol: an HTTP/2 upstream's extended CONNECT (RFC 8441) arrives here as
+/// the same `101`, which its upstream session writes from its 2xx; that session is the one place it
+/// plugs in ([`edge_core::http::websocket`] says how).
 pub(crate) async fn switch<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,
@@ -49,6 +56,9 @@ pub(crate) async fn switch<S: Session, E: UpstreamSession>(
         head,
         fields,
     };
+    if !s.switch_accepted(&view) {
+        return bad_response(true);
+    }
     if let Err(e) = s.send_switching(&view).await {
         return client_gone(w, &req.log, e);
     }
@@ -64,9 +74,54 @@ pub(crate) async fn switch<S: Session, E: UpstreamSession>(
 pub async fn tunnel<T: Transport, U: UpstreamTunnel>(
     w: &Worker,
     client: T,
-    mut client_buf: RecvBuf,
+    client_buf: RecvBuf,
     up: U,
 ) {
+    let (cr, cw) = client.split();
+    relay(w, cr, cw, client_buf, up).await;
+}
+
+/// How a tunnel ended ([`relay`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Both directions reached EOF and passed it on.
+    Closed,
+    /// No byte moved either way for the `idle` timeout.
+    Idle,
+    /// Reading from or writing to the client failed (it closed or reset its side).
+    Client,
+    /// Reading from or writing to the upstream failed.
+    Upstream,
+}
+
+impl End {
+    /// The reason as log lines name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            End::Closed => "both sides closed",
+            End::Idle => "idle",
+            End::Client => "client read or write failed",
+            End::Upstream => "upstream read or write failed",
+        }
+    }
+}
+
+/// The tunnel of [`tunnel`] between the client's halves (`cr` to read, `cw` to write: a connection's,
+/// or an HTTP/2 stream's, RFC 8441) and `up`, until it ends; returns how. The idle expiry is counted
+/// (`edge_inbound_timeouts_total{phase="idle"}`) and the end logged at debug (`tunnel.closed`), here
+/// for every kind of client; the caller closes or resets what is left.
+pub async fn relay<CR, CW, U>(
+    w: &Worker,
+    mut cr: CR,
+    mut cw: CW,
+    mut client_buf: RecvBuf,
+    up: U,
+) -> End
+where
+    CR: AsyncReadRent,
+    CW: AsyncWriteRent,
+    U: UpstreamTunnel,
+{
     let _active = super::ActiveGauge::new(&w.metrics.upstream_active);
     let idle = w.current().cfg.config.server.timeouts.idle.0;
     let TunnelHalves {
@@ -75,7 +130,6 @@ pub async fn tunnel<T: Transport, U: UpstreamTunnel>(
         received: mut up_buf,
         held: _held,
     } = up.into_halves();
-    let (mut cr, mut cw) = client.split();
     let last = Cell::new(Instant::now());
     let mut upward = pin!(pump(&mut cr, &mut uw, &mut client_buf, &last));
     let mut downward = pin!(pump(&mut ur, &mut cw, &mut up_buf, &last));
@@ -86,43 +140,57 @@ pub async fn tunnel<T: Transport, U: UpstreamTunnel>(
         if !up_done {
             if let Poll::Ready(r) = upward.as_mut().poll(cx) {
                 up_done = true;
-                if r.is_err() {
-                    return Poll::Ready("read or write failed");
+                match r {
+                    Ok(()) => {}
+                    Err(Failed::Read) => return Poll::Ready(End::Client),
+                    Err(Failed::Write) => return Poll::Ready(End::Upstream),
                 }
             }
         }
         if !down_done {
             if let Poll::Ready(r) = downward.as_mut().poll(cx) {
                 down_done = true;
-                if r.is_err() {
-                    return Poll::Ready("read or write failed");
+                match r {
+                    Ok(()) => {}
+                    Err(Failed::Read) => return Poll::Ready(End::Upstream),
+                    Err(Failed::Write) => return Poll::Ready(End::Client),
                 }
             }
         }
         if up_done && down_done {
-            return Poll::Ready("both sides closed");
+            return Poll::Ready(End::Closed);
         }
         while timer.as_mut().poll(cx).is_ready() {
             let deadline = last.get() + idle;
             if Instant::now() >= deadline {
-                return Poll::Ready("idle");
+                return Poll::Ready(End::Idle);
             }
             timer.as_mut().reset(deadline);
         }
         Poll::Pending
     })
     .await;
-    if end == "idle" {
+    if end == End::Idle {
         w.metrics.inbound_timeout(InboundPhase::Idle).increment(1);
     }
-    tracing::debug!(event = "tunnel.closed", worker = w.id, why = end);
+    tracing::debug!(event = "tunnel.closed", worker = w.id, why = end.as_str());
+    end
+}
+
+/// Which side of a [`pump`] failed.
+enum Failed {
+    /// Reading its source.
+    Read,
+    /// Writing (or shutting down) its destination.
+    Write,
 }
 
 /// Copies `src` to `dst` (bytes already in `buf` first) until `src` reaches EOF, then shuts down `dst`'s
-/// write half. Every completed read or write marks `last`.
+/// write half. Every completed read or write marks `last`. A source is read again only once the bytes
+/// of its last read were all written (an HTTP/2 stream releases its flow-control window then).
 ///
 /// # Errors
-/// A failed read, write or shutdown.
+/// The side that failed: a read, or a write or the shutdown.
 ///
 /// # Cancel safety
 /// Not cancel safe (bytes in flight are lost); the tunnel drops it only to close both connections.
@@ -131,15 +199,15 @@ async fn pump<R: AsyncReadRent, W: AsyncWriteRent>(
     dst: &mut W,
     buf: &mut RecvBuf,
     last: &Cell<Instant>,
-) -> std::io::Result<()> {
+) -> Result<(), Failed> {
     loop {
         if !buf.is_empty() {
             let n = buf.len();
-            buf.write_prefix(dst, n).await?;
+            buf.write_prefix(dst, n).await.map_err(|_| Failed::Write)?;
             last.set(Instant::now());
         }
-        if buf.fill(src).await? == 0 {
-            return dst.shutdown().await;
+        if buf.fill(src).await.map_err(|_| Failed::Read)? == 0 {
+            return dst.shutdown().await.map_err(|_| Failed::Write);
         }
         last.set(Instant::now());
     }

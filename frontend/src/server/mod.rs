@@ -135,7 +135,17 @@ pub trait Respond {
     /// The client could not be written to.
     fn send_continue(&mut self) -> impl Future<Output = Result<(), SendFailure>>;
 
-    /// Sends the `101 Switching Protocols` head of an upgrade; the caller then tunnels.
+    /// Whether the session takes the upstream's `101` (`resp`) as the switch it asked for. The default
+    /// takes any: an HTTP/1.1 client checks its own handshake. An HTTP/2 WebSocket stream (RFC 8441)
+    /// sent a Sec-WebSocket-Key of edge's own and checks the Sec-WebSocket-Accept (RFC 6455 §4.1);
+    /// a `101` refused here is 502 `bad_response`.
+    fn switch_accepted(&self, resp: &ResponseView<'_>) -> bool {
+        let _ = resp;
+        true
+    }
+
+    /// Sends the `101 Switching Protocols` head of an upgrade (an HTTP/2 stream: its `200`, RFC 8441
+    /// §5); the caller then tunnels.
     ///
     /// # Errors
     /// The client could not be written to.

@@ -42,6 +42,7 @@ mod h2;
 mod h2_floods;
 mod h2_local;
 mod h2_upstream;
+mod h2_websocket;
 mod health_check;
 mod lifecycle;
 mod limits;

@@ -23,7 +23,7 @@ use crate::{respond::Failure, server::BodyFailure};
 
 /// The request body of one HTTP/2 stream.
 pub struct H2Body {
-    body: RecvStream,
+    pub(super) body: RecvStream,
     /// Body bytes taken so far, against `max_body`.
     pub(super) received: u64,
     max_body: u64,

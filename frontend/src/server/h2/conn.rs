@@ -94,7 +94,9 @@ fn builder(h: &edge_core::config::Http2) -> Builder {
         .max_header_list_size(h.max_header_list.0 as u32)
         .max_pending_accept_reset_streams(h.max_resets_per_second as usize)
         .max_local_error_reset_streams(Some(h.max_resets_per_second as usize))
-        .max_send_buffer_size(SEND_BUFFER);
+        .max_send_buffer_size(SEND_BUFFER)
+        // WebSocket over HTTP/2 (RFC 8441 §3): SETTINGS_ENABLE_CONNECT_PROTOCOL = 1.
+        .enable_connect_protocol();
     b
 }
 

@@ -7,16 +7,16 @@
 
 use std::{future::poll_fn, time::Duration};
 
-use bytes::{Buf, Bytes};
+use bytes::Buf;
 
 use edge_core::{
     buf::{self, RecvBuf},
     clock::{after, coarse_now, timeout_at},
     http::grpc::{push_message, Code},
+    http::websocket,
     http::{
         framing::Body,
         head::{Field, ResponseHead},
-        hop::is_hop_by_hop,
         view::ResponseView,
     },
 };
@@ -34,15 +34,17 @@ use crate::{
 /// The response side of one HTTP/2 stream.
 pub struct H2Reply<'a> {
     respond: SendResponse<Chunk>,
-    send: Option<SendStream<Chunk>>,
+    pub(super) send: Option<SendStream<Chunk>>,
     /// The stream's END_STREAM went out: the response is complete.
-    ended: bool,
+    pub(super) ended: bool,
     relay: ResponseBody,
     send_timeout: Duration,
     /// When this stream's body bytes last left h2 (made with the first body chunk).
     moved: Option<Moved>,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
     pub(super) added: ResponseFields<'a>,
+    /// A WebSocket stream (RFC 8441): the Sec-WebSocket-Key edge sent upstream for it.
+    pub(super) websocket: Option<[u8; websocket::KEY_LEN]>,
 }
 
 impl<'a> H2Reply<'a> {
@@ -56,6 +58,7 @@ impl<'a> H2Reply<'a> {
             send_timeout,
             moved: None,
             added: ResponseFields::default(),
+            websocket: None,
         }
     }
 
@@ -246,51 +249,6 @@ impl<'a> H2Reply<'a> {
         Ok(())
     }
 
-    /// The response head as h2 sends it: status, the fields that are not hop-by-hop, and the fields edge
-    /// adds (`added`, the request pipeline's phase 6: Via, X-Request-Id). The head's bytes and the added
-    /// values are copied once, into one buffer, and every field value is a slice of that copy (no
-    /// allocation per value; a field name outside the standard ones is still one).
-    fn response(
-        buf: &[u8],
-        head: &ResponseHead,
-        fields: &[Field],
-        added: &ResponseFields<'_>,
-    ) -> Option<http::Response<()>> {
-        let mut resp = http::Response::new(());
-        *resp.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
-        let end = fields
-            .iter()
-            .map(|f| (f.value_start + f.value_len) as usize)
-            .max()
-            .unwrap_or(0);
-        let extra: usize = added.each(fields).map(|(_, v)| v.len()).sum();
-        let mut copy = Vec::with_capacity(end + extra);
-        copy.extend_from_slice(&buf[..end]);
-        for (_, v) in added.each(fields) {
-            copy.extend_from_slice(v);
-        }
-        let shared = Bytes::from(copy);
-        let map = resp.headers_mut();
-        map.reserve(fields.len() + 2); // and what edge adds
-        for f in fields
-            .iter()
-            .filter(|f| !is_hop_by_hop(buf, fields, f, true) && added.keeps(f.name(buf)))
-        {
-            let name = http::HeaderName::from_bytes(f.name(buf)).ok()?;
-            let start = f.value_start as usize;
-            let value = shared.slice(start..start + f.value_len as usize);
-            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
-        }
-        let mut at = end;
-        for (name, v) in added.each(fields) {
-            let name = http::HeaderName::from_bytes(name).ok()?;
-            let value = shared.slice(at..at + v.len());
-            at += v.len();
-            map.append(name, http::HeaderValue::from_maybe_shared(value).ok()?);
-        }
-        Some(resp)
-    }
-
     /// Sends the body bytes buffered in `rest` of a pass-through body; returns whether the body is
     /// complete. When every buffered byte is body (the usual case), `rest`'s storage itself becomes the
     /// DATA payload: no copy, and the buffer goes back to its pool once h2 has written it.
@@ -332,7 +290,9 @@ impl Drop for H2Reply<'_> {
 
 impl Respond for H2Reply<'_> {
     async fn send_interim(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        let Some(interim) = Self::response(resp.buf, resp.head, resp.fields, &self.added) else {
+        let Some(interim) =
+            super::head::response(resp.buf, resp.head.status, resp.fields, &self.added, false)
+        else {
             return Ok(());
         };
         self.respond
@@ -350,9 +310,37 @@ impl Respond for H2Reply<'_> {
             .map_err(|_| SendFailure::Closed)
     }
 
-    async fn send_switching(&mut self, _resp: &ResponseView<'_>) -> Result<(), SendFailure> {
-        // HTTP/2 has no 101 (RFC 9113 §8.6); Upgrade is refused in the request, so none is asked for.
-        Err(SendFailure::Closed)
+    /// A WebSocket stream (RFC 8441) takes the `101` whose Sec-WebSocket-Accept answers the key edge
+    /// sent (RFC 6455 §4.1); no other stream asks for a switch.
+    fn switch_accepted(&self, resp: &ResponseView<'_>) -> bool {
+        let Some(key) = self.websocket else {
+            return false;
+        };
+        let mut accepts = resp
+            .fields
+            .iter()
+            .filter(|f| f.name(resp.buf).eq_ignore_ascii_case(super::head::ACCEPT));
+        match (accepts.next(), accepts.next()) {
+            (Some(f), None) => websocket::accepts(&key, f.value(resp.buf)),
+            _ => false,
+        }
+    }
+
+    /// A WebSocket stream's `200` for the upstream's `101` (RFC 8441 §5); HTTP/2 has no `101`
+    /// (RFC 9113 §8.6), so any other stream refuses.
+    async fn send_switching(&mut self, resp: &ResponseView<'_>) -> Result<(), SendFailure> {
+        if self.websocket.is_none() {
+            return Err(SendFailure::Closed);
+        }
+        let head = super::head::response(resp.buf, 200, resp.fields, &self.added, true)
+            .ok_or(SendFailure::Closed)?;
+        let stream = self
+            .respond
+            .send_response(head, false)
+            .map_err(|_| SendFailure::Closed)?;
+        self.send = Some(stream);
+        self.ended = false;
+        Ok(())
     }
 
     async fn send_head(
@@ -370,8 +358,8 @@ impl Respond for H2Reply<'_> {
             Body::Chunked | Body::CloseDelimited => OutFraming::Close,
         };
         self.relay = ResponseBody::new(upstream, framing);
-        let resp =
-            Self::response(rest.data(), head, fields, &self.added).ok_or(RelayError::BadBody)?;
+        let resp = super::head::response(rest.data(), head.status, fields, &self.added, false)
+            .ok_or(RelayError::BadBody)?;
         rest.consume(head.len);
         let passthrough = self.relay.passthrough();
         let (complete, out) = match passthrough && !rest.is_empty() {

@@ -9,6 +9,10 @@
 //!   already resets such streams with PROTOCOL_ERROR, this is the second line.
 //! - Cookie fields are joined into one with `"; "` (RFC 9113 §8.2.3).
 //! - A body without Content-Length is framed chunked toward the upstream.
+//! - An extended CONNECT for WebSocket (RFC 8441 §4: `:protocol websocket`) is written as the HTTP/1.1
+//!   opening handshake (RFC 6455 §4.1, RFC 8441 §5): `GET :path` with `Connection: Upgrade`,
+//!   `Upgrade: websocket`, a Sec-WebSocket-Key edge made, Sec-WebSocket-Version (13 unless the client
+//!   sent one) and no body framing: the stream's DATA is the tunnel's, after the upstream's `101`.
 //! - [`malformed`]: what h2 lets through but RFC 9113 calls malformed (a field value with leading or
 //!   trailing whitespace, CONNECT without `:authority`) is a stream error, not a 400.
 
@@ -42,14 +46,31 @@ pub fn malformed(req: &Parts) -> bool {
     })
 }
 
+/// Whether `req` is an extended CONNECT for WebSocket (RFC 8441 §4: `:protocol websocket`, compared
+/// case-insensitively as the Upgrade token it stands for, RFC 9110 §7.8).
+pub fn is_websocket(req: &Parts) -> bool {
+    req.method == http::Method::CONNECT
+        && req
+            .extensions
+            .get::<h2::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
 /// Writes the HTTP/1.1-syntax head of `req` into `out` (request line, Host, fields, the empty line).
 /// `end_stream`: the HEADERS frame ended the stream (no body); otherwise a body without Content-Length
-/// gets `Transfer-Encoding: chunked`.
+/// gets `Transfer-Encoding: chunked`. `websocket`: `req` is an extended CONNECT for WebSocket
+/// ([`is_websocket`]) and this is the Sec-WebSocket-Key to send: the head is the opening handshake of
+/// RFC 6455 §4.1 instead (see the module's text), without the client's Content-Length or key.
 ///
 /// # Errors
 /// 400 `bad_host` (no `:authority` and no Host, or a Host that differs from `:authority`), 400
 /// `bad_head` (a connection-specific field, a method or path that cannot be written).
-pub fn write_head(out: &mut Vec<u8>, req: &Parts, end_stream: bool) -> Result<(), Failure> {
+pub fn write_head(
+    out: &mut Vec<u8>,
+    req: &Parts,
+    end_stream: bool,
+    websocket: Option<&[u8]>,
+) -> Result<(), Failure> {
     let bad = |r| Failure::Invalid(r);
     let authority = req.uri.authority().map(|a| a.as_str().as_bytes());
     let host = req.headers.get(header::HOST).map(|h| h.as_bytes());
@@ -68,13 +89,18 @@ pub fn write_head(out: &mut Vec<u8>, req: &Parts, end_stream: bool) -> Result<()
     if path.is_empty() || path.bytes().any(|b| b <= b' ') {
         return Err(bad(InvalidReason::BadHead));
     }
-    out.extend_from_slice(req.method.as_str().as_bytes());
+    let method = match websocket {
+        Some(_) => "GET",
+        None => req.method.as_str(),
+    };
+    out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     field(out, b"Host", host);
     let mut cookie = false;
     let mut length = false;
+    let mut version = false;
     for (name, value) in &req.headers {
         let n = name.as_str();
         if CONNECTION_SPECIFIC.contains(&n) {
@@ -82,6 +108,8 @@ pub fn write_head(out: &mut Vec<u8>, req: &Parts, end_stream: bool) -> Result<()
         }
         match *name {
             header::HOST | header::COOKIE => continue,
+            header::CONTENT_LENGTH | header::SEC_WEBSOCKET_KEY if websocket.is_some() => continue,
+            header::SEC_WEBSOCKET_VERSION => version = true,
             header::TE if value.as_bytes().eq_ignore_ascii_case(b"trailers") => continue,
             header::TE => return Err(bad(InvalidReason::BadHead)),
             header::CONTENT_LENGTH => length = true,
@@ -101,8 +129,18 @@ pub fn write_head(out: &mut Vec<u8>, req: &Parts, end_stream: bool) -> Result<()
     if cookie {
         out.extend_from_slice(b"\r\n");
     }
-    if !end_stream && !length {
-        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    match websocket {
+        Some(key) => {
+            out.extend_from_slice(b"Connection: Upgrade\r\nUpgrade: websocket\r\n");
+            field(out, b"Sec-WebSocket-Key", key);
+            if !version {
+                out.extend_from_slice(b"Sec-WebSocket-Version: 13\r\n");
+            }
+        }
+        None if !end_stream && !length => {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        None => {}
     }
     out.extend_from_slice(b"\r\n");
     Ok(())
@@ -118,7 +156,7 @@ mod tests {
 
     fn head(p: &Parts, end: bool) -> Result<String, Failure> {
         let mut out = Vec::new();
-        write_head(&mut out, p, end).map(|()| String::from_utf8(out).unwrap())
+        write_head(&mut out, p, end, None).map(|()| String::from_utf8(out).unwrap())
     }
 
     #[test]
@@ -172,6 +210,47 @@ mod tests {
         assert!(!malformed(&connect));
         let no_authority = parts(http::Request::connect("/"));
         assert!(malformed(&no_authority));
+    }
+
+    #[test]
+    fn an_extended_connect_for_websocket_is_the_http11_opening_handshake() {
+        let mut build = http::Request::connect("https://e.test/chat?room=1")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-protocol", "chat, superchat")
+            .header("sec-websocket-key", "from the client")
+            .header("content-length", "0")
+            .header("origin", "https://e.test")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2");
+        build = build.extension(h2::ext::Protocol::from_static("WebSocket"));
+        let p = parts(build);
+        assert!(is_websocket(&p));
+        let mut out = Vec::new();
+        write_head(&mut out, &p, false, Some(b"dGhlIHNhbXBsZSBub25jZQ==")).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /chat?room=1 HTTP/1.1\r\nHost: e.test\r\nsec-websocket-version: 13\r\n\
+             sec-websocket-protocol: chat, superchat\r\norigin: https://e.test\r\n\
+             Cookie: a=1; b=2\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        // Without the client's version: 13 (RFC 8441 §5 asks for 13 on the stream too).
+        let p = parts(
+            http::Request::connect("https://e.test/chat")
+                .extension(h2::ext::Protocol::from_static("websocket")),
+        );
+        let mut out = Vec::new();
+        write_head(&mut out, &p, false, Some(b"k")).unwrap();
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .ends_with("Sec-WebSocket-Key: k\r\nSec-WebSocket-Version: 13\r\n\r\n"));
+        // Another protocol, or none, is no WebSocket stream.
+        let other = parts(
+            http::Request::connect("https://e.test/x")
+                .extension(h2::ext::Protocol::from_static("connect-udp")),
+        );
+        assert!(!is_websocket(&other));
+        assert!(!is_websocket(&parts(http::Request::connect("e.test:443"))));
     }
 
     #[test]

@@ -77,6 +77,31 @@ impl<'a> H2Session<'a> {
         self
     }
 
+    /// The session of a WebSocket stream (RFC 8441) whose upgrade head carries `key` as its
+    /// Sec-WebSocket-Key: its upstream's `101` is checked against the key and answered `200`.
+    pub fn websocket(mut self, key: [u8; edge_core::http::websocket::KEY_LEN]) -> Self {
+        self.reply.websocket = Some(key);
+        self
+    }
+
+    /// A switched WebSocket stream's two sides, for its tunnel ([`super::tunnel`]); `None` for any
+    /// other stream, or once its response ended.
+    pub fn tunnel_sides(&mut self) -> Option<(&mut RecvStream, &mut h2::SendStream<Chunk>)> {
+        match (
+            self.reply.websocket,
+            self.reply.send.as_mut(),
+            self.reply.ended,
+        ) {
+            (Some(_), Some(send), false) => Some((&mut self.body.body, send)),
+            _ => None,
+        }
+    }
+
+    /// The tunnel ended the stream (END_STREAM or a reset went out).
+    pub fn tunnel_ended(&mut self) {
+        self.reply.ended = true;
+    }
+
     /// Whether the response head went out (a later failure can only reset the stream).
     pub fn started(&self) -> bool {
         self.reply.started()
@@ -200,6 +225,10 @@ impl Respond for H2Session<'_> {
 
     fn send_continue(&mut self) -> impl std::future::Future<Output = Result<(), SendFailure>> {
         self.reply.send_continue()
+    }
+
+    fn switch_accepted(&self, resp: &ResponseView<'_>) -> bool {
+        self.reply.switch_accepted(resp)
     }
 
     fn send_switching(

@@ -4,6 +4,12 @@
 //! the orchestrator ([`crate::proxy::run`]) as an HTTP/1.1 request from this worker's pools. Failures
 //! before the response head are answered from the status table; after it the stream is reset (the
 //! session does that), never the connection. The stream's `request` deadline runs from its HEADERS.
+//!
+//! A WebSocket stream (RFC 8441: `:method CONNECT` with `:protocol websocket`) passes the same pipeline
+//! as the `GET` + `Upgrade: websocket` head it is written as ([`super::request::write_head`]), with a
+//! Sec-WebSocket-Key edge makes; when the upstream switches, the stream answers `200` and becomes a
+//! tunnel ([`super::tunnel`]); any other answer is relayed as the stream's response. Another
+//! `:protocol`, or none, is CONNECT: 405.
 
 use std::net::SocketAddr;
 
@@ -57,7 +63,8 @@ const NO_INFO: RequestInfo = RequestInfo {
 };
 
 /// Checks the HTTP/1.1-syntax head in `buf` like an HTTP/1.1 one: it parses within `max_headers`,
-/// CONNECT is refused (edge is not a forward proxy), the framing decision (RFC 9112 §6.3) holds, and a
+/// CONNECT is refused (edge is not a forward proxy; `method` is the stream's, CONNECT also for a
+/// WebSocket stream's `GET` head, which passes), the framing decision (RFC 9112 §6.3) holds, and a
 /// declared Content-Length over `max_body_bytes` is 413 before any DATA is read.
 ///
 /// # Errors
@@ -65,6 +72,7 @@ const NO_INFO: RequestInfo = RequestInfo {
 fn check(
     buf: &[u8],
     method: &http::Method,
+    websocket: bool,
     limits: &edge_core::config::Limits,
     fields: &mut Fields,
 ) -> Result<(RequestHead, RequestInfo), Failure> {
@@ -73,7 +81,7 @@ fn check(
         Ok(None) | Err(HeadError::Invalid) => return Err(Failure::Invalid(InvalidReason::BadHead)),
         Err(HeadError::TooManyFields) => return Err(Failure::Invalid(InvalidReason::HeadTooLarge)),
     };
-    if method == http::Method::CONNECT {
+    if method == http::Method::CONNECT && !websocket {
         return Err(Failure::Invalid(InvalidReason::Method));
     }
     let info = request_info(buf, &head, fields)
@@ -151,11 +159,17 @@ pub async fn serve(
         .is_some_and(|v| edge_core::http::grpc::is_grpc(v.as_bytes()));
     let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
-    let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream());
+    // A WebSocket stream's key goes upstream in its head; its `101` must answer it.
+    let websocket = super::request::is_websocket(&parts).then(edge_core::http::websocket::new_key);
+    let key = websocket.as_ref().map(|k| &k[..]);
+    let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream(), key);
     let mut line = std::mem::take(&mut scratch.line);
     log_line(&head_buf.0, &mut line);
     let buf = &head_buf.0;
-    let checked = written.and_then(|()| check(buf, &parts.method, &server.limits, &mut fields));
+    let checked = written.and_then(|()| {
+        let limits = &server.limits;
+        check(buf, &parts.method, websocket.is_some(), limits, &mut fields)
+    });
     let deadline = started + server.timeouts.request.0;
     let max_body = server.limits.max_body_bytes.0.unwrap_or(u64::MAX);
     let send = server.timeouts.send.0;
@@ -206,6 +220,9 @@ pub async fn serve(
     let fields = match admission {
         Admission::Forward(adm) => {
             let mut s = new_session(request, fields, adm.client_deadline).adding(adm.response);
+            if let Some(key) = websocket {
+                s = s.websocket(key);
+            }
             forward(w, &mut s, adm, started).await;
             s.take_fields()
         }
@@ -254,7 +271,11 @@ async fn forward(w: &Worker, s: &mut H2Session<'_>, req: Admitted<'_>, started: 
             w.metrics.http2_reset(ResetSide::Edge).increment(1);
             finish(w, &log, facts, peer, status, started)
         }
-        Outcome::Upgraded { .. } => finish(w, &log, facts, peer, 101, started),
+        // A WebSocket stream switched: its `200` went out, the tunnel runs to the stream's end.
+        Outcome::Upgraded { tunnel } => {
+            finish(w, &log, facts, peer, 200, started);
+            super::tunnel::run(w, s, tunnel).await;
+        }
         Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
         Outcome::Failed { failure, .. } => fail(w, s, failure, &log, facts, peer, started).await,
     }

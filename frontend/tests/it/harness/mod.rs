@@ -22,6 +22,7 @@ mod tempdir;
 mod tls_client;
 mod tls_origin;
 mod wire;
+mod ws_origin;
 
 pub use asserts::{assert_about, assert_error_response, wait_until};
 pub use certs::{Ca, Pem};
@@ -31,8 +32,9 @@ pub use driver::{each_driver, Driver};
 pub use edge::{assert_exit, check_config, raise_fd_limit, run_edge, Edge};
 pub use grpc::{GrpcCall, GrpcCase, GrpcResult, GrpcServer};
 pub use h2_client::{
-    block_on, connect as h2_connect, connect_after as h2_connect_after, request as h2_request,
-    H2Response,
+    block_on, connect as h2_connect, connect_after as h2_connect_after,
+    connect_tls as h2_connect_tls, read_at_least, read_to_end, request as h2_request, send_all,
+    websocket as h2_websocket, H2Response, H2Tunnel,
 };
 pub use h2_origin::{H2Origin, H2OriginState, H2Seen};
 pub use metrics::metric_sum;
@@ -42,3 +44,4 @@ pub use sockets::{refused_addr, Drip, HangingListener};
 pub use tempdir::TempDir;
 pub use tls_client::{TlsConn, TlsOpts, Versions};
 pub use tls_origin::{Handshake, TlsOrigin};
+pub use ws_origin::WsOrigin;
