@@ -164,7 +164,12 @@ impl WorkloadRun<'_> {
                 let run = self.load_once(t, args.duration, || {
                     t.reset_peak_rss();
                     before = t.usage();
-                    sampler = self.origin.map(ConnSampler::start);
+                    // The proxy's upstream connections; `direct` has none (its connections are
+                    // the load generator's).
+                    sampler = self
+                        .origin
+                        .filter(|_| t.kind.is_proxy())
+                        .map(ConnSampler::start);
                 });
                 let after = t.usage();
                 let upstream_conns = sampler.map(ConnSampler::finish);

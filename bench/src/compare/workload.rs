@@ -254,9 +254,11 @@ impl Workload {
         let c = self.connections(connections);
         let streams = super::h2load::STREAMS;
         match self {
-            Workload::GrpcUnary => return format!(
+            Workload::GrpcUnary => {
+                return format!(
                 "gRPC unary calls over h2c to an h2c origin, {c} connections x {streams} streams"
-            ),
+            )
+            }
             Workload::GrpcStream => {
                 return format!(
                     "server-streaming gRPC calls ({} messages each) over h2c to an h2c origin, \
@@ -264,9 +266,11 @@ impl Workload {
                     super::h2_upstream::STREAM_MESSAGES
                 )
             }
-            Workload::H1ToH2 => return format!(
+            Workload::H1ToH2 => {
+                return format!(
                 "small HTTP/1.1 GETs to an h2c origin (h2 upstream), keep-alive, {c} connections"
-            ),
+            )
+            }
             _ => {}
         }
         if self.origin() == OriginKind::Nginx {
