@@ -315,6 +315,12 @@ mod tests {
     }
 
     #[test]
+    fn the_message_is_64_bytes() {
+        assert_eq!(MESSAGE.len(), 64);
+        assert_eq!(grpc::frame(MESSAGE).len(), 69);
+    }
+
+    #[test]
     fn configs() {
         let (l, h, o): (SocketAddr, SocketAddr, SocketAddr) = (
             "127.0.0.1:1000".parse().unwrap(),

@@ -234,16 +234,20 @@ pub fn start_targets(
             );
             continue;
         }
-        match Target::start(
-            k,
-            &plan.bins,
-            origin,
-            &plan.proxy_list,
-            tag,
-            START_TIMEOUT,
-            tls,
-            group == Group::H2Upstream,
-        ) {
+        let started = if group == Group::H2Upstream {
+            Target::start_h2_upstream(k, &plan.bins, origin, &plan.proxy_list, tag, START_TIMEOUT)
+        } else {
+            Target::start(
+                k,
+                &plan.bins,
+                origin,
+                &plan.proxy_list,
+                tag,
+                START_TIMEOUT,
+                tls,
+            )
+        };
+        match started {
             Ok(t) => targets.push(t),
             Err(e) => {
                 eprintln!("{e}");

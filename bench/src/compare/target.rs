@@ -166,9 +166,7 @@ impl Target {
     /// waits until `GET /fast` through it answers 200. `tag` tells apart the scratch directories of the
     /// target sets of different origins. With `tls`, the proxy also gets a TLS listener serving
     /// that certificate (`direct` gets the TLS origin), checked with one HTTPS `GET /fast`; with
-    /// its `h2`, the proxy gets the HTTP/2 settings ([`super::proxies::H2_SETTINGS`]). With
-    /// `h2_upstream`, the proxy speaks HTTP/2 to an h2c origin and gets an h2c listener
-    /// ([`super::h2_upstream`]); `tls` is then ignored.
+    /// its `h2`, the proxy gets the HTTP/2 settings ([`super::proxies::H2_SETTINGS`]).
     ///
     /// # Errors
     /// Config-writing and spawn failures; the proxy exiting or not answering within `timeout`
@@ -181,11 +179,7 @@ impl Target {
         tag: &str,
         timeout: Duration,
         tls: Option<TargetTls<'_>>,
-        h2_upstream: bool,
     ) -> io::Result<Target> {
-        if h2_upstream {
-            return Target::start_h2_upstream(kind, bins, origin, cpus, tag, timeout);
-        }
         if !kind.is_proxy() {
             return Ok(Target::direct(origin, tls.and_then(|t| t.origin)));
         }
@@ -236,9 +230,13 @@ impl Target {
         Ok(target)
     }
 
-    /// [`Target::start`] for the HTTP/2-upstream workloads: the health check is an HTTP/1.1
-    /// `GET /fast` through the proxy to the h2c origin (so through its h2 upstream).
-    fn start_h2_upstream(
+    /// [`Target::start`] for the HTTP/2-upstream workloads: the proxy speaks HTTP/2 to the h2c
+    /// `origin` and gets an h2c listener ([`super::h2_upstream`]); the health check is an HTTP/1.1
+    /// `GET /fast` through the proxy to the origin (so through its h2 upstream).
+    ///
+    /// # Errors
+    /// As [`Target::start`]; an edge without HTTP/2 upstreams rejects its config (said so).
+    pub fn start_h2_upstream(
         kind: TargetKind,
         bins: &Binaries,
         origin: SocketAddr,

@@ -169,7 +169,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         workers: args.workers,
         cpus: args.cpus.clone(),
         tls,
-        h2c: args.h2c.then(|| h2c::H2cOptions {
+        h2c: args.h2c.then_some(h2c::H2cOptions {
             goaway_after: args.goaway_after,
             refuse_every: args.refuse_every,
             max_concurrent_streams: args.max_concurrent_streams,

@@ -337,7 +337,7 @@ pub(super) async fn serve_h2c(stream: TcpStream, w: Rc<H2cWorker>) {
         }
         if w.opts
             .refuse_every
-            .is_some_and(|every| n % u64::from(every.max(1)) == 0)
+            .is_some_and(|every| n.is_multiple_of(u64::from(every.max(1))))
         {
             records.refused.fetch_add(1, Ordering::Relaxed);
             respond.send_reset(h2::Reason::REFUSED_STREAM);
