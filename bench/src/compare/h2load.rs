@@ -50,12 +50,18 @@ pub struct H2loadSpec<'a> {
     pub openssl_conf: Option<&'a Path>,
     /// Scratch directory for the output and the per-request log.
     pub dir: &'a Path,
+    /// h2c with prior knowledge to an `http://` URL (the gRPC workloads) instead of TLS with ALPN h2.
+    pub plain: bool,
+    /// Request body file (`-d`: every request is a POST of it).
+    pub data: Option<&'a Path>,
+    /// Extra request fields (`-H`).
+    pub headers: &'a [&'a str],
 }
 
 impl H2loadSpec<'_> {
     /// The arguments after the executable, URL last.
     pub fn args(&self, url: &str, log: &Path) -> Vec<String> {
-        vec![
+        let mut a: Vec<String> = vec![
             "-t".into(),
             "1".into(),
             "-c".into(),
@@ -64,11 +70,22 @@ impl H2loadSpec<'_> {
             self.streams.to_string(),
             "-D".into(),
             wrk_seconds(self.duration).to_string(),
-            "--tls13-ciphers=TLS_AES_128_GCM_SHA256".into(),
-            "--ciphers=ECDHE-ECDSA-AES128-GCM-SHA256".into(),
-            format!("--log-file={}", log.display()),
-            url.into(),
-        ]
+        ];
+        if !self.plain {
+            a.push("--tls13-ciphers=TLS_AES_128_GCM_SHA256".into());
+            a.push("--ciphers=ECDHE-ECDSA-AES128-GCM-SHA256".into());
+        }
+        if let Some(d) = self.data {
+            a.push("-d".into());
+            a.push(d.display().to_string());
+        }
+        for h in self.headers {
+            a.push("-H".into());
+            a.push((*h).to_string());
+        }
+        a.push(format!("--log-file={}", log.display()));
+        a.push(url.into());
+        a
     }
 }
 
@@ -104,9 +121,13 @@ pub struct H2loadReport {
 }
 
 impl H2loadReport {
-    /// The negotiated protocol in words, e.g. `h2, TLSv1.3 TLS_AES_128_GCM_SHA256`.
+    /// The negotiated protocol in words, e.g. `h2, TLSv1.3 TLS_AES_128_GCM_SHA256` (`h2c` alone
+    /// without TLS).
     pub fn protocol(&self) -> String {
         let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        if self.tls.is_none() && self.alpn.as_deref() == Some("h2c") {
+            return "h2c".into();
+        }
         format!("{}, {} {}", or(&self.alpn), or(&self.tls), or(&self.cipher))
     }
 
@@ -116,11 +137,25 @@ impl H2loadReport {
     /// # Errors
     /// `Other`, naming what was negotiated.
     pub fn check_h2(&self) -> io::Result<()> {
-        let h2 = self.alpn.as_deref() == Some("h2") && self.tls.as_deref() == Some("TLSv1.3");
+        self.check_protocol(false)
+    }
+
+    /// [`check_h2`](Self::check_h2), or with `plain`: fails unless the run spoke h2c (h2load's
+    /// `Application protocol: h2c`) and completed requests.
+    ///
+    /// # Errors
+    /// As [`check_h2`](Self::check_h2).
+    pub fn check_protocol(&self, plain: bool) -> io::Result<()> {
+        let h2 = if plain {
+            self.alpn.as_deref() == Some("h2c")
+        } else {
+            self.alpn.as_deref() == Some("h2") && self.tls.as_deref() == Some("TLSv1.3")
+        };
         let wrong = || {
             io::Error::other(format!(
-                "negotiated {} instead of h2 over TLSv1.3: not counted",
-                self.protocol()
+                "negotiated {} instead of {}: not counted",
+                self.protocol(),
+                if plain { "h2c" } else { "h2 over TLSv1.3" }
             ))
         };
         if !h2 && self.alpn.is_some() {
@@ -272,7 +307,7 @@ pub fn parse_log(text: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Runs h2load once against `url` (an `https://` URL), waiting for it to finish (at most the
+/// Runs h2load once against `url` (an `https://` URL, or `http://` with `spec.plain`), waiting for it to finish (at most the
 /// duration plus [`DRAIN_GRACE`]); `before` runs right before the spawn.
 ///
 /// # Errors
@@ -328,7 +363,7 @@ pub fn run_h2load(spec: &H2loadSpec<'_>, url: &str, before: impl FnOnce()) -> io
         io::Error::other(format!("cannot parse h2load output for {url}:\n{text}"))
     })?;
     report
-        .check_h2()
+        .check_protocol(spec.plain)
         .map_err(|e| io::Error::other(format!("h2load {url}: {e}")))?;
     let mut latencies = parse_log(&fs::read_to_string(&log)?);
     let _ = fs::remove_file(&log);
@@ -369,6 +404,22 @@ mod tests {
         assert!((r.req_per_sec - 1085.67).abs() < 1e-9);
         assert_eq!(r.protocol(), "h2, TLSv1.3 TLS_AES_128_GCM_SHA256");
         assert!(r.check_h2().is_ok());
+    }
+
+    /// `h2load -t1 -c 2 -n 20 -d MSG -H 'content-type: application/grpc' -H 'te: trailers'
+    /// http://…` against the nginx h2c origin.
+    const H2C: &str = include_str!("testdata/h2load-h2c.txt");
+
+    #[test]
+    fn h2c_runs_are_checked_as_h2c() {
+        let r = parse_h2load(H2C).unwrap();
+        assert_eq!((r.succeeded, r.status_4xx_5xx), (20, 0));
+        assert_eq!(r.protocol(), "h2c");
+        assert!(r.check_protocol(true).is_ok());
+        let e = r.check_h2().unwrap_err().to_string();
+        assert!(e.contains("instead of h2 over TLSv1.3"), "{e}");
+        let tls = parse_h2load(H2).unwrap();
+        assert!(tls.check_protocol(true).is_err());
     }
 
     #[test]
@@ -445,6 +496,9 @@ mod tests {
             duration: Duration::from_millis(2600),
             openssl_conf: None,
             dir: Path::new("/tmp/x"),
+            plain: false,
+            data: None,
+            headers: &[],
         };
         let a = spec
             .args("https://127.0.0.1:1/fast", Path::new("/tmp/x/l.tsv"))
@@ -453,6 +507,17 @@ mod tests {
             a,
             "-t 1 -c 64 -m 10 -D 3 --tls13-ciphers=TLS_AES_128_GCM_SHA256 \
              --ciphers=ECDHE-ECDSA-AES128-GCM-SHA256 --log-file=/tmp/x/l.tsv https://127.0.0.1:1/fast"
+        );
+        let grpc = H2loadSpec {
+            plain: true,
+            data: Some(Path::new("/tmp/x/m.bin")),
+            headers: &["content-type: application/grpc", "te: trailers"],
+            ..spec
+        };
+        assert_eq!(
+            grpc.args("http://127.0.0.1:1/a.B/C", Path::new("L")).join(" "),
+            "-t 1 -c 64 -m 10 -D 3 -d /tmp/x/m.bin -H content-type: application/grpc -H te: trailers \
+             --log-file=L http://127.0.0.1:1/a.B/C"
         );
     }
 }

@@ -24,6 +24,10 @@
 //!   streams, ALPN h2, a round that negotiates anything else fails) against a target set of
 //!   their own ([`setup`]: proxies with ALPN h2 first, 1024-connection upstream pools and no
 //!   per-connection request cap; no `direct`, the origin speaks HTTP/1.1 only);
+//! - the HTTP/2-upstream workloads (`grpc-unary`, `grpc-stream`, `h1-to-h2`, [`h2_upstream`]) run
+//!   against an h2c origin (nginx, else `edge-bench origin --h2c`) through proxies with HTTP/2
+//!   upstreams, h2load over h2c for the gRPC ones and wrk for `h1-to-h2`, with the upstream
+//!   connections counted during each run;
 //! - the proxy's CPU time over each run is the change in utime + stime in `/proc/PID/stat`
 //!   (process and direct children: the nginx worker), sampled right before wrk starts and right
 //!   after it exits; utilisation is that over the wall time of the run. A round under 85 % is
@@ -41,6 +45,7 @@
 //! workload's rounds through [`wrk`] (or [`h2load`], [`handshake`]), [`report`] and [`tables`]
 //! summarise, [`json`] and [`plot`] write the files.
 
+pub mod h2_upstream;
 pub mod h2load;
 pub mod handshake;
 pub mod json;
@@ -97,7 +102,8 @@ pub struct Args {
     /// Workloads, in the order they run: get-64, get-256, get-16k, get-1m, post-1m, close, heads, and
     /// the small-request ones against the nginx origin (get-64@nginx, get-256@nginx, heads@nginx,
     /// close@nginx); named explicitly: the TLS ones (tls-get-64, tls-get-1m, tls-handshake,
-    /// tls-resume, tls12-get-64) and the HTTP/2 ones (h2-get, h2-get-1m).
+    /// tls-resume, tls12-get-64), the HTTP/2 ones (h2-get, h2-get-1m) and the HTTP/2-upstream
+    /// ones (grpc-unary, grpc-stream, h1-to-h2: an h2c origin, proxies with HTTP/2 upstreams).
     #[arg(
         long,
         value_delimiter = ',',
@@ -254,7 +260,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
             (&workloads, tls_here),
             &plan,
             &mut targets,
-            &mut origin,
+            (&mut origin, origin_addr),
             &mut failures,
         )?;
         samples.append(&mut got);
@@ -310,7 +316,7 @@ fn run_workloads(
     (workloads, tls): (&[Workload], Option<&TlsSetup>),
     plan: &Plan,
     targets: &mut [Target],
-    origin: &mut EdgeProcess,
+    (origin, origin_addr): (&mut EdgeProcess, std::net::SocketAddr),
     failures: &mut Vec<String>,
 ) -> io::Result<Vec<Sample>> {
     let scripts =
@@ -323,12 +329,19 @@ fn run_workloads(
         let script = scripts.join(format!("{}.lua", w.name().replace('@', "-")));
         std::fs::write(&script, w.lua_script())?;
         let before = samples.len();
+        let grpc_data = if w.is_grpc() {
+            Some(h2_upstream::message_file(&scripts)?)
+        } else {
+            None
+        };
         let ctx = WorkloadRun {
             args,
             workload: w,
             script: &script,
             load_list: &plan.load_list,
             tls,
+            origin: w.is_h2_upstream().then_some(origin_addr),
+            grpc_data: grpc_data.as_deref(),
         };
         ctx.run(targets, &mut dead, origin, &mut samples, failures)?;
         print_workload(args, w, &samples[before..], &ran);
@@ -399,7 +412,7 @@ fn write_results(dir: &Path, info: &RunInfo, samples: &[Sample]) -> io::Result<(
 /// setup when TLS workloads run.
 fn versions(args: &Args, bins: &Binaries, kinds: &[TargetKind]) -> Vec<(String, String)> {
     let mut v = vec![("wrk".to_string(), version_of(&args.wrk_bin, "-v"))];
-    if args.workloads.iter().any(|w| w.is_h2()) {
+    if args.workloads.iter().any(|w| w.is_h2() || w.is_grpc()) {
         v.push(("h2load".into(), version_of(&args.h2load_bin, "--version")));
     }
     if kinds.iter().any(|k| k.is_edge()) {

@@ -38,6 +38,9 @@ pub struct Sample {
     pub wait: Option<Duration>,
     /// Peak RSS over the run (VmHWM, reset before it; nginx: master + worker), KiB.
     pub rss_kib: Option<u64>,
+    /// The HTTP/2-upstream workloads: the most ESTABLISHED connections to the origin seen during
+    /// the run (see [`super::h2_upstream`]).
+    pub upstream_conns: Option<u64>,
 }
 
 impl Sample {
@@ -398,6 +401,7 @@ pub(crate) mod tests {
             cpu: cpu_ms.map(Duration::from_millis),
             wait: cpu_ms.map(|_| Duration::ZERO),
             rss_kib: cpu_ms.map(|_| 4096),
+            upstream_conns: None,
         }
     }
 

@@ -7,7 +7,11 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::compare::h2_upstream::ConnSampler;
 use crate::compare::h2load::{run_h2load, H2loadSpec, STREAMS};
+
+/// h2load's request fields of the gRPC workloads.
+const GRPC_HEADERS: [&str; 2] = ["content-type: application/grpc", "te: trailers"];
 use crate::compare::handshake::{run_handshakes, HandshakeSpec};
 use crate::compare::report::Sample;
 use crate::compare::target::Target;
@@ -30,6 +34,10 @@ pub(crate) struct WorkloadRun<'a> {
     pub load_list: &'a str,
     /// The run's TLS material, when it has TLS workloads.
     pub tls: Option<&'a TlsSetup>,
+    /// The origin whose connections are counted during each run (HTTP/2-upstream workloads).
+    pub origin: Option<std::net::SocketAddr>,
+    /// h2load's request body of the gRPC workloads.
+    pub grpc_data: Option<&'a Path>,
 }
 
 impl WorkloadRun<'_> {
@@ -51,6 +59,9 @@ impl WorkloadRun<'_> {
     /// Where a run against `t` connects: `http://ADDR` or, for TLS workloads, `https://TLS_ADDR`
     /// (`None` when the target has no TLS listener).
     fn base_url(&self, t: &Target) -> Option<String> {
+        if self.workload.is_grpc() {
+            return t.h2c_addr.map(|a| format!("http://{a}"));
+        }
         if !self.workload.is_tls() {
             return Some(format!("http://{}", t.addr));
         }
@@ -67,6 +78,13 @@ impl WorkloadRun<'_> {
             duration,
             openssl_conf: self.tls.map(|t| t.openssl_conf_for(false)),
             dir: self.script.parent().unwrap_or(Path::new("/tmp")),
+            plain: self.workload.is_grpc(),
+            data: self.grpc_data,
+            headers: if self.workload.is_grpc() {
+                &GRPC_HEADERS
+            } else {
+                &[]
+            },
         }
     }
 
@@ -78,9 +96,9 @@ impl WorkloadRun<'_> {
         duration: Duration,
         before: impl FnOnce(),
     ) -> io::Result<WrkRun> {
-        let base = self
-            .base_url(t)
-            .ok_or_else(|| io::Error::other(format!("{} has no TLS listener", t.kind.name())))?;
+        let base = self.base_url(t).ok_or_else(|| {
+            io::Error::other(format!("{} has no TLS (or h2c) listener", t.kind.name()))
+        })?;
         match (self.workload.handshake_loader(), self.tls, t.tls_addr) {
             (Some(resume), Some(tls), Some(addr)) => {
                 let spec = HandshakeSpec {
@@ -91,7 +109,7 @@ impl WorkloadRun<'_> {
                 };
                 run_handshakes(&spec, addr, self.workload.path(), before)
             }
-            _ if self.workload.is_h2() => run_h2load(
+            _ if self.workload.is_h2() || self.workload.is_grpc() => run_h2load(
                 &self.h2load_spec(duration),
                 &format!("{base}{}", self.workload.path()),
                 before,
@@ -119,7 +137,7 @@ impl WorkloadRun<'_> {
         let (args, w) = (self.args, self.workload);
         self.print_command(targets);
         if !args.warmup.is_zero() {
-            for t in targets.iter() {
+            for t in targets.iter().filter(|t| w.runs_on(t.kind)) {
                 if let Err(e) = self.load_once(t, args.warmup, || {}) {
                     failures.push(format!("{} {w} warm-up: {e}", t.kind.name()));
                 }
@@ -132,7 +150,7 @@ impl WorkloadRun<'_> {
                 return Ok(());
             }
             for (i, t) in targets.iter_mut().enumerate() {
-                if dead[i] {
+                if dead[i] || !w.runs_on(t.kind) {
                     continue;
                 }
                 if let Err(e) = t.check_alive() {
@@ -142,11 +160,19 @@ impl WorkloadRun<'_> {
                     continue;
                 }
                 let mut before = Ok(None);
+                let mut sampler = None;
                 let run = self.load_once(t, args.duration, || {
                     t.reset_peak_rss();
                     before = t.usage();
+                    // The proxy's upstream connections; `direct` has none (its connections are
+                    // the load generator's).
+                    sampler = self
+                        .origin
+                        .filter(|_| t.kind.is_proxy())
+                        .map(ConnSampler::start);
                 });
                 let after = t.usage();
+                let upstream_conns = sampler.map(ConnSampler::finish);
                 let rss_kib = t.peak_rss_kib();
                 let sample = run.and_then(|run| {
                     let (cpu, wait) = match (before?, after?) {
@@ -167,6 +193,7 @@ impl WorkloadRun<'_> {
                         cpu,
                         wait,
                         rss_kib,
+                        upstream_conns,
                     })
                 });
                 match sample {
@@ -199,6 +226,15 @@ impl WorkloadRun<'_> {
         let c = w.connections(args.connections);
         let d = wrk_seconds(args.duration);
         let load = match (w.handshake_loader(), self.tls) {
+            (None, _) if w.is_grpc() => format!(
+                "taskset -c {} {} {}; {}",
+                self.load_list,
+                args.h2load_bin.display(),
+                self.h2load_spec(args.duration)
+                    .args(&format!("http://TARGET_H2C{}", w.path()), Path::new("LOG"))
+                    .join(" "),
+                crate::compare::h2_upstream::SETTINGS
+            ),
             (None, tls) if w.is_h2() => format!(
                 "{}taskset -c {} {} {}; {}",
                 tls.map_or(String::new(), |t| format!("OPENSSL_CONF={} ", t.openssl_conf_for(false).display())),

@@ -3,7 +3,8 @@
 //! group's proxy settings do not leak into another's figures: the plain and TLS workloads against
 //! edge-bench's origin, the `@nginx` ones against the nginx origin, and the HTTP/2 ones against
 //! edge-bench's origin with the h2 settings of [`super::proxies::H2_SETTINGS`] (without `direct`:
-//! the origin speaks HTTP/1.1 only).
+//! the origin speaks HTTP/1.1 only), and the HTTP/2-upstream ones against an h2c origin
+//! ([`super::h2_upstream`]).
 
 use std::io;
 
@@ -26,11 +27,14 @@ pub enum Group {
     Nginx,
     /// The HTTP/2 workloads (`h2-…`): edge-bench's origin, proxies with the h2 settings.
     H2,
+    /// The HTTP/2-upstream workloads (`grpc-…`, `h1-to-h2`): an h2c origin, proxies with h2
+    /// upstreams and an h2c listener.
+    H2Upstream,
 }
 
 impl Group {
     /// Every group, in the order they run.
-    pub const ALL: [Group; 3] = [Group::Own, Group::Nginx, Group::H2];
+    pub const ALL: [Group; 4] = [Group::Own, Group::Nginx, Group::H2, Group::H2Upstream];
 
     /// The group of a workload.
     pub fn of(w: Workload) -> Group {
@@ -38,6 +42,7 @@ impl Group {
             (true, _) => Group::H2,
             (false, OriginKind::Own) => Group::Own,
             (false, OriginKind::Nginx) => Group::Nginx,
+            (false, OriginKind::H2c) => Group::H2Upstream,
         }
     }
 
@@ -45,6 +50,7 @@ impl Group {
     pub fn origin(self) -> OriginKind {
         match self {
             Group::Nginx => OriginKind::Nginx,
+            Group::H2Upstream => OriginKind::H2c,
             _ => OriginKind::Own,
         }
     }
@@ -60,6 +66,7 @@ impl Group {
             Group::Own => "",
             Group::Nginx => "-nginx-origin",
             Group::H2 => "-h2",
+            Group::H2Upstream => "-h2-upstream",
         }
     }
 }
@@ -94,6 +101,73 @@ pub fn start_origin_of(
                 plan.load_list
             );
             Ok((origin, addr))
+        }
+        OriginKind::H2c => start_h2c_origin(plan),
+    }
+}
+
+/// The h2c origin of the HTTP/2-upstream workloads: nginx (`listen … http2`, checked with one h2c
+/// GET), else `edge-bench origin --h2c`; says which.
+///
+/// # Errors
+/// Neither starts.
+fn start_h2c_origin(plan: &Plan) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
+    match start_nginx_h2c_origin(plan) {
+        Ok((origin, addr)) => {
+            println!(
+                "origin: nginx h2c (pid {}, 1 worker on CPU {}) on {addr}",
+                origin.pid(),
+                plan.load_list
+            );
+            Ok((origin, addr))
+        }
+        Err(e) => {
+            println!(
+                "nginx as the h2c origin failed ({e}); falling back to edge-bench origin --h2c"
+            );
+            let (origin, addr) = crate::peers::origin::child::start_h2c_origin(
+                &plan.load_list,
+                plan.load_cpus.len(),
+                START_TIMEOUT,
+            )?;
+            println!(
+                "origin: edge-bench origin --h2c (pid {}, {} worker(s) on CPU {}) on {addr}",
+                origin.pid(),
+                plan.load_cpus.len(),
+                plan.load_list
+            );
+            Ok((origin, addr))
+        }
+    }
+}
+
+/// nginx as the h2c origin, its gRPC answers written first (see [`super::h2_upstream`]).
+fn start_nginx_h2c_origin(plan: &Plan) -> io::Result<(EdgeProcess, std::net::SocketAddr)> {
+    use super::h2_upstream::{h2c_get_ok, nginx_h2c_origin_config, write_grpc_answers};
+    let listen = crate::support::stack::free_port()?;
+    let dir = std::env::temp_dir().join(format!(
+        "edge-bench-compare-{}-nginx-h2c-origin",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let www = dir.join("www");
+    write_grpc_answers(&www)?;
+    let args = proxies::nginx_args(&dir, &nginx_h2c_origin_config(&dir, listen, &www))?;
+    let mut taskset = vec!["-c".to_string(), plan.load_list.clone()];
+    taskset.push(plan.bins.nginx.display().to_string());
+    taskset.extend(args);
+    let mut p = EdgeProcess::start(std::path::Path::new("taskset"), &taskset)?;
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    loop {
+        match h2c_get_ok(listen, "/fast", std::time::Duration::from_secs(1)) {
+            Ok(()) => return Ok((p, listen)),
+            Err(e) if std::time::Instant::now() >= deadline || p.exited()?.is_some() => {
+                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                let _ = p.stop(STOP_GRACE);
+                return Err(io::Error::other(format!("{e}; {}{log}", p.output())));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
         }
     }
 }
@@ -160,15 +234,20 @@ pub fn start_targets(
             );
             continue;
         }
-        match Target::start(
-            k,
-            &plan.bins,
-            origin,
-            &plan.proxy_list,
-            tag,
-            START_TIMEOUT,
-            tls,
-        ) {
+        let started = if group == Group::H2Upstream {
+            Target::start_h2_upstream(k, &plan.bins, origin, &plan.proxy_list, tag, START_TIMEOUT)
+        } else {
+            Target::start(
+                k,
+                &plan.bins,
+                origin,
+                &plan.proxy_list,
+                tag,
+                START_TIMEOUT,
+                tls,
+            )
+        };
+        match started {
             Ok(t) => targets.push(t),
             Err(e) => {
                 eprintln!("{e}");

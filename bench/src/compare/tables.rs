@@ -57,6 +57,15 @@ pub fn rounds_table(samples: &[Sample]) -> Table {
         if s.wrk.errors() > 0 {
             note.push(format!("errors: {}", s.wrk.error_detail()));
         }
+        if let Some(n) = s.workload.messages_per_answer().filter(|&n| n > 1) {
+            note.push(format!(
+                "{:.0} messages/s ({n} per answer)",
+                s.wrk.req_per_sec * n as f64
+            ));
+        }
+        if let Some(c) = s.upstream_conns {
+            note.push(format!("upstream conns {c}"));
+        }
         t.row([
             s.round.to_string(),
             s.kind.name().to_string(),

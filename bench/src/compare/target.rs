@@ -140,6 +140,9 @@ pub struct Target {
     pub addr: SocketAddr,
     /// Where the TLS workloads connect (none when the run has no TLS workload).
     pub tls_addr: Option<SocketAddr>,
+    /// Where the gRPC workloads connect over h2c (the HTTP/2-upstream targets; edge: `addr`, its
+    /// plain listener takes h2c too; `direct`: the h2c origin).
+    pub h2c_addr: Option<SocketAddr>,
     /// The proxy process (none for `direct`).
     pub process: Option<EdgeProcess>,
     /// Scratch directory with configs, pid and logs (removed on drop).
@@ -153,6 +156,7 @@ impl Target {
             kind: TargetKind::Direct,
             addr: origin,
             tls_addr: tls_origin,
+            h2c_addr: Some(origin),
             process: None,
             dir: None,
         }
@@ -196,6 +200,7 @@ impl Target {
             kind,
             addr: listen,
             tls_addr: tls_listen.map(|(a, _)| a),
+            h2c_addr: None,
             process: None,
             dir: Some(dir.clone()),
         };
@@ -225,6 +230,98 @@ impl Target {
         Ok(target)
     }
 
+    /// [`Target::start`] for the HTTP/2-upstream workloads: the proxy speaks HTTP/2 to the h2c
+    /// `origin` and gets an h2c listener ([`super::h2_upstream`]); the health check is an HTTP/1.1
+    /// `GET /fast` through the proxy to the origin (so through its h2 upstream).
+    ///
+    /// # Errors
+    /// As [`Target::start`]; an edge without HTTP/2 upstreams rejects its config (said so).
+    pub fn start_h2_upstream(
+        kind: TargetKind,
+        bins: &Binaries,
+        origin: SocketAddr,
+        cpus: &str,
+        tag: &str,
+        timeout: Duration,
+    ) -> io::Result<Target> {
+        use super::h2_upstream::{edge_toml, haproxy_config, nginx_config};
+        if !kind.is_proxy() {
+            return Ok(Target::direct(origin, None));
+        }
+        let listen = crate::support::stack::free_port()?;
+        let h2c = match kind {
+            k if k.is_edge() => listen,
+            _ => crate::support::stack::free_port()?,
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "edge-bench-compare-{}-{}{tag}",
+            std::process::id(),
+            kind.name()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let mut target = Target {
+            kind,
+            addr: listen,
+            tls_addr: None,
+            h2c_addr: Some(h2c),
+            process: None,
+            dir: Some(dir.clone()),
+        };
+        let (bin, args) = match kind {
+            TargetKind::Nginx => (
+                bins.nginx.clone(),
+                super::proxies::nginx_args(&dir, &nginx_config(&dir, listen, h2c, origin))?,
+            ),
+            TargetKind::Haproxy => {
+                let conf = dir.join("haproxy.cfg");
+                fs::write(&conf, haproxy_config(listen, h2c, origin))?;
+                let args = vec!["-db".into(), "-f".into(), conf.display().to_string()];
+                (bins.haproxy.clone(), args)
+            }
+            k => {
+                let conf = dir.join("edge-h2-upstream.toml");
+                fs::write(&conf, edge_toml(origin))?;
+                let bin = match (k.is_baseline(), &bins.baseline) {
+                    (true, Some(b)) => b.clone(),
+                    _ => bins.edge.clone(),
+                };
+                let driver = k.edge_driver().unwrap_or("epoll");
+                let args = [
+                    "--listen",
+                    &listen.to_string(),
+                    "--admin-listen",
+                    "",
+                    "--workers",
+                    "1",
+                    "--io-driver",
+                    driver,
+                    "--config",
+                    &conf.display().to_string(),
+                ]
+                .map(String::from)
+                .to_vec();
+                (bin, args)
+            }
+        };
+        let started = start_pinned_proxy(kind.name(), &bin, args, cpus, listen, &dir, timeout);
+        target.process = Some(started.map_err(|e| {
+            if kind.is_edge() {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{e}\n(edge's HTTP/2 upstreams: protocol = \"h2\" in {}; an edge without \
+                         them rejects this config)",
+                        dir.join("edge-h2-upstream.toml").display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?);
+        Ok(target)
+    }
+
     /// A target whose proxy `process` already answers on `addr`, started by a scenario its own way
     /// (`slow-readers`: edge with a config file of its own); `dir`, its scratch directory, is removed
     /// on drop.
@@ -238,6 +335,7 @@ impl Target {
             kind,
             addr,
             tls_addr: None,
+            h2c_addr: None,
             process: Some(process),
             dir: Some(dir),
         }

@@ -68,6 +68,14 @@ pub enum Workload {
     H2Get,
     /// `GET /size/1m` over HTTP/2, h2load, 64 connections × 10 concurrent streams.
     H2Get1m,
+    /// gRPC unary calls (one 64-byte message each way) over h2c to an h2c origin through an HTTP/2
+    /// upstream, h2load, 64 connections × 10 concurrent streams ([`super::h2_upstream`]).
+    GrpcUnary,
+    /// Server-streaming gRPC calls (100 messages per answer) over h2c to an h2c origin; reported as
+    /// messages/s too.
+    GrpcStream,
+    /// HTTP/1.1 small GETs (wrk) through the proxy to an h2c origin (HTTP/1.1 → h2 upstream).
+    H1ToH2,
 }
 
 /// Which origin a workload's targets proxy to.
@@ -77,6 +85,8 @@ pub enum OriginKind {
     Own,
     /// nginx, one worker, pinned with the load.
     Nginx,
+    /// An h2c origin: nginx (`listen … http2`), else `edge-bench origin --h2c`.
+    H2c,
 }
 
 /// A browser-like request head's fields besides Host (DESIGN.md "Benchmark method": about a dozen
@@ -99,7 +109,7 @@ pub const BROWSER_FIELDS: [(&str, &str); 13] = [
 
 impl Workload {
     /// Every workload, in the default order.
-    pub const ALL: [Workload; 18] = [
+    pub const ALL: [Workload; 21] = [
         Workload::Get64,
         Workload::Get256,
         Workload::Get16k,
@@ -118,7 +128,38 @@ impl Workload {
         Workload::Tls12Get64,
         Workload::H2Get,
         Workload::H2Get1m,
+        Workload::GrpcUnary,
+        Workload::GrpcStream,
+        Workload::H1ToH2,
     ];
+
+    /// The HTTP/2-upstream workloads (DESIGN.md "Benchmark method": gRPC and HTTP/2 upstreams).
+    pub const H2_UPSTREAM: [Workload; 3] =
+        [Workload::GrpcUnary, Workload::GrpcStream, Workload::H1ToH2];
+
+    /// Whether its targets proxy to an h2c origin with HTTP/2 upstreams.
+    pub fn is_h2_upstream(self) -> bool {
+        Workload::H2_UPSTREAM.contains(&self)
+    }
+
+    /// Whether h2load sends it as gRPC calls over h2c (the gRPC workloads).
+    pub fn is_grpc(self) -> bool {
+        matches!(self, Workload::GrpcUnary | Workload::GrpcStream)
+    }
+
+    /// gRPC messages per answer (1 for unary calls, `None` for non-gRPC loads).
+    pub fn messages_per_answer(self) -> Option<usize> {
+        match self {
+            Workload::GrpcUnary => Some(1),
+            Workload::GrpcStream => Some(super::h2_upstream::STREAM_MESSAGES),
+            _ => None,
+        }
+    }
+
+    /// Whether target `kind` runs it (`direct` cannot send HTTP/1.1 to the h2c-only origin).
+    pub fn runs_on(self, kind: super::target::TargetKind) -> bool {
+        !(self == Workload::H1ToH2 && kind == super::target::TargetKind::Direct)
+    }
 
     /// The HTTP/2 workloads (DESIGN.md "Benchmark method": h2load over TLS with ALPN h2).
     pub const H2: [Workload; 2] = [Workload::H2Get, Workload::H2Get1m];
@@ -165,6 +206,7 @@ impl Workload {
             | Workload::Get256Nginx
             | Workload::HeadsNginx
             | Workload::CloseNginx => OriginKind::Nginx,
+            w if w.is_h2_upstream() => OriginKind::H2c,
             _ => OriginKind::Own,
         }
     }
@@ -201,12 +243,36 @@ impl Workload {
             Workload::Tls12Get64 => "tls12-get-64",
             Workload::H2Get => "h2-get",
             Workload::H2Get1m => "h2-get-1m",
+            Workload::GrpcUnary => "grpc-unary",
+            Workload::GrpcStream => "grpc-stream",
+            Workload::H1ToH2 => "h1-to-h2",
         }
     }
 
     /// What it is, in words, for table titles.
     pub fn describe(self, connections: usize) -> String {
         let c = self.connections(connections);
+        let streams = super::h2load::STREAMS;
+        match self {
+            Workload::GrpcUnary => {
+                return format!(
+                "gRPC unary calls over h2c to an h2c origin, {c} connections x {streams} streams"
+            )
+            }
+            Workload::GrpcStream => {
+                return format!(
+                    "server-streaming gRPC calls ({} messages each) over h2c to an h2c origin, \
+                     {c} connections x {streams} streams",
+                    super::h2_upstream::STREAM_MESSAGES
+                )
+            }
+            Workload::H1ToH2 => {
+                return format!(
+                "small HTTP/1.1 GETs to an h2c origin (h2 upstream), keep-alive, {c} connections"
+            )
+            }
+            _ => {}
+        }
         if self.origin() == OriginKind::Nginx {
             return format!("{}, nginx origin", self.load().describe(connections));
         }
@@ -252,7 +318,10 @@ impl Workload {
             | Workload::TlsGet64
             | Workload::Tls12Get64
             | Workload::H2Get
-            | Workload::H2Get1m => 64,
+            | Workload::H2Get1m
+            | Workload::GrpcUnary
+            | Workload::GrpcStream
+            | Workload::H1ToH2 => 64,
             Workload::Get256 => 256,
             _ => default,
         }
@@ -264,6 +333,8 @@ impl Workload {
             Workload::Heads => crate::peers::origin::APP_PATH,
             Workload::Get16k => "/size/16k",
             Workload::Get1m | Workload::TlsGet1m | Workload::H2Get1m => "/size/1m",
+            Workload::GrpcUnary => super::h2_upstream::UNARY_PATH,
+            Workload::GrpcStream => super::h2_upstream::STREAM_PATH,
             _ => "/fast",
         }
     }
@@ -346,10 +417,10 @@ mod tests {
         for w in Workload::ALL {
             let p = w.path();
             assert!(
-                p == "/fast" || crate::peers::origin::sized_index(p).is_some(),
+                p == "/fast" || crate::peers::origin::sized_index(p).is_some() || w.is_grpc(),
                 "{p}"
             );
-            assert!(w.origin() == OriginKind::Own || w.load() != w);
+            assert!(w.origin() == OriginKind::Own || w.load() != w || w.is_h2_upstream());
         }
         assert_eq!(Workload::Get256.connections(64), 256);
         assert_eq!(Workload::Get1m.connections(32), 32);
@@ -373,6 +444,21 @@ mod tests {
         assert_eq!(Workload::H2Get1m.path(), "/size/1m");
         assert_eq!("h2-get-1m".parse::<Workload>(), Ok(Workload::H2Get1m));
         assert!(!Workload::TlsGet64.is_h2());
+    }
+
+    #[test]
+    fn h2_upstream_workloads() {
+        for w in Workload::H2_UPSTREAM {
+            assert!(w.is_h2_upstream() && !w.is_h2() && !w.is_tls(), "{w}");
+            assert_eq!((w.origin(), w.connections(8)), (OriginKind::H2c, 64));
+            assert_eq!(w.name().parse::<Workload>(), Ok(w));
+        }
+        assert_eq!(Workload::GrpcStream.messages_per_answer(), Some(100));
+        assert_eq!(Workload::GrpcStream.path(), "/bench.Echo/Stream100");
+        assert!(!Workload::H1ToH2.is_grpc() && Workload::GrpcUnary.is_grpc());
+        use super::super::target::TargetKind;
+        assert!(!Workload::H1ToH2.runs_on(TargetKind::Direct));
+        assert!(Workload::GrpcUnary.runs_on(TargetKind::Direct));
     }
 
     #[test]

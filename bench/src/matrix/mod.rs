@@ -1,4 +1,4 @@
-//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a-f; e has the TLS and the
+//! `edge-bench matrix`: every case of DESIGN.md "Fault matrix" (groups a-h; e has the TLS and the
 //! HTTP/2 cases; of h, the slow readers) against the real `edge` binary and scripted origins, each with its expected
 //! client-visible outcome, and the invariants checked around every case:
 //!
@@ -16,12 +16,14 @@
 //! This module owns the command line, the group order and the report; the case runner is in
 //! [`runner`], the invariants in [`invariants`], the cases in [`sender`] (group a), [`upstream`]
 //! (group b), [`capacity`] (group c), [`lifecycle`] (group d), [`tls`] (group e, the TLS cases;
-//! skipped while edge has no TLS), [`h2`] (group e, the HTTP/2 cases), [`discovery`] (group f) and
+//! skipped while edge has no TLS), [`h2`] (group e, the HTTP/2 cases), [`discovery`] (group f),
+//! [`h2_upstream`] (group g, HTTP/2 upstreams and gRPC, against the h2c origin's fault modes) and
 //! [`rules`] and [`memory`] (group h: a client over its rate limit, the slow readers), the scripted origin and raw client in [`origin`].
 
 pub mod capacity;
 pub mod discovery;
 pub mod h2;
+pub mod h2_upstream;
 pub mod health;
 pub mod invariants;
 pub mod lifecycle;
@@ -45,8 +47,9 @@ use runner::Row;
 /// Command line of `edge-bench matrix`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Groups to run (comma-separated among a, b, c, d, e, f, h; of e, the TLS cases are skipped
-    /// while edge has no TLS, the HTTP/2 cases always run; of h, the slow-reader case).
+    /// Groups to run (comma-separated among a, b, c, d, e, f, g, h; of e, the TLS cases are skipped
+    /// while edge has no TLS, the HTTP/2 cases always run; g, HTTP/2 upstreams and gRPC, runs when
+    /// named (it fails until edge has HTTP/2 upstreams); of h, the slow-reader case).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,h")]
     pub groups: Vec<String>,
     /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
@@ -108,13 +111,14 @@ pub fn run(opts: &Args) -> io::Result<bool> {
                 Ok(rows)
             }),
             "f" => discovery::group_f(&bin, &faults_bin, &driver),
+            "g" => h2_upstream::group_g(&bin, &driver),
             "h" => rules::group_h_rate_limit(&bin, &driver).and_then(|mut rows| {
                 rows.append(&mut memory::group_h(&bin, &driver)?);
                 Ok(rows)
             }),
             other => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("unknown group {other:?} (a, b, c, d, e, f, h)"),
+                format!("unknown group {other:?} (a, b, c, d, e, f, g, h)"),
             )),
         }?;
         println!("group {g}: {:.1} s", t.elapsed().as_secs_f64());

@@ -4,6 +4,8 @@
 //! [`h2_frames`] is a raw-frame HTTP/2 client for the flood cases (tests and matrix).
 
 pub mod chunked;
+pub mod grpc;
+pub mod h2_client;
 pub mod h2_frames;
 pub mod http;
 pub mod load;

@@ -56,8 +56,42 @@ pub fn start_sized_origin(
     start_child(cpus, workers, None, &extra, timeout)
 }
 
+/// [`start_origin`] in h2c mode (`--h2c`): HTTP/2 with prior knowledge only, so the health check is
+/// one h2c `GET /fast`.
+///
+/// # Errors
+/// As [`start_origin`].
+pub fn start_h2c_origin(
+    cpus: &str,
+    workers: usize,
+    timeout: Duration,
+) -> io::Result<(EdgeProcess, SocketAddr)> {
+    let (mut p, addr) =
+        start_child_unchecked(cpus, workers, None, &["--h2c".to_string()], timeout)?;
+    if let Err(e) = crate::compare::h2_upstream::h2c_get_ok(addr, LOAD_PATH, timeout) {
+        let _ = p.stop(Duration::from_secs(1));
+        return Err(e);
+    }
+    Ok((p, addr))
+}
+
 /// Starts `edge-bench origin` with `extra` arguments (see [`start_origin_with`]).
 fn start_child(
+    cpus: &str,
+    workers: usize,
+    tls: Option<(&Path, &Path)>,
+    extra: &[String],
+    timeout: Duration,
+) -> io::Result<(EdgeProcess, SocketAddr)> {
+    let (mut p, addr) = start_child_unchecked(cpus, workers, tls, extra, timeout)?;
+    if tls.is_none() {
+        p.wait_healthy(addr, LOAD_PATH, timeout)?;
+    }
+    Ok((p, addr))
+}
+
+/// Starts `edge-bench origin` and waits for its address line only.
+fn start_child_unchecked(
     cpus: &str,
     workers: usize,
     tls: Option<(&Path, &Path)>,
@@ -109,9 +143,6 @@ fn start_child(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    if tls.is_none() {
-        p.wait_healthy(addr, LOAD_PATH, timeout)?;
-    }
     Ok((p, addr))
 }
 

@@ -21,8 +21,13 @@
 //!
 //! [`spawn_origin`] runs it in-process (demo and scenarios); `edge-bench origin` runs it as a
 //! process, which [`child::start_origin`] starts for `compare` and `scale`.
+//!
+//! With [`OriginOptions::h2c`] (`--h2c`) the same workers speak HTTP/2 with prior knowledge instead
+//! ([`h2c`]: the same paths plus echo, trailers, gRPC answers and fault knobs); what it saw is in
+//! [`OriginHandle::h2c_records`].
 
 pub mod child;
+pub mod h2c;
 pub mod response;
 pub mod tls;
 
@@ -131,6 +136,22 @@ pub struct Args {
     /// With TLS: require a client certificate signed by this CA (PEM), i.e. mutual TLS.
     #[arg(long)]
     pub tls_client_ca: Option<std::path::PathBuf>,
+    /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1 (see `h2c` in the docs: echo,
+    /// trailers, gRPC answers, fault knobs).
+    #[arg(long, conflicts_with_all = ["tls", "tls_cert", "chunked"])]
+    pub h2c: bool,
+    /// h2c: send GOAWAY (graceful) once this many streams arrived on a connection.
+    #[arg(long, requires = "h2c")]
+    pub goaway_after: Option<u32>,
+    /// h2c: reset every Nth stream (counted over the whole origin) with REFUSED_STREAM.
+    #[arg(long, requires = "h2c", value_parser = clap::value_parser!(u32).range(1..))]
+    pub refuse_every: Option<u32>,
+    /// h2c: announce this SETTINGS_MAX_CONCURRENT_STREAMS (default: none announced).
+    #[arg(long, requires = "h2c")]
+    pub max_concurrent_streams: Option<u32>,
+    /// h2c: messages of a server-streaming gRPC call whose path ends in `Stream` without a count.
+    #[arg(long, requires = "h2c", default_value_t = h2c::DEFAULT_STREAM_MESSAGES)]
+    pub stream_messages: usize,
 }
 
 /// Runs `edge-bench origin` until killed, printing `origin listening on ADDR` first (what
@@ -148,6 +169,12 @@ pub fn run(args: &Args) -> io::Result<bool> {
         workers: args.workers,
         cpus: args.cpus.clone(),
         tls,
+        h2c: args.h2c.then_some(h2c::H2cOptions {
+            goaway_after: args.goaway_after,
+            refuse_every: args.refuse_every,
+            max_concurrent_streams: args.max_concurrent_streams,
+            stream_messages: args.stream_messages,
+        }),
     })?;
     println!("origin listening on {}", origin.addr());
     io::stdout().flush()?;
@@ -172,6 +199,9 @@ pub struct OriginOptions {
     pub cpus: Vec<usize>,
     /// Serve HTTPS (HTTP/1.1 over TLS, same behaviours) with this config instead of plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Speak h2c (HTTP/2 with prior knowledge) with these knobs instead of HTTP/1.1 ([`h2c`]);
+    /// `tls` and `chunked` are then ignored.
+    pub h2c: Option<h2c::H2cOptions>,
 }
 
 impl Default for OriginOptions {
@@ -184,6 +214,7 @@ impl Default for OriginOptions {
             workers: 1,
             cpus: Vec::new(),
             tls: None,
+            h2c: None,
         }
     }
 }
@@ -197,12 +228,21 @@ pub struct OriginHandle {
     /// Duplicates of the workers' listening sockets, used to wake their accepts at stop.
     listeners: Vec<Socket>,
     threads: Vec<JoinHandle<()>>,
+    records: Arc<h2c::H2cRecords>,
 }
 
 impl OriginHandle {
     /// The bound address (the real port when the options asked for port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What the h2c mode saw so far (streams, resets by the peer, refusals, GOAWAYs, frozen
+    /// connections, peak concurrency); all zero for the HTTP/1.1 origin. Take a
+    /// [`snapshot`](h2c::H2cRecords::snapshot), or wait for an event with
+    /// [`wait_until`](h2c::H2cRecords::wait_until).
+    pub fn h2c_records(&self) -> &Arc<h2c::H2cRecords> {
+        &self.records
     }
 
     /// Stops accepting, drops open connections and joins the worker threads.
@@ -252,19 +292,22 @@ pub fn spawn_origin(opts: OriginOptions) -> io::Result<OriginHandle> {
         .ok_or_else(|| io::Error::other("listener has no IP address"))?;
     let stopping = Arc::new(AtomicBool::new(false));
     let opts = Arc::new(opts);
+    let records = Arc::new(h2c::H2cRecords::default());
     let mut handle = OriginHandle {
         addr,
         stopping: stopping.clone(),
         listeners: Vec::with_capacity(workers),
         threads: Vec::with_capacity(workers),
+        records: records.clone(),
     };
     let (ready_tx, ready_rx) = mpsc::channel();
     for (i, socket) in sockets.into_iter().enumerate() {
         handle.listeners.push(socket.try_clone()?);
         let (opts, stopping, ready) = (opts.clone(), stopping.clone(), ready_tx.clone());
+        let records = records.clone();
         let thread = std::thread::Builder::new()
             .name(format!("origin-{i}"))
-            .spawn(move || worker_main(i, socket.into(), &opts, &stopping, &ready))?;
+            .spawn(move || worker_main(i, socket.into(), &opts, &stopping, &ready, records))?;
         handle.threads.push(thread);
     }
     drop(ready_tx);
@@ -324,6 +367,8 @@ struct Worker {
     app: (SharedBytes, SharedBytes),
     /// Set in TLS mode.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// Set in h2c mode.
+    h2c: Option<Rc<h2c::H2cWorker>>,
 }
 
 /// One worker thread: build the runtime, register the listener, accept until stopped.
@@ -333,6 +378,7 @@ fn worker_main(
     opts: &OriginOptions,
     stopping: &AtomicBool,
     ready: &mpsc::Sender<io::Result<()>>,
+    records: Arc<h2c::H2cRecords>,
 ) {
     if !opts.cpus.is_empty() {
         let id = opts.cpus[index % opts.cpus.len()];
@@ -364,6 +410,10 @@ fn worker_main(
             .collect(),
         app: (Rc::new(app_response(false)), Rc::new(app_response(true))),
         tls: opts.tls.clone(),
+        h2c: opts
+            .h2c
+            .clone()
+            .map(|h| Rc::new(h2c::H2cWorker::new(h, records, opts.body_bytes, opts.delay))),
     });
     rt.block_on(async move {
         // from_std registers the fd with this thread's driver, so it must run inside the runtime.
@@ -418,6 +468,9 @@ fn worker_main(
 /// Serves one connection until the client closes, asks to close, or misbehaves; in TLS mode,
 /// after the handshake, over [`TlsStream`](crate::peers::tls_stream::TlsStream).
 async fn serve(mut stream: TcpStream, worker: Rc<Worker>) {
+    if let Some(h2c) = &worker.h2c {
+        return h2c::serve_h2c(stream, h2c.clone()).await;
+    }
     let mut rb = ReadBuf::with_capacity(READ_BUF);
     match &worker.tls {
         None => {
