@@ -39,7 +39,7 @@ use crate::support::probe;
 pub const GOAWAY_AFTER: u32 = 25;
 
 /// The origin refuses every this-many-th stream in the REFUSED_STREAM case.
-pub const REFUSE_EVERY: u32 = 3;
+pub const REFUSE_EVERY: u32 = 10;
 
 /// Requests of the GOAWAY and REFUSED_STREAM cases, over [`LOAD_THREADS`] clients.
 pub const LOAD_REQUESTS: usize = 300;

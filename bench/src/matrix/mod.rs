@@ -48,9 +48,9 @@ use runner::Row;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Groups to run (comma-separated among a, b, c, d, e, f, g, h; of e, the TLS cases are skipped
-    /// while edge has no TLS, the HTTP/2 cases always run; g, HTTP/2 upstreams and gRPC, runs when
-    /// named (it fails until edge has HTTP/2 upstreams); of h, the slow-reader case).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,h")]
+    /// while edge has no TLS, the HTTP/2 cases always run; g is HTTP/2 upstreams and gRPC; of h, the
+    /// slow-reader case).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h")]
     pub groups: Vec<String>,
     /// Pass `--io-driver` to edge (auto, io_uring or epoll); edge's default when unset.
     #[arg(long)]

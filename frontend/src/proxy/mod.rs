@@ -198,6 +198,10 @@ async fn exchange<S: Session, O: Open>(
     let sent_whole = s.body_done();
     let mut interim = interim::Interim::default();
     let mut previous = 0;
+    // The last attempt's stream was never processed (HTTP/2 REFUSED_STREAM or GOAWAY): the next may
+    // go on a connection already open (RFC 9113 §8.7; a connection that sent GOAWAY takes no new
+    // stream), not necessarily a new one.
+    let mut unprocessed = false;
     loop {
         // The retry rule, asked before the opening: would a failure on a reused connection be sent
         // again on a fresh one?
@@ -209,6 +213,7 @@ async fn exchange<S: Session, O: Open>(
         }
         .may_retry();
         let reuse = match (previous, retried_if_reused) {
+            (1.., _) if unprocessed => Reuse::Checked,
             (1.., _) => Reuse::Fresh,
             (0, true) => Reuse::RetrySafe,
             (0, false) => Reuse::Checked,
@@ -330,6 +335,7 @@ async fn exchange<S: Session, O: Open>(
                     }
                 }
                 previous += 1;
+                unprocessed = kind.unprocessed();
                 req.upstream.metrics.retries.increment(1);
             }
             Err(Stop::End(o)) => {
@@ -375,7 +381,7 @@ struct Attempted {
 }
 
 /// Attempts at most made for streams an HTTP/2 upstream did not process, besides the first.
-const MAX_RESENDS: u32 = 3;
+const MAX_RESENDS: u32 = 5;
 
 /// Which failures of the response-head phase are retried.
 #[derive(Clone, Copy)]
