@@ -72,6 +72,34 @@ pub struct Upstream {
     /// Where this worker publishes each endpoint's numbers for the admin API, in endpoint order
     /// ([`Upstream::with_board`]); empty when not published.
     pub(crate) boards: Vec<Arc<edge_core::runtime::board::EndpointBoard>>,
+    /// The worker's `edge_upstream_h2_pings_total` handles, for its HTTP/2 connections.
+    pub(crate) h2_pings: Arc<[metrics::Counter; 2]>,
+}
+
+/// What a sweep of an upstream's connections left ([`Upstream::sweep`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Idle pooled HTTP/1.1 connections.
+    pub idle: usize,
+    /// HTTP/2 connections without a stream in flight.
+    pub h2_idle: usize,
+    /// HTTP/2 connections with streams in flight.
+    pub h2_active: usize,
+    /// Streams in flight on HTTP/2 connections.
+    pub h2_streams: usize,
+}
+
+impl std::ops::Add for Swept {
+    type Output = Swept;
+
+    fn add(self, o: Swept) -> Swept {
+        Swept {
+            idle: self.idle + o.idle,
+            h2_idle: self.h2_idle + o.h2_idle,
+            h2_active: self.h2_active + o.h2_active,
+            h2_streams: self.h2_streams + o.h2_streams,
+        }
+    }
 }
 
 /// The settings a pooled connection was opened with, besides its address.
@@ -93,6 +121,8 @@ pub struct UpstreamCounters {
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`edge_core::metrics::TlsResult::ALL`]
     /// order.
     pub tls_handshakes: Arc<[metrics::Counter; 4]>,
+    /// `edge_upstream_h2_pings_total{worker,result}`, in [`edge_core::metrics::PingResult::ALL`] order.
+    pub h2_pings: Arc<[metrics::Counter; 2]>,
     /// Whether the upstreams register their counters (false: tests and the health thread count nowhere).
     pub register: bool,
 }
@@ -102,6 +132,7 @@ impl UpstreamCounters {
     pub fn noop() -> Self {
         UpstreamCounters {
             tls_handshakes: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
+            h2_pings: Arc::new(std::array::from_fn(|_| metrics::Counter::noop())),
             register: false,
         }
     }
@@ -197,6 +228,7 @@ impl Upstream {
             worker,
             checks: Default::default(),
             boards: Vec::new(),
+            h2_pings: counters.h2_pings.clone(),
         };
         up.stagger();
         up
@@ -398,16 +430,24 @@ impl Upstream {
             .put(conn, lifetime, self.config.pool_max_idle);
     }
 
-    /// Closes expired idle connections and those above `pool_max_idle` ([`crate::pool`]); returns the
-    /// idle count left.
-    pub fn sweep(&self) -> usize {
+    /// Closes expired idle connections and those above `pool_max_idle` ([`crate::pool`],
+    /// [`crate::h2::H2Conns::sweep`]); returns what is left.
+    pub fn sweep(&self) -> Swept {
         let now = edge_core::clock::coarse_now();
         let max_idle = self.config.pool_max_idle;
         let idle_timeout = self.config.pool_idle_timeout.0;
         self.endpoints
             .iter()
-            .map(|e| e.pool.sweep(now, max_idle) + e.h2.sweep(now, idle_timeout, max_idle))
-            .sum()
+            .map(|e| {
+                let (h2_idle, h2_active, h2_streams) = e.h2.sweep(now, idle_timeout, max_idle);
+                Swept {
+                    idle: e.pool.sweep(now, max_idle),
+                    h2_idle,
+                    h2_active,
+                    h2_streams,
+                }
+            })
+            .fold(Swept::default(), |a, b| a + b)
     }
 }
 

@@ -29,7 +29,7 @@ pub mod session;
 pub mod stream;
 pub mod zombie;
 
-pub use balance::{Upstream, UpstreamCounters};
+pub use balance::{Swept, Upstream, UpstreamCounters};
 pub use error::{Counted, UpstreamError, UpstreamErrorKind};
 pub use pool::UpstreamConn;
 

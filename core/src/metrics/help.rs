@@ -133,7 +133,15 @@ const GAUGES: &[(&str, &str)] = &[
     ),
     (
         "edge_upstream_connections",
-        "Upstream connections, by worker and state (idle in the pool, active).",
+        "Upstream connections, by worker, state (idle, active) and protocol (http1: pooled idle and in use; h2: without and with streams in flight).",
+    ),
+    (
+        "edge_upstream_h2_streams_active",
+        "Streams in flight on HTTP/2 upstream connections, by worker.",
+    ),
+    (
+        "edge_upstream_h2_pings_total",
+        "Liveness PINGs sent on HTTP/2 upstream connections, by worker and result (answered, unanswered: judged a zombie first).",
     ),
     (
         "edge_upstream_endpoint_healthy",

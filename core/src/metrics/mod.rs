@@ -163,6 +163,17 @@ label_enum!(
 );
 
 label_enum!(
+    /// `result` of `edge_upstream_h2_pings_total`: a liveness PING an HTTP/2 upstream connection sent
+    /// (DESIGN.md "HTTP/2 and gRPC upstreams").
+    PingResult {
+        /// Its ACK arrived.
+        Answered = "answered",
+        /// The connection was judged a zombie before the ACK arrived.
+        Unanswered = "unanswered",
+    }
+);
+
+label_enum!(
     /// `phase` of `edge_upstream_timeouts_total`.
     UpstreamPhase {
         /// `connect_timeout`.
@@ -312,11 +323,23 @@ pub struct WorkerMetrics {
     /// `edge_connection_panics_total{worker}`
     pub panics: Counter,
     inbound_timeouts: Vec<Counter>,
-    /// `edge_upstream_connections{worker,state="idle"}`
+    /// `edge_upstream_connections{worker,state="idle",protocol="http1"}`
     pub upstream_idle: Gauge,
-    /// `edge_upstream_connections{worker,state="active"}`: one per upstream exchange, changed per request,
-    /// so published by the heartbeat ([`LocalGauge`]).
+    /// `edge_upstream_connections{worker,state="active",protocol="http1"}`: one per HTTP/1.1 upstream
+    /// exchange (and tunnel), changed per request, so published by the heartbeat ([`LocalGauge`]).
     pub upstream_active: LocalGauge,
+    /// `edge_upstream_connections{worker,state="idle",protocol="h2"}`: HTTP/2 upstream connections with
+    /// no stream in flight, set by the pool sweep.
+    pub upstream_h2_idle: Gauge,
+    /// `edge_upstream_connections{worker,state="active",protocol="h2"}`: HTTP/2 upstream connections
+    /// with streams in flight, set by the pool sweep.
+    pub upstream_h2_active: Gauge,
+    /// `edge_upstream_h2_streams_active{worker}`: streams in flight on HTTP/2 upstream connections, set
+    /// by the pool sweep.
+    pub upstream_h2_streams: Gauge,
+    /// `edge_upstream_h2_pings_total{worker,result}`, in [`PingResult::ALL`] order; shared with the
+    /// worker's HTTP/2 upstream connections, which count their liveness PINGs into it.
+    pub upstream_h2_pings: Arc<[Counter; 2]>,
     tls_handshakes: Vec<Counter>,
     /// `edge_http2_streams_active{worker}`, published by the heartbeat ([`LocalGauge`]).
     pub http2_streams_active: LocalGauge,
@@ -372,9 +395,17 @@ impl WorkerMetrics {
             evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
             panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
             inbound_timeouts: by("edge_inbound_timeouts_total", "phase", InboundPhase::NAMES),
-            upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle"),
+            upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle", "protocol" => "http1"),
             upstream_active: LocalGauge::new(
-                gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active"),
+                gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active", "protocol" => "http1"),
+            ),
+            upstream_h2_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle", "protocol" => "h2"),
+            upstream_h2_active: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active", "protocol" => "h2"),
+            upstream_h2_streams: gauge!("edge_upstream_h2_streams_active", "worker" => w.clone()),
+            upstream_h2_pings: Arc::new(
+                by("edge_upstream_h2_pings_total", "result", PingResult::NAMES)
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("PingResult has two values")),
             ),
             tls_handshakes: by("edge_tls_handshakes_total", "result", TlsResult::NAMES),
             http2_streams_active: LocalGauge::new(
@@ -410,7 +441,8 @@ impl WorkerMetrics {
             .chain(&m.connections_total)
             .chain(&m.http2_resets)
             .chain(&m.http2_goaways)
-            .chain(m.upstream_tls_handshakes.iter());
+            .chain(m.upstream_tls_handshakes.iter())
+            .chain(m.upstream_h2_pings.iter());
         let singles = [
             &m.truncated,
             &m.evicted,
@@ -424,6 +456,9 @@ impl WorkerMetrics {
         // Gauges describe the worker now: a restarted worker starts with nothing open.
         m.connections_active.set(0.0);
         m.upstream_idle.set(0.0);
+        m.upstream_h2_idle.set(0.0);
+        m.upstream_h2_active.set(0.0);
+        m.upstream_h2_streams.set(0.0);
         m
     }
 

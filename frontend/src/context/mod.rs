@@ -146,6 +146,7 @@ impl Worker {
         let metrics = WorkerMetrics::register(id);
         let upstream_counters = UpstreamCounters {
             tls_handshakes: metrics.upstream_tls_handshakes.clone(),
+            h2_pings: metrics.upstream_h2_pings.clone(),
             register: true,
         };
         let (cfg, generation) = shared.config.get();

@@ -137,8 +137,12 @@ async fn sweep_pools(w: Rc<Worker>) {
     let mut was_quiet = false;
     for tick in 1u64.. {
         monoio::time::sleep(Duration::from_millis(500)).await;
-        let idle: usize = w.current().upstreams.iter().map(Upstream::sweep).sum();
-        w.metrics.upstream_idle.set(idle as f64);
+        let swept = (w.current().upstreams.iter().map(Upstream::sweep))
+            .fold(edge_upstream::Swept::default(), |a, b| a + b);
+        w.metrics.upstream_idle.set(swept.idle as f64);
+        w.metrics.upstream_h2_idle.set(swept.h2_idle as f64);
+        w.metrics.upstream_h2_active.set(swept.h2_active as f64);
+        w.metrics.upstream_h2_streams.set(swept.h2_streams as f64);
         let quiet = w.metrics.in_flight.value() <= 0.0 && w.relay.held() == 0;
         let settle = std::mem::replace(&mut was_quiet, quiet) && quiet;
         if settle && w.open.get() == 0 {

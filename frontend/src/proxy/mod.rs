@@ -107,7 +107,6 @@ pub(crate) struct Answered {
 
 /// Runs one exchange for the request of `s` on the route's upstream.
 pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Admitted<'_>) -> Outcome {
-    let _active = ActiveGauge::new(&w.metrics.upstream_active);
     let (out, wait_continue, head_len) = match start(s, &req) {
         Ok(started) => started,
         Err(f) => return failed(f, false),
@@ -259,6 +258,9 @@ async fn exchange<S: Session, O: Open>(
             wait_continue,
         };
         let mut up = opened.session;
+        // An HTTP/1.1 exchange holds an upstream connection (`state="active",protocol="http1"`); an
+        // HTTP/2 stream does not (its connection counts in the sweep's h2 gauges).
+        let _active = (!up.duplex()).then(|| ActiveGauge::new(&w.metrics.upstream_active));
         let sent =
             match send_request(w, s, req, &mut up, &mut out.0, fields, &mut interim, &on).await {
                 Ok(Sent::Whole { early }) => Ok((early, false)),

@@ -112,6 +112,13 @@ both_drivers!(every_call_shape_over_tls_both_ways, |d| {
         .upstream_field("tls_server_name", "localhost");
     let edge = Edge::start(&cfg);
     every_shape(edge.tls_addr(), Some(&site));
+    // `auto` over TLS speaks what the server chose in ALPN: h2 for a gRPC server.
+    let edge = Edge::start(&cfg.upstream_field("protocol", "auto"));
+    let r = GrpcCall::unary()
+        .ask(ask())
+        .tls(&site.ca_file, Some("localhost"))
+        .run(edge.tls_addr());
+    assert_eq!(r.code, 0, "{r:?}");
 });
 
 both_drivers!(deadline_and_cancel_reach_the_server, |d| {

@@ -115,6 +115,16 @@ both_drivers!(
             "100 streams on one upstream connection (max_streams 100)"
         );
         assert!(origin.state.max_active.load(Ordering::SeqCst) > 50);
+        // The worker's sweep reports the connection, idle again, under protocol="h2".
+        let idle = ["state=\"idle\"", "protocol=\"h2\""];
+        assert_eq!(
+            edge.wait_metric("edge_upstream_connections", &idle, 1.0),
+            1.0
+        );
+        assert_eq!(
+            edge.wait_metric("edge_upstream_h2_streams_active", &[], 0.0),
+            0.0
+        );
     }
 );
 
@@ -185,6 +195,14 @@ both_drivers!(
         let r = c.get("/slow/3500");
         assert_eq!(r.status, 200, "slow but alive");
         assert!(started.elapsed() >= Duration::from_millis(3400));
+        // Silent for max_inactive with a stream in flight: a PING, answered.
+        let answered = edge.wait_metric_where(
+            "edge_upstream_h2_pings_total",
+            &["result=\"answered\""],
+            Duration::from_secs(5),
+            |v| v >= 1.0,
+        );
+        assert!(answered >= 1.0);
         // A connection that answers nothing at all, PING ACK included.
         let mut c = Client::connect(edge.addr);
         let started = std::time::Instant::now();
@@ -196,5 +214,72 @@ both_drivers!(
             "{took:?}"
         );
         edge.wait_metric("edge_upstream_timeouts_total", &["phase=\"zombie\""], 1.0);
+        let unanswered = ["result=\"unanswered\""];
+        assert_eq!(
+            edge.wait_metric("edge_upstream_h2_pings_total", &unanswered, 1.0),
+            1.0
+        );
     }
 );
+
+/// A TLS origin speaking only HTTP/1.1 (ALPN http/1.1), its CA file and the temp dir holding it.
+fn http11_tls_origin() -> (
+    crate::harness::TlsOrigin,
+    std::path::PathBuf,
+    crate::harness::TempDir,
+) {
+    let dir = crate::harness::TempDir::new();
+    let ca = crate::harness::Ca::new("origin CA");
+    let leaf = ca.leaf("origin", &["localhost", "127.0.0.1"]);
+    let ca_file = ca.write(&dir, "origin-ca");
+    let answer = |req: &crate::harness::Seen| {
+        crate::harness::Reply::ok(format!("http1:{}", req.target).as_bytes())
+    };
+    (
+        crate::harness::TlsOrigin::start(&leaf, None, answer),
+        ca_file,
+        dir,
+    )
+}
+
+both_drivers!(auto_speaks_what_the_tls_server_chooses, |d| {
+    // A server that chooses http/1.1 in ALPN: HTTP/1.1, pooled as usual.
+    let (origin, ca_file, _dir) = http11_tls_origin();
+    let cfg = Cfg::new(d, origin.addr)
+        .upstream_field("protocol", "auto")
+        .upstream_field("tls", true)
+        .upstream_field("tls_ca", ca_file.display().to_string())
+        .upstream_field("tls_server_name", "localhost");
+    let edge = Edge::start(&cfg);
+    let mut c = Client::connect(edge.addr);
+    for path in ["/a", "/b"] {
+        let r = c.get(path);
+        assert_eq!((r.status, r.text()), (200, format!("http1:{path}")));
+    }
+    assert_eq!(
+        origin.accepted(),
+        1,
+        "the HTTP/1.1 connection was pooled and reused"
+    );
+    // The same server with protocol = "h2": it does not choose h2, a TLS failure (502 kind="tls").
+    let h2_only = cfg.upstream_field("protocol", "h2");
+    edge.rewrite_config(&h2_only);
+    edge.signal(1); // SIGHUP
+    edge.wait_log("config.reloaded", Duration::from_secs(10))
+        .expect("reloaded");
+    let r = Client::connect(edge.addr).get("/c");
+    assert_eq!(r.status, 502);
+    assert!(edge
+        .wait_log("upstream.tls_failed", Duration::from_secs(5))
+        .is_some());
+    edge.wait_metric("edge_upstream_errors_total", &["kind=\"tls\""], 1.0);
+});
+
+both_drivers!(auto_on_a_plain_connection_is_http11, |d| {
+    let origin = crate::harness::Origin::fixed(b"plain http1");
+    let cfg = Cfg::new(d, origin.addr).upstream_field("protocol", "auto");
+    let edge = Edge::start(&cfg);
+    let r = Client::connect(edge.addr).get("/x");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"plain http1"[..]));
+    assert_eq!(origin.last().minor, 1);
+});

@@ -23,7 +23,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use edge_core::{clock::coarse_now, io::PollIo};
+use edge_core::{clock::coarse_now, io::PollIo, metrics::PingResult};
 use h2::client::SendRequest;
 use monoio::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -208,8 +208,14 @@ impl H2Conns {
     }
 
     /// Drops ended connections, idle ones past `idle_timeout`, and the longest idle ones above
-    /// `max_idle`; returns how many idle ones remain.
-    pub fn sweep(&self, now: Instant, idle_timeout: Duration, max_idle: usize) -> usize {
+    /// `max_idle`; returns what remains: (idle connections, connections with streams in flight,
+    /// streams in flight).
+    pub fn sweep(
+        &self,
+        now: Instant,
+        idle_timeout: Duration,
+        max_idle: usize,
+    ) -> (usize, usize, usize) {
         let mut conns = self.conns.borrow_mut();
         conns.retain(|c| {
             let s = &c.state;
@@ -229,7 +235,9 @@ impl H2Conns {
                 !drop
             });
         }
-        conns.iter().filter(|c| idle(c)).count()
+        let idle_count = conns.iter().filter(|c| idle(c)).count();
+        let streams: usize = conns.iter().map(|c| c.state.in_flight.get() as usize).sum();
+        (idle_count, conns.len() - idle_count, streams)
     }
 
     /// Connections open, with streams in flight or not.
@@ -250,6 +258,8 @@ pub(crate) struct Settings {
     pub(crate) write_timeout: Duration,
     pub(crate) upstream: Rc<str>,
     pub(crate) endpoint: std::net::SocketAddr,
+    /// `edge_upstream_h2_pings_total{worker,result}` ([`PingResult`] order).
+    pub(crate) pings: std::sync::Arc<[metrics::Counter; 2]>,
 }
 
 /// Starts HTTP/2 on a connected `stream` (the preface and SETTINGS go out; the server's SETTINGS are
@@ -323,8 +333,16 @@ async fn drive(
         });
         match edge_core::clock::timeout_at(wake, step).await {
             Ok(Step::Ended(e)) => break e.map(|e| e.to_string()),
-            Ok(Step::Killed) => break Some("zombie: nothing received past the threshold".into()),
-            Ok(Step::Pong) => pinging = false,
+            Ok(Step::Killed) => {
+                if pinging {
+                    settings.pings[PingResult::Unanswered as usize].increment(1);
+                }
+                break Some("zombie: nothing received past the threshold".into());
+            }
+            Ok(Step::Pong) => {
+                settings.pings[PingResult::Answered as usize].increment(1);
+                pinging = false;
+            }
             Err(_) => {
                 let silent = coarse_now().saturating_duration_since(state.last_read());
                 if !pinging && state.in_flight.get() > 0 && silent >= settings.max_inactive {

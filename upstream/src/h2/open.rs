@@ -121,6 +121,7 @@ impl Upstream {
             write_timeout: self.config.write_timeout.0,
             upstream: self.config.name.as_str().into(),
             endpoint: ep.addr,
+            pings: self.h2_pings.clone(),
         };
         let conn = conn::open(&ep.h2, stream, proxied, settings)
             .await
