@@ -502,12 +502,21 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     let received = !up.received().is_empty();
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
     let head_deadline = request_timeout.map(|t| now + t);
+    // A client that abandons the request meanwhile ends the exchange at once: dropping the session
+    // resets an HTTP/2 upstream stream (RST_STREAM CANCEL). Watched for HTTP/2 upstream streams (an
+    // HTTP/1.1 client's close costs a readiness wait per request to notice; an HTTP/1.1 upstream
+    // learns of it when its answer finds the client gone, as before).
+    let watch_client = up.duplex();
     loop {
-        // A client that abandons the request meanwhile ends the exchange at once: dropping the
-        // session resets an HTTP/2 upstream stream (RST_STREAM CANCEL) or closes the connection.
+        let gone = async {
+            match watch_client {
+                true => s.client_gone().await,
+                false => std::future::pending().await,
+            }
+        };
         let head = monoio::select! {
             h = up.read_head(fields, &mut clock, head_deadline) => h,
-            () = s.client_gone() => {
+            () = gone => {
                 return Err(Stop::End(interim::client_gone(w, &req.log, SendFailure::Closed)));
             }
         };

@@ -283,3 +283,45 @@ both_drivers!(auto_on_a_plain_connection_is_http11, |d| {
     assert_eq!((r.status, r.body.as_slice()), (200, &b"plain http1"[..]));
     assert_eq!(origin.last().minor, 1);
 });
+
+both_drivers!(a_client_that_goes_away_resets_the_upstream_stream, |d| {
+    let origin = H2Origin::start();
+    let edge = edge_to(d, &origin, &[]);
+    // An HTTP/1.1 client that closes its connection while the upstream has not answered.
+    let mut c = Client::connect(edge.addr);
+    c.send(b"GET /hold HTTP/1.1\r\nHost: a\r\n\r\n");
+    crate::harness::wait_until(Duration::from_secs(5), || origin.seen().len() == 1);
+    drop(c);
+    crate::harness::wait_until(Duration::from_secs(5), || {
+        origin.state.resets.load(Ordering::SeqCst) == 1
+    });
+    assert_eq!(
+        origin.state.resets.load(Ordering::SeqCst),
+        1,
+        "RST_STREAM reached the origin"
+    );
+    // An HTTP/2 client that resets its stream.
+    let authority = edge.addr.to_string();
+    block_on(async {
+        let send = h2_connect(edge.addr).await;
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::get(format!("http://{authority}/hold"))
+            .body(())
+            .unwrap();
+        let (_resp, mut stream) = send.send_request(req, true).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while origin.seen().len() < 2 && std::time::Instant::now() < until {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stream.send_reset(h2::Reason::CANCEL);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while origin.state.resets.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < until {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert_eq!(
+        origin.state.resets.load(Ordering::SeqCst),
+        2,
+        "the client's reset reached the origin"
+    );
+});

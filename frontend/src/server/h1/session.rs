@@ -301,6 +301,25 @@ impl<T: Transport> Respond for H1Session<'_, T> {
         self.relay.passthrough()
     }
 
+    /// The client closed (or reset) its connection: seen as the socket turning readable with EOF or
+    /// an error behind it. Bytes instead (a pipelined request, or TLS records such as close_notify)
+    /// cannot be told from a close without reading them: then this never resolves.
+    async fn client_gone(&mut self) {
+        if !self.rb.is_empty() {
+            return std::future::pending().await;
+        }
+        loop {
+            if self.stream.readable(false).await.is_err() {
+                return;
+            }
+            match self.stream.raw_socket().map(peek_end) {
+                Some(Some(true)) => return,
+                Some(None) => continue,
+                _ => return std::future::pending().await,
+            }
+        }
+    }
+
     async fn client_room(&mut self) -> Result<(), SendFailure> {
         let fd = self.stream.fd();
         within_send(self.send, fd, self.stream.writable(false)).await
@@ -333,5 +352,27 @@ impl<T: Transport> Respond for H1Session<'_, T> {
             true => Ok(()),
             false => self.flush().await,
         }
+    }
+}
+
+/// What a one-byte peek at `fd` shows: `Some(true)` for EOF or an error (the client is gone),
+/// `Some(false)` for bytes, `None` when nothing is there (a spurious readiness report).
+fn peek_end(fd: std::os::fd::RawFd) -> Option<bool> {
+    let mut b = 0u8;
+    // SAFETY: a one-byte peek into a local on a socket this session borrows; MSG_DONTWAIT never
+    // blocks.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => Some(true),
+        1.. => Some(false),
+        _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock => None,
+        _ => Some(true),
     }
 }
