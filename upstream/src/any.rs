@@ -5,16 +5,24 @@
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
+use bytes::Bytes;
+use edge_core::io::h2_stream::{StreamRead, StreamWrite};
 use edge_core::{
     buf::RecvBuf,
     http::head::{Fields, ResponseHead},
     io::body::BodySource,
 };
-use monoio::time::Instant;
+use h2::{RecvStream, SendStream};
+use monoio::{
+    buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut},
+    io::{AsyncReadRent, AsyncWriteRent},
+    time::Instant,
+    BufResult,
+};
 
 use crate::{
     h1::{H1Exchange, H1Tunnel},
-    h2::{H2BodySink, H2Exchange, NoTunnel},
+    h2::{session::H2Held, H2BodySink, H2Exchange, H2Tunnel},
     pool::ConnParts,
     session::{
         BodyEnd, BodyError, BodyRead, Finish, Trailers, TunnelHalves, UpstreamSession,
@@ -154,31 +162,99 @@ impl UpstreamSession for AnyExchange<'_> {
     fn into_tunnel(self) -> AnyTunnel {
         match self {
             AnyExchange::H1(s) => AnyTunnel::H1(s.into_tunnel()),
-            // An HTTP/2 stream never answers `101`: its tunnel type has no value.
-            #[allow(unreachable_code)]
-            AnyExchange::H2(s) => match (*s).into_tunnel() {},
+            AnyExchange::H2(s) => AnyTunnel::H2((*s).into_tunnel()),
         }
     }
 }
 
-/// The upstream side of a tunnel after a `101`: an HTTP/1.1 connection (an HTTP/2 stream never
-/// answers `101`).
+/// The upstream side of a tunnel after a `101`: an HTTP/1.1 connection, or an HTTP/2 upstream's
+/// WebSocket stream (an accepted extended CONNECT, RFC 8441).
 pub enum AnyTunnel {
     /// An HTTP/1.1 connection.
     H1(H1Tunnel),
-    /// Never built ([`NoTunnel`] has no value).
-    H2(NoTunnel),
+    /// An HTTP/2 stream.
+    H2(H2Tunnel),
 }
 
 impl UpstreamTunnel for AnyTunnel {
-    type Read = UpstreamReadHalf;
-    type Write = UpstreamWriteHalf;
-    type Held = ConnParts;
+    type Read = Either<UpstreamReadHalf, StreamRead<RecvStream>>;
+    type Write = Either<UpstreamWriteHalf, StreamWrite<SendStream<Bytes>, Bytes>>;
+    type Held = Either<ConnParts, H2Held>;
 
-    fn into_halves(self) -> TunnelHalves<UpstreamReadHalf, UpstreamWriteHalf, ConnParts> {
+    fn into_halves(self) -> TunnelHalves<Self::Read, Self::Write, Self::Held> {
         match self {
-            AnyTunnel::H1(t) => t.into_halves(),
-            AnyTunnel::H2(n) => match n {},
+            AnyTunnel::H1(t) => {
+                let h = t.into_halves();
+                TunnelHalves {
+                    read: Either::A(h.read),
+                    write: Either::A(h.write),
+                    received: h.received,
+                    held: Either::A(h.held),
+                }
+            }
+            AnyTunnel::H2(t) => {
+                let h = t.into_halves();
+                TunnelHalves {
+                    read: Either::B(h.read),
+                    write: Either::B(h.write),
+                    received: h.received,
+                    held: Either::B(h.held),
+                }
+            }
+        }
+    }
+}
+
+/// One of two tunnel sides ([`AnyTunnel`]), each operation one `match`.
+pub enum Either<A, B> {
+    /// The HTTP/1.1 side.
+    A(A),
+    /// The HTTP/2 side.
+    B(B),
+}
+
+impl<A: AsyncReadRent, B: AsyncReadRent> AsyncReadRent for Either<A, B> {
+    async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Either::A(a) => a.read(buf).await,
+            Either::B(b) => b.read(buf).await,
+        }
+    }
+
+    async fn readv<T: IoVecBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Either::A(a) => a.readv(buf).await,
+            Either::B(b) => b.readv(buf).await,
+        }
+    }
+}
+
+impl<A: AsyncWriteRent, B: AsyncWriteRent> AsyncWriteRent for Either<A, B> {
+    async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Either::A(a) => a.write(buf).await,
+            Either::B(b) => b.write(buf).await,
+        }
+    }
+
+    async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Either::A(a) => a.writev(buf).await,
+            Either::B(b) => b.writev(buf).await,
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Either::A(a) => a.flush().await,
+            Either::B(b) => b.flush().await,
+        }
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            Either::A(a) => a.shutdown().await,
+            Either::B(b) => b.shutdown().await,
         }
     }
 }

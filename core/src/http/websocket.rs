@@ -4,7 +4,7 @@
 //! it sends an HTTP/1.1 upstream, and checks the upstream's `Sec-WebSocket-Accept` against it
 //! ([`accepts`]). Sans-IO, but for the kernel's random bytes in [`new_key`].
 //!
-//! # An HTTP/2 upstream's extended CONNECT (the one place it plugs in)
+//! # An HTTP/2 upstream's extended CONNECT (`edge_upstream::h2`)
 //! An HTTP/2 upstream (RFC 8441 on both sides) maps the other way, inside its upstream session and
 //! nowhere else (the orchestrator, the tunnel and the downstream sessions stay as they are):
 //! - `send_head`: a forwarded head for which [`upgrade_key`] finds a key is sent as `:method CONNECT`,

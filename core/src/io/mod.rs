@@ -21,6 +21,7 @@
 
 pub mod body;
 mod dont_wait;
+pub mod h2_stream;
 mod plain;
 pub mod poll;
 pub mod progress;

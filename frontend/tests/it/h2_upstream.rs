@@ -325,3 +325,55 @@ both_drivers!(a_client_that_goes_away_resets_the_upstream_stream, |d| {
         "the client's reset reached the origin"
     );
 });
+
+both_drivers!(websocket_reaches_an_h2_upstream_as_extended_connect, |d| {
+    let origin = H2Origin::start();
+    let edge = edge_to(d, &origin, &[]);
+    // An HTTP/1.1 client's Upgrade: the upstream's 200 reads as the 101 of the client's own key.
+    let mut c = Client::connect(edge.addr);
+    c.send(b"GET /ws HTTP/1.1\r\nHost: chat.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    let r = c.read_any_head().expect("the switch");
+    assert_eq!(r.status, 101);
+    assert_eq!(
+        r.header("sec-websocket-accept"),
+        Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "RFC 6455's sample key"
+    );
+    assert_eq!(r.header("sec-websocket-protocol"), Some("chat"));
+    let frame = b"\x81\x05hello";
+    c.send(frame);
+    let mut got = c.take_buffered();
+    while got.len() < frame.len() {
+        let (more, _) = c.read_until_closed(Duration::from_millis(200));
+        if more.is_empty() {
+            break;
+        }
+        got.extend_from_slice(&more);
+    }
+    assert_eq!(got, frame, "echoed through the upstream's stream");
+    let seen = &origin.seen()[0];
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("CONNECT", "/ws")
+    );
+    assert_eq!(seen.authority, "chat.test");
+    assert!(seen.header("sec-websocket-key").is_none() && seen.header("upgrade").is_none());
+    assert_eq!(seen.header("sec-websocket-version"), Some("13"));
+    drop(c);
+    // An HTTP/2 client's extended CONNECT, stream to stream.
+    let authority = edge.addr.to_string();
+    let echoed = block_on(async {
+        let send = h2_connect(edge.addr).await;
+        let mut t = crate::harness::h2_websocket(&send, "/ws2", &authority, &[])
+            .await
+            .expect("extended CONNECT");
+        assert_eq!(t.status, 200);
+        let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        crate::harness::send_all(&mut t.send, &payload, true)
+            .await
+            .unwrap();
+        let got = crate::harness::read_to_end(&mut t.recv).await.unwrap();
+        got == payload
+    });
+    assert!(echoed, "100 kB echoed byte-exact, END_STREAM both ways");
+});

@@ -25,6 +25,9 @@ pub(crate) struct H2Request {
     pub(crate) head_len: usize,
     /// A HEAD request (its response has no body whatever its fields say).
     pub(crate) head_method: bool,
+    /// A WebSocket upgrade, sent as an extended CONNECT (RFC 8441 §4): the Sec-WebSocket-Key the
+    /// client side of the exchange checks the answer against.
+    pub(crate) websocket: Option<Vec<u8>>,
 }
 
 /// Fields RFC 9113 §8.2.2 forbids in HTTP/2 (connection-specific), besides Host, which becomes
@@ -51,7 +54,12 @@ fn connection_specific(kind: FieldKind, name: &[u8]) -> bool {
 /// [`crate::head::request_head`] wrote from an admitted request).
 pub(crate) fn request(out: &[u8], fields: &mut Fields, tls: bool) -> Option<H2Request> {
     let head = parse_request(out, MAX_FIELDS, fields).ok()??;
-    let method = Method::from_bytes(&out[head.method.clone()]).ok()?;
+    let websocket = edge_core::http::websocket::upgrade_key(out, fields).map(<[u8]>::to_vec);
+    let method = match websocket {
+        // RFC 8441 §4: `:method CONNECT` with `:protocol websocket`, no Upgrade, no key.
+        Some(_) => Method::CONNECT,
+        None => Method::from_bytes(&out[head.method.clone()]).ok()?,
+    };
     let mut framing = Framing::None;
     let mut authority: &[u8] = b"";
     let mut builder = Request::builder().method(method.clone());
@@ -67,7 +75,9 @@ pub(crate) fn request(out: &[u8], fields: &mut Fields, tls: bool) -> Option<H2Re
             FieldKind::TransferEncoding => framing = Framing::Chunked,
             _ => {}
         }
-        if connection_specific(f.kind, name) {
+        if connection_specific(f.kind, name)
+            || (websocket.is_some() && name.eq_ignore_ascii_case(b"sec-websocket-key"))
+        {
             continue;
         }
         if name.eq_ignore_ascii_case(b"content-type") && value.starts_with(b"application/grpc") {
@@ -90,12 +100,18 @@ pub(crate) fn request(out: &[u8], fields: &mut Fields, tls: bool) -> Option<H2Re
         .path_and_query(path)
         .build()
         .ok()?;
-    let request = builder.uri(uri).body(()).ok()?;
+    let mut request = builder.uri(uri).body(()).ok()?;
+    if websocket.is_some() {
+        request
+            .extensions_mut()
+            .insert(h2::ext::Protocol::from_static("websocket"));
+    }
     Some(H2Request {
         request,
         framing,
         head_len: head.len,
         head_method: method == Method::HEAD,
+        websocket,
     })
 }
 
@@ -148,6 +164,20 @@ pub(crate) fn response(
     };
     out.extend_from_slice(b"\r\n");
     framing
+}
+
+/// Writes the `101` a WebSocket upgrade reads as when an HTTP/2 upstream accepted its extended CONNECT
+/// with a 2xx (`resp`): [`edge_core::http::websocket::write_switch_head`] of the client side's `key`,
+/// then the answer's fields (Sec-WebSocket-Protocol, -Extensions, ...).
+pub(crate) fn switch_head(resp: &http::response::Parts, key: &[u8], out: &mut Vec<u8>) {
+    edge_core::http::websocket::write_switch_head(out, key);
+    for (name, value) in &resp.headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Appends `data` as one chunk of the chunked coding.

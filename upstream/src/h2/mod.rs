@@ -12,4 +12,4 @@ pub mod session;
 
 pub use body::H2BodySink;
 pub use conn::H2Conns;
-pub use session::{H2Exchange, NoTunnel};
+pub use session::{H2Exchange, H2Tunnel};

@@ -31,12 +31,13 @@ use super::{
     conn::{H2Conn, InFlight},
     head::{self, BodyFraming, Framing},
 };
+use edge_core::io::h2_stream::{StreamRead, StreamWrite};
+
 use crate::{
     permit::Permit,
     session::{
         BodyEnd, BodyError, BodyRead, Finish, TunnelHalves, UpstreamSession, UpstreamTunnel, Waited,
     },
-    stream::{UpstreamReadHalf, UpstreamWriteHalf},
     zombie::ActivityClock,
     Upstream, UpstreamError, UpstreamErrorKind,
 };
@@ -68,6 +69,8 @@ pub struct H2Exchange<'u> {
     ended: bool,
     /// The trailing HEADERS, once received.
     trailers: Option<http::HeaderMap>,
+    /// A WebSocket sent as an extended CONNECT: the key its `101` is written for.
+    websocket: Option<Vec<u8>>,
     _slot: InFlight,
     _permit: Permit,
 }
@@ -90,6 +93,7 @@ impl<'u> H2Exchange<'u> {
             write_timeout: Duration::ZERO,
             ended: false,
             trailers: None,
+            websocket: None,
             _slot: slot,
             _permit: permit,
         }
@@ -129,9 +133,16 @@ impl<'u> H2Exchange<'u> {
         Ok(())
     }
 
-    /// Writes the response head into the receive buffer.
+    /// Writes the response head into the receive buffer (a WebSocket's 2xx as the `101` of its
+    /// switch).
     fn take_head(&mut self, resp: http::Response<RecvStream>) {
         let (parts, recv) = resp.into_parts();
+        if let (Some(key), true) = (self.websocket.as_deref(), parts.status.is_success()) {
+            self.buf
+                .append_with(|out| head::switch_head(&parts, key, out));
+            self.recv = Some(recv);
+            return;
+        }
         let ended = recv.is_end_stream();
         let head_method = self.head_method;
         self.framing = self
@@ -166,7 +177,7 @@ fn sink_error(e: &SinkError) -> UpstreamError {
 }
 
 impl UpstreamSession for H2Exchange<'_> {
-    type Tunnel = NoTunnel;
+    type Tunnel = H2Tunnel;
     type BodySink = H2BodySink;
 
     /// An HTTP/2 stream keeps taking request DATA after its response head.
@@ -211,12 +222,15 @@ impl UpstreamSession for H2Exchange<'_> {
         self.head_method = req.head_method;
         self.write_timeout = write_timeout;
         let framing = req.framing;
+        self.websocket = req.websocket;
         let body = &out[req.head_len..];
-        let no_body = match req.framing {
-            Framing::None => true,
-            Framing::Length(n) => n == 0,
-            Framing::Chunked => false,
-        };
+        // A WebSocket's stream stays open for the tunnel after its HEADERS.
+        let no_body = self.websocket.is_none()
+            && match req.framing {
+                Framing::None => true,
+                Framing::Length(n) => n == 0,
+                Framing::Chunked => false,
+            };
         let mut sender = self.conn.send.clone();
         let ready = std::future::poll_fn(|cx| sender.poll_ready(cx));
         match timeout_at(Instant::now() + write_timeout, ready).await {
@@ -231,6 +245,10 @@ impl UpstreamSession for H2Exchange<'_> {
                 });
             }
             Err(_) => return Err(UpstreamError::new(UpstreamErrorKind::WriteTimeout)),
+        }
+        if self.websocket.is_some() && !connect_allowed(&sender, write_timeout).await {
+            // RFC 8441 §3: the server did not offer SETTINGS_ENABLE_CONNECT_PROTOCOL.
+            return Err(UpstreamError::new(UpstreamErrorKind::BadResponse));
         }
         let (response, stream) = match sender.send_request(req.request, no_body) {
             Ok(r) => r,
@@ -337,8 +355,9 @@ impl UpstreamSession for H2Exchange<'_> {
             clock.received();
         }
         match parse_response(self.buf.data(), fields) {
-            // HTTP/2 has no `101` (RFC 9113 §8.6): `into_tunnel` is never reached.
-            Ok(Some(h)) if h.status == 101 => {
+            // HTTP/2 has no `101` (RFC 9113 §8.6): only a WebSocket's accepted extended CONNECT
+            // reads as one (`take_head`).
+            Ok(Some(h)) if h.status == 101 && self.websocket.is_none() => {
                 Err(UpstreamError::new(UpstreamErrorKind::BadResponse))
             }
             Ok(Some(h)) => Ok(h),
@@ -425,9 +444,13 @@ impl UpstreamSession for H2Exchange<'_> {
         }
     }
 
-    fn into_tunnel(self) -> NoTunnel {
-        // An HTTP/2 response is never `101` (RFC 9113 §8.6): `read_head` answers BadResponse to one.
-        unreachable!("an HTTP/2 upstream never switches protocols")
+    /// A WebSocket's stream after its extended CONNECT was accepted: its two sides (RFC 8441 §5).
+    fn into_tunnel(self) -> H2Tunnel {
+        H2Tunnel {
+            recv: self.recv,
+            send: self.req.map(|side| side.stream),
+            held: (self._slot, self._permit, self.conn),
+        }
     }
 }
 
@@ -464,17 +487,35 @@ impl H2Exchange<'_> {
     }
 }
 
-/// The tunnel of an HTTP/2 exchange, which never has one (an extended CONNECT to an HTTP/2 upstream
-/// is not forwarded yet): no value of this type exists.
-pub enum NoTunnel {}
+/// An HTTP/2 upstream's WebSocket stream after the switch: its DATA both ways as the tunnel's reader
+/// and writer ([`edge_core::io::h2_stream`]); its `shutdown` sends END_STREAM, and dropping it
+/// unfinished resets the stream (RST_STREAM CANCEL).
+pub struct H2Tunnel {
+    recv: Option<RecvStream>,
+    send: Option<h2::SendStream<bytes::Bytes>>,
+    held: (InFlight, Permit, Rc<H2Conn>),
+}
 
-impl UpstreamTunnel for NoTunnel {
-    type Read = UpstreamReadHalf;
-    type Write = UpstreamWriteHalf;
-    type Held = ();
+/// What an [`H2Tunnel`] keeps until it ends: its stream's place on its connection, its `max_active`
+/// permit and the connection.
+pub struct H2Held(#[allow(dead_code)] (InFlight, Permit, Rc<H2Conn>));
 
-    fn into_halves(self) -> TunnelHalves<UpstreamReadHalf, UpstreamWriteHalf, ()> {
-        match self {}
+impl UpstreamTunnel for H2Tunnel {
+    type Read = StreamRead<RecvStream>;
+    type Write = StreamWrite<h2::SendStream<bytes::Bytes>, bytes::Bytes>;
+    type Held = H2Held;
+
+    fn into_halves(self) -> TunnelHalves<Self::Read, Self::Write, H2Held> {
+        // A WebSocket's stream has both sides until the switch: `into_tunnel` follows `read_head`.
+        let (Some(recv), Some(send)) = (self.recv, self.send) else {
+            unreachable!("a switched HTTP/2 stream has both sides");
+        };
+        TunnelHalves {
+            read: StreamRead::new(recv),
+            write: StreamWrite::new(send),
+            received: RecvBuf::new(),
+            held: H2Held(self.held),
+        }
     }
 }
 
@@ -487,4 +528,18 @@ pub(crate) fn ready_now<F: Future + Unpin>(
         Poll::Ready(v) => Some(v),
         Poll::Pending => None,
     }
+}
+
+/// Whether the connection of `sender` allows extended CONNECT (RFC 8441 §3). The server's SETTINGS may
+/// not have been read yet on a connection just opened: waited for, a millisecond at a time, at most
+/// `limit`.
+async fn connect_allowed(sender: &h2::client::SendRequest<bytes::Bytes>, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while !sender.is_extended_connect_protocol_enabled() {
+        if Instant::now() >= until {
+            return false;
+        }
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+    true
 }

@@ -133,3 +133,10 @@ impl Drop for Chunk {
         }
     }
 }
+
+impl From<Vec<u8>> for Chunk {
+    /// [`Chunk::new`]: the pooled buffer goes back to its pool once h2 has written it.
+    fn from(data: Vec<u8>) -> Self {
+        Chunk::new(data)
+    }
+}

@@ -9,6 +9,9 @@
 //! - `/big/N`: N bytes of a repeating pattern, with Content-Length;
 //! - `/hold`: never answers; a reset of the stream by the client is counted ([`H2OriginState::resets`]);
 //! - `/freeze`: the connection is no longer read or written at all (PINGs unanswered: a zombie);
+//! - an extended CONNECT with `:protocol websocket` (RFC 8441; the origin offers
+//!   SETTINGS_ENABLE_CONNECT_PROTOCOL): 200, then every DATA byte echoed, END_STREAM after the
+//!   client's;
 //! - anything else: 200 `h2 origin\n` with Content-Length.
 //!
 //! Faults for every path: the first [`H2OriginState::refuse_first`] streams are refused
@@ -124,6 +127,7 @@ async fn serve(tcp: monoio::net::TcpStream, st: Arc<H2OriginState>) {
     let io = PollIo::new(tcp, &[], Duration::from_secs(30));
     let Ok(mut conn) = h2::server::Builder::new()
         .max_concurrent_streams(1000)
+        .enable_connect_protocol()
         .handshake::<_, Bytes>(io)
         .await
     else {
@@ -181,6 +185,22 @@ async fn stream(
     let n = st.active.fetch_add(1, Ordering::SeqCst) + 1;
     st.max_active.fetch_max(n, Ordering::SeqCst);
     let (parts, mut body) = req.into_parts();
+    if parts.method == http::Method::CONNECT {
+        st.seen.lock().unwrap().push(H2Seen {
+            method: "CONNECT".into(),
+            scheme: parts.uri.scheme_str().unwrap_or("").into(),
+            authority: parts.uri.authority().map_or("", |a| a.as_str()).into(),
+            path: parts.uri.path_and_query().map_or("", |p| p.as_str()).into(),
+            headers: pairs(&parts.headers),
+            ..H2Seen::default()
+        });
+        let protocol = parts.extensions.get::<h2::ext::Protocol>();
+        if protocol.is_some_and(|p| p.as_str() == "websocket") {
+            websocket_echo(&mut respond, &mut body).await;
+        }
+        st.active.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
     let mut data = Vec::new();
     while let Some(Ok(d)) = body.data().await {
         let _ = body.flow_control().release_capacity(d.len());
@@ -301,6 +321,32 @@ async fn send_all(s: &mut h2::SendStream<Bytes>, mut body: Bytes) {
         };
         let piece = body.split_to(n.min(body.len()));
         if s.send_data(piece, body.is_empty()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A WebSocket stream (RFC 8441 §5): 200, then its DATA echoed back until the client's END_STREAM.
+async fn websocket_echo(respond: &mut SendResponse<Bytes>, body: &mut RecvStream) {
+    let Some(mut send) = head(respond, 200, &[("sec-websocket-protocol", "chat")]) else {
+        return;
+    };
+    while let Some(Ok(d)) = body.data().await {
+        let _ = body.flow_control().release_capacity(d.len());
+        send_all_open(&mut send, d).await;
+    }
+    let _ = send.send_data(Bytes::new(), true);
+}
+
+/// Sends `body` within the stream's window, leaving the stream open.
+async fn send_all_open(s: &mut h2::SendStream<Bytes>, mut body: Bytes) {
+    while !body.is_empty() {
+        s.reserve_capacity(body.len());
+        let Some(Ok(n)) = std::future::poll_fn(|cx| s.poll_capacity(cx)).await else {
+            return;
+        };
+        let piece = body.split_to(n.min(body.len()));
+        if s.send_data(piece, false).is_err() {
             return;
         }
     }
