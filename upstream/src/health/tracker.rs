@@ -12,7 +12,7 @@ pub enum Failure {
     Connect(io::ErrorKind),
     /// No response head within `timeout` (connect, write and response head together).
     Timeout,
-    /// A response whose status is outside `expect_status`.
+    /// A response whose status is outside `expect_status` (a gRPC check: other than 200).
     Status(u16),
     /// A response head that does not parse, or one over 16 KiB.
     BadResponse,
