@@ -113,7 +113,7 @@ impl HashKey {
     }
 }
 
-/// `[upstreams.health_check]`: active HTTP checks from the process's health thread.
+/// `[upstreams.health_check]`: active HTTP (or gRPC) checks from the process's health thread.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthCheck {
@@ -129,6 +129,12 @@ pub struct HealthCheck {
     pub unhealthy_threshold: u32,
     /// Statuses that pass, e.g. `"200-399"` or `"204"`.
     pub expect_status: StatusRange,
+    /// Set: a gRPC health check (`grpc.health.v1.Health/Check`, the gRPC Health Checking Protocol)
+    /// for this service name, `""` meaning the server as a whole, instead of the GET of `path`; a
+    /// probe passes on `grpc-status` 0 with the status SERVING, and `path` and `expect_status` are
+    /// unused. Needs an HTTP/2 upstream (`protocol = "h2"`, or `"auto"` with `tls = true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_service: Option<String>,
 }
 
 impl Default for HealthCheck {
@@ -140,6 +146,7 @@ impl Default for HealthCheck {
             healthy_threshold: 2,
             unhealthy_threshold: 3,
             expect_status: StatusRange(200..=399),
+            grpc_service: None,
         }
     }
 }

@@ -270,6 +270,15 @@ fn resolve_upstream(
     }
     if let Some(h) = &u.health_check {
         check_health_check(&format!("upstreams[{i}].health_check"), h, p);
+        if h.grpc_service.is_some() && !u.protocol.may_speak_h2(u.tls) {
+            p.add(
+                format!("upstreams[{i}].health_check.grpc_service"),
+                match u.protocol {
+                    super::UpstreamProtocol::Auto => "a gRPC health check needs HTTP/2, and protocol = \"auto\" without tls speaks HTTP/1.1: set protocol = \"h2\" (h2c) or tls = true",
+                    _ => "a gRPC health check needs HTTP/2: set the upstream's protocol = \"h2\" (or \"auto\" with tls = true)",
+                },
+            );
+        }
     }
     if u.connect_timeout.0.is_zero() {
         p.add(

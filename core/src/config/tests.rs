@@ -307,3 +307,23 @@ fn relay_buffer_budget_defaults_to_64mib_and_is_checked() {
     .unwrap_err();
     assert_eq!(e.key, "server.limits.relay_buffer_budget");
 }
+
+#[test]
+fn grpc_service_needs_an_http2_upstream() {
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    c.upstreams[0].health_check = Some(HealthCheck {
+        grpc_service: Some(String::new()),
+        ..HealthCheck::default()
+    });
+    let key = "upstreams[0].health_check.grpc_service";
+    let errors = c.clone().resolve("g.toml").unwrap_err();
+    let e = errors.iter().find(|e| e.key == key).expect("named");
+    assert!(e.reason.contains("needs HTTP/2"), "{e}");
+    assert_eq!(e.file, "g.toml");
+    c.upstreams[0].protocol = UpstreamProtocol::Auto;
+    let errors = c.clone().resolve("g.toml").unwrap_err();
+    let e = errors.iter().find(|e| e.key == key).expect("plain auto");
+    assert!(e.reason.contains("without tls"), "{e}");
+    c.upstreams[0].protocol = UpstreamProtocol::H2;
+    assert!(c.resolve("g.toml").is_ok());
+}

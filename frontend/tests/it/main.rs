@@ -37,6 +37,7 @@ mod docs;
 mod drops;
 mod faults;
 mod grpc_answers;
+mod grpc_health_check;
 mod grpc_upstream;
 mod h2;
 mod h2_floods;

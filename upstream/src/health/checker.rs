@@ -25,7 +25,7 @@ use metrics::{Counter, Gauge};
 use monoio::time::Instant;
 
 use super::{
-    probe,
+    grpc, probe,
     tracker::{Change, Tracker, Verdict},
 };
 
@@ -38,12 +38,18 @@ type Key = (String, SocketAddr);
 /// What a probe of one endpoint needs, replaced as a whole at a reload.
 struct Settings {
     check: HealthCheck,
-    request: Vec<u8>,
+    request: Request,
     /// TLS to the endpoint, for a `tls = true` upstream (probes speak what requests speak).
     tls: Option<crate::connect::TlsTarget>,
     /// With `send_proxy_protocol`, the header a probe's connection starts with: v2 LOCAL or v1
     /// `UNKNOWN` (the probe is edge's own connection, not a client's).
     proxy_header: Option<Vec<u8>>,
+}
+
+/// What a probe sends: a GET over HTTP/1.1, or with `grpc_service` a gRPC health call over HTTP/2.
+enum Request {
+    Http(Vec<u8>),
+    Grpc(grpc::GrpcProbe),
 }
 
 /// One checked endpoint.
@@ -100,8 +106,12 @@ fn apply(checker: &Rc<Checker>, cfg: &Resolved, shared: &Shared) {
             });
             // DESIGN.md: Host = the endpoint, or `tls_server_name` when set.
             let host = u.config.tls_server_name.as_deref().unwrap_or(&text);
+            let request = match &check.grpc_service {
+                Some(service) => Request::Grpc(grpc::GrpcProbe::new(service, host)),
+                None => Request::Http(probe::request(check, host)),
+            };
             let settings = Rc::new(Settings {
-                request: probe::request(check, host),
+                request,
                 check: check.clone(),
                 tls,
                 proxy_header: u.config.send_proxy_protocol.version().map(|v| {
@@ -156,15 +166,32 @@ async fn probe_loop(checker: Rc<Checker>, slot: Rc<Slot>) {
     loop {
         let settings = slot.settings.borrow().clone();
         let started = Instant::now();
-        let verdict = probe::probe(
-            &slot.upstream,
-            slot.addr,
-            settings.request.clone(),
-            &settings.check,
-            settings.tls.as_ref(),
-            settings.proxy_header.clone(),
-        )
-        .await;
+        let (tls, proxy_header) = (settings.tls.as_ref(), settings.proxy_header.clone());
+        let verdict = match &settings.request {
+            Request::Http(request) => {
+                let request = request.clone();
+                probe::probe(
+                    &slot.upstream,
+                    slot.addr,
+                    request,
+                    &settings.check,
+                    tls,
+                    proxy_header,
+                )
+                .await
+            }
+            Request::Grpc(request) => {
+                grpc::grpc_probe(
+                    &slot.upstream,
+                    slot.addr,
+                    request,
+                    &settings.check,
+                    tls,
+                    proxy_header,
+                )
+                .await
+            }
+        };
         if slot.retired.get() {
             return;
         }

@@ -1,14 +1,16 @@
 //! Active health checks (DESIGN.md "Upstream health, discovery and balancing", "Process model"): one
 //! health thread for the whole process probes every endpoint of every upstream with a
-//! `[upstreams.health_check]` ([`checker`], [`probe`], thresholds in [`tracker`]) and publishes each
-//! endpoint's state in [`edge_core::runtime::health::ActiveHealth`]; each worker reads those flags
-//! without a lock and fails open when none of an upstream's endpoints is healthy ([`view`]).
+//! `[upstreams.health_check]` ([`checker`]; [`probe`] over HTTP/1.1, or [`grpc`] with `grpc_service`;
+//! thresholds in [`tracker`]) and publishes each endpoint's state in
+//! [`edge_core::runtime::health::ActiveHealth`]; each worker reads those flags without a lock and fails
+//! open when none of an upstream's endpoints is healthy ([`view`]).
 //!
 //! The thread is unpinned and runs its own monoio runtime on the workers' io driver, with one task per
 //! endpoint: a probe that hangs until its `timeout` delays no other endpoint's probes, and probe load
 //! depends on the number of endpoints, not of cores.
 
 mod checker;
+pub mod grpc;
 pub mod probe;
 pub mod tracker;
 pub mod view;

@@ -12,7 +12,7 @@ pub enum Failure {
     Connect(io::ErrorKind),
     /// No response head within `timeout` (connect, write and response head together).
     Timeout,
-    /// A response whose status is outside `expect_status`.
+    /// A response whose status is outside `expect_status` (a gRPC check: other than 200).
     Status(u16),
     /// A response head that does not parse, or one over 16 KiB.
     BadResponse,
@@ -20,6 +20,21 @@ pub enum Failure {
     Closed,
     /// The TLS handshake or certificate verification failed (`tls = true` upstreams).
     Tls,
+    /// gRPC check: a `grpc-status` other than 0 (OK), e.g. 5 NOT_FOUND for a service the server does
+    /// not know, 12 UNIMPLEMENTED when it has no health service.
+    GrpcStatus(u32),
+    /// gRPC check: the server answered with a status other than SERVING (0 UNKNOWN, 2 NOT_SERVING,
+    /// 3 SERVICE_UNKNOWN).
+    NotServing(u64),
+    /// gRPC check: the response message or its `grpc-status` is missing or malformed.
+    BadMessage,
+    /// gRPC check: over TLS the server chose HTTP/1.1 in ALPN (`protocol = "auto"`).
+    NotH2,
+    /// gRPC check: the stream or the connection was reset (RST_STREAM or GOAWAY), with this HTTP/2
+    /// error code.
+    H2(u32),
+    /// gRPC check: the endpoint's address (or `tls_server_name`) is not a valid `:authority`.
+    BadAuthority,
 }
 
 impl fmt::Display for Failure {
@@ -31,6 +46,12 @@ impl fmt::Display for Failure {
             Failure::BadResponse => f.write_str("bad response head"),
             Failure::Closed => f.write_str("closed before the response head"),
             Failure::Tls => f.write_str("TLS handshake failed"),
+            Failure::GrpcStatus(s) => write!(f, "grpc status {s}"),
+            Failure::NotServing(s) => write!(f, "not serving (status {s})"),
+            Failure::BadMessage => f.write_str("bad gRPC health response"),
+            Failure::NotH2 => f.write_str("the server did not choose h2 in ALPN"),
+            Failure::H2(code) => write!(f, "HTTP/2 error {:?}", h2::Reason::from(*code)),
+            Failure::BadAuthority => f.write_str("the endpoint is not a valid :authority"),
         }
     }
 }
@@ -150,5 +171,8 @@ mod tests {
             Failure::Connect(io::ErrorKind::ConnectionRefused).to_string(),
             "connect error (connection refused)"
         );
+        assert_eq!(Failure::GrpcStatus(5).to_string(), "grpc status 5");
+        assert_eq!(Failure::NotServing(2).to_string(), "not serving (status 2)");
+        assert_eq!(Failure::H2(7).to_string(), "HTTP/2 error REFUSED_STREAM");
     }
 }

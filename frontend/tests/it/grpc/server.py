@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
 """The gRPC origin of edge's tests (frontend/tests/it/harness/grpc.rs): serves edge.test.Echo
-(echo.proto, compiled into a directory on PYTHONPATH) on 127.0.0.1, port chosen by the kernel.
+(echo.proto, compiled into a directory on PYTHONPATH) and the standard health service
+grpc.health.v1.Health (grpcio-health-checking) on 127.0.0.1, port chosen by the kernel. The health
+service starts with "" (the server) and "edge.test.Echo" SERVING; any other name is unknown (NOT_FOUND).
 
 Usage: server.py [--tls CERT KEY]
+
+stdin, one JSON object per line:
+  {"cmd": "health", "id": N, "service": S, "status": "SERVING" | "NOT_SERVING" | ...}
+                                                             sets S's health status; answered by
+                                                             {"event": "health_set", "id": N}
 
 stdout, one JSON object per line, flushed at once:
   {"event": "listening", "port": N}                         first, once bound
@@ -11,6 +18,7 @@ stdout, one JSON object per line, flushed at once:
   {"event": "done", "method": M, "cancelled": bool, "messages_in": N, "messages_out": N}
                                                              when it ends (cancelled: the client or a
                                                              proxy cancelled it before the handler finished)
+  {"event": "health_check", "service": S, "metadata": {...}}  a Health/Check call (metadata: the caller's)
 Runs until killed (stdin closing ends it too, so a test that dies leaves no server behind).
 """
 
@@ -21,6 +29,7 @@ import time
 from concurrent import futures
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import echo_pb2
 import echo_pb2_grpc
@@ -147,9 +156,37 @@ class Echo(echo_pb2_grpc.EchoServicer):
         call.end(first or echo_pb2.Ask())
 
 
+class Health(health.HealthServicer):
+    """The standard health service, each Check reported as an event."""
+
+    def Check(self, request, context):
+        md = metadata_dict(context.invocation_metadata())
+        emit(event="health_check", service=request.service, metadata=md)
+        return super().Check(request, context)
+
+
+def commands(health_servicer):
+    """Follows stdin's commands until it ends (the test process gone)."""
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "health":
+            status = health_pb2.HealthCheckResponse.ServingStatus.Value(cmd["status"])
+            health_servicer.set(cmd["service"], status)
+            emit(event="health_set", id=cmd["id"])
+        else:
+            emit(event="bad_command", line=line)
+
+
 def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
     echo_pb2_grpc.add_EchoServicer_to_server(Echo(), server)
+    health_servicer = Health()
+    for service in ("", "edge.test.Echo"):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if len(sys.argv) == 4 and sys.argv[1] == "--tls":
         with open(sys.argv[2], "rb") as c, open(sys.argv[3], "rb") as k:
             creds = grpc.ssl_server_credentials([(k.read(), c.read())])
@@ -161,7 +198,7 @@ def main():
     server.start()
     emit(event="listening", port=port)
     # The test holds our stdin: its end (the test process gone) ends the server.
-    sys.stdin.read()
+    commands(health_servicer)
     server.stop(0)
 
 

@@ -3,7 +3,9 @@
 //!
 //! - [`GrpcServer::start`] (h2c) / [`GrpcServer::start_tls`] (TLS, ALPN h2): `grpc/server.py` on
 //!   127.0.0.1, port read back; what it saw of each call (metadata, deadline, cancellation) as
-//!   [`GrpcServer::events`] / [`GrpcServer::wait_event`].
+//!   [`GrpcServer::events`] / [`GrpcServer::wait_event`]. It also serves the standard health service
+//!   (`grpc.health.v1.Health`, "" and "edge.test.Echo" SERVING at start), set with
+//!   [`GrpcServer::set_health`].
 //! - [`GrpcCall`]: one call of `grpc/client.py` against an address (h2c, or TLS with
 //!   [`GrpcCall::tls`]), bounded by [`GrpcCall::limit`]; its [`GrpcResult`] is the status, details,
 //!   metadata, trailers and message and byte counts the client saw.
@@ -13,11 +15,14 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader, Read},
+    io::{BufRead, BufReader, Read, Write},
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, Stdio},
-    sync::{mpsc, Arc, Mutex, OnceLock},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc, Arc, Mutex, OnceLock,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -84,8 +89,10 @@ fn python(script: &str) -> Command {
 /// The gRPC origin (`grpc/server.py`); killed on drop.
 pub struct GrpcServer {
     child: Child,
-    /// Its stdin: the server ends when it closes (the test process gone).
-    _stdin: ChildStdin,
+    /// Its stdin, for commands; the server ends when it closes (the test process gone).
+    stdin: Mutex<ChildStdin>,
+    /// The id of the last command.
+    commands: AtomicU64,
     pub addr: SocketAddr,
     events: Arc<Mutex<Vec<Value>>>,
     rx: Mutex<mpsc::Receiver<Value>>,
@@ -129,7 +136,8 @@ impl GrpcServer {
         });
         let mut server = GrpcServer {
             child,
-            _stdin: stdin,
+            stdin: Mutex::new(stdin),
+            commands: AtomicU64::new(0),
             addr: "127.0.0.1:0".parse().unwrap(),
             events,
             rx: Mutex::new(rx),
@@ -149,6 +157,29 @@ impl GrpcServer {
     /// ends (see grpc/server.py).
     pub fn events(&self) -> Vec<Value> {
         self.events.lock().unwrap().clone()
+    }
+
+    /// Sets the health status of `service` ("" = the server) in its `grpc.health.v1.Health` service:
+    /// `"SERVING"`, `"NOT_SERVING"`, `"UNKNOWN"` or `"SERVICE_UNKNOWN"`; returns once the server
+    /// confirmed it (5 s max).
+    pub fn set_health(&self, service: &str, status: &str) {
+        let id = self.commands.fetch_add(1, Ordering::SeqCst) + 1;
+        let cmd =
+            serde_json::json!({"cmd": "health", "id": id, "service": service, "status": status});
+        writeln!(self.stdin.lock().unwrap(), "{cmd}").expect("write to grpc/server.py");
+        self.wait_event(Duration::from_secs(5), |e| {
+            e["event"] == "health_set" && e["id"] == id
+        })
+        .unwrap_or_else(|| panic!("grpc/server.py did not confirm {cmd} within 5 s"));
+    }
+
+    /// The `grpc.health.v1.Health/Check` calls that reached the server:
+    /// `{"event": "health_check", "service", "metadata"}`.
+    pub fn health_checks(&self) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["event"] == "health_check")
+            .collect()
     }
 
     /// The calls that reached the server.
