@@ -362,3 +362,14 @@ fn hex(b: u8) -> Option<u8> {
 
 #[cfg(test)]
 mod tests;
+
+/// The trailer section's field lines (each ending in CRLF) in `tail`, the bytes of a complete chunked
+/// body after its last data byte: the CRLF ending the last data chunk (when present), the last-chunk
+/// line (`0`, maybe with extensions), the field lines, the final CRLF (RFC 9112 §7.1.2). `None` when
+/// there are no fields.
+pub fn trailer_lines(tail: &[u8]) -> Option<&[u8]> {
+    let t = tail.strip_prefix(b"\r\n").unwrap_or(tail);
+    let line = t.windows(2).position(|w| w == b"\r\n")? + 2;
+    let fields = t.get(line..t.len().checked_sub(2)?)?;
+    (!fields.is_empty()).then_some(fields)
+}

@@ -178,3 +178,60 @@ impl<B: Buf + From<Vec<u8>>, S: BorrowMut<SendStream<B>>> AsyncWriteRent for Str
 fn stream_error(e: h2::Error) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionReset, e)
 }
+
+/// Fields HTTP/2 forbids in a trailer section (connection-specific ones, RFC 9113 §8.2.2, and the
+/// framing and routing fields, RFC 9110 §6.5.1).
+const NOT_IN_TRAILERS: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "content-length",
+    "host",
+];
+
+/// A chunked body's trailer field lines ([`crate::http::chunked::trailer_lines`]) as an HTTP/2 trailer
+/// section, without the fields that may not be there or that are not valid; `None` when none is left.
+pub fn trailer_map(lines: &[u8]) -> Option<http::HeaderMap> {
+    let mut storage = [httparse::EMPTY_HEADER; 64];
+    let mut whole = Vec::with_capacity(lines.len() + 2);
+    whole.extend_from_slice(lines);
+    whole.extend_from_slice(b"\r\n");
+    let httparse::Status::Complete((_, fields)) =
+        httparse::parse_headers(&whole, &mut storage).ok()?
+    else {
+        return None;
+    };
+    let mut map = http::HeaderMap::new();
+    for f in fields.iter() {
+        if NOT_IN_TRAILERS
+            .iter()
+            .any(|n| f.name.eq_ignore_ascii_case(n))
+        {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(f.name.as_bytes()),
+            http::HeaderValue::from_bytes(f.value),
+        ) else {
+            continue;
+        };
+        map.append(name, value);
+    }
+    (!map.is_empty()).then_some(map)
+}
+
+/// Appends the last chunk of a chunked body with `trailers` as its trailer section.
+pub fn last_chunk(out: &mut Vec<u8>, trailers: Option<&http::HeaderMap>) {
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}

@@ -65,7 +65,7 @@ both_drivers!(
         let origin = H2Origin::start();
         let edge = edge_to(d, &origin, &[]);
         let mut c = Client::connect(edge.addr);
-        c.send(b"POST /echo HTTP/1.1\r\nHost: a\r\nTE: trailers\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+        c.send(b"POST /echo HTTP/1.1\r\nHost: a\r\nTE: trailers\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nx-client-sum: 11\r\n\r\n");
         let (raw, closed) = c.read_until_closed(Duration::from_secs(5));
         assert!(
             closed.is_some(),
@@ -78,11 +78,15 @@ both_drivers!(
                 || raw.contains("Transfer-Encoding: chunked\r\n"),
             "{raw}"
         );
+        // The client's trailer section went up as trailing HEADERS; the origin's came back in the
+        // last chunk (it echoes the request's trailers after its own).
         assert!(
-            raw.ends_with("0\r\nx-echo: done\r\n\r\n"),
+            raw.ends_with("0\r\nx-echo: done\r\nx-client-sum: 11\r\n\r\n"),
             "trailers in the last chunk: {raw:?}"
         );
         assert_eq!(origin.seen()[0].body, b"hello world");
+        let sum = [("x-client-sum".to_string(), "11".to_string())];
+        assert_eq!(origin.seen()[0].trailers, sum);
     }
 );
 
@@ -377,3 +381,63 @@ both_drivers!(websocket_reaches_an_h2_upstream_as_extended_connect, |d| {
     });
     assert!(echoed, "100 kB echoed byte-exact, END_STREAM both ways");
 });
+
+both_drivers!(an_h2_clients_trailers_reach_an_h2_upstream_and_back, |d| {
+    let origin = H2Origin::start();
+    let edge = edge_to(d, &origin, &[]);
+    let authority = edge.addr.to_string();
+    let (body, trailers) = block_on(async {
+        let send = h2_connect(edge.addr).await;
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::post(format!("http://{authority}/echo"))
+            .body(())
+            .unwrap();
+        let (resp, mut stream) = send.send_request(req, false).unwrap();
+        stream
+            .send_data(bytes::Bytes::from_static(b"payload"), false)
+            .unwrap();
+        let mut t = http::HeaderMap::new();
+        t.insert("x-checksum", "abc".parse().unwrap());
+        stream.send_trailers(t).unwrap();
+        let mut recv = resp.await.unwrap().into_body();
+        let body = crate::harness::read_to_end(&mut recv).await.unwrap();
+        let trailers = recv.trailers().await.unwrap().unwrap_or_default();
+        (body, trailers)
+    });
+    assert_eq!(body, b"payload");
+    assert_eq!(trailers.get("x-checksum").unwrap(), "abc", "{trailers:?}");
+    assert_eq!(trailers.get("x-echo").unwrap(), "done");
+    let seen = &origin.seen()[0];
+    assert_eq!(seen.body, b"payload");
+    let sent = [("x-checksum".to_string(), "abc".to_string())];
+    assert_eq!(seen.trailers, sent);
+});
+
+both_drivers!(
+    a_client_that_stops_reading_pauses_its_upstream_stream,
+    |d| {
+        let origin = H2Origin::start();
+        let edge = edge_to(d, &origin, &[]);
+        // 64 MiB asked for, nothing read: the upstream stream may send its window and what the sockets
+        // and edge's relay hold, never the body.
+        let mut c = Client::connect(edge.addr);
+        c.send(b"GET /big/67108864 HTTP/1.1\r\nHost: a\r\n\r\n");
+        let sent = || origin.state.big_sent.load(Ordering::SeqCst);
+        // Wait until the transfer stalls: no progress for half a second.
+        let mut last = 0;
+        let stalled = crate::harness::wait_until(Duration::from_secs(10), || {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = sent();
+            let stalled = now > 0 && now == last;
+            last = now;
+            stalled
+        });
+        assert!(stalled, "the upstream stream paused at {} bytes", sent());
+        assert!(sent() < 16 << 20, "paused after {} bytes of 64 MiB", sent());
+        // Reading again lets it go on to the end.
+        c.set_timeout(Duration::from_secs(30));
+        let r = c.read_response(false).expect("the whole body");
+        assert_eq!(r.body.len(), 64 << 20);
+        assert_eq!(sent(), 64 << 20);
+    }
+);

@@ -5,8 +5,8 @@
 //! whose upstream stops taking its body waits, under `write_timeout` of no progress, while the
 //! response is watched for an early answer.
 //!
-//! Request trailers (a chunked body's trailer section) are not forwarded upstream: the decoder reads
-//! past them.
+//! A chunked body's trailer section (an HTTP/1.1 client's, or an HTTP/2 client's trailing HEADERS
+//! the downstream session wrote there) ends the stream as trailing HEADERS.
 
 use std::{future::poll_fn, io, task::Poll, time::Duration};
 
@@ -31,6 +31,9 @@ pub(crate) struct ReqSide {
     left: u64,
     /// END_STREAM went out.
     pub(crate) sent: bool,
+    /// A chunked body's bytes since its last data byte (a pooled buffer, taken at the first): the last
+    /// chunk and its trailer section once the body is done.
+    tail: Vec<u8>,
 }
 
 impl ReqSide {
@@ -46,6 +49,7 @@ impl ReqSide {
             decoder: ChunkedDecoder::new(),
             left,
             sent,
+            tail: Vec::new(),
         }
     }
 }
@@ -98,16 +102,44 @@ impl<'a> DataSink<'a> {
                     .decoder
                     .feed(input, |r| ranges.push(r))
                     .map_err(|_| SinkError::Io(io::Error::other("malformed chunked body")))?;
-                for (k, r) in ranges.iter().enumerate() {
-                    let last = progress.done && k + 1 == ranges.len();
-                    self.data(&input[r.clone()], last).await?;
+                // What follows the last data byte is kept: at the end it holds the trailer section.
+                let last_data = ranges.last().map_or(0, |r| r.end);
+                if last_data > 0 {
+                    self.side.tail.clear();
+                }
+                if progress.consumed > last_data {
+                    if self.side.tail.capacity() == 0 {
+                        self.side.tail = edge_core::buf::take();
+                    }
+                    self.side
+                        .tail
+                        .extend_from_slice(&input[last_data..progress.consumed]);
+                }
+                for r in &ranges {
+                    self.data(&input[r.clone()], false).await?;
                 }
                 if progress.done {
-                    self.data(&[], true).await?;
+                    self.finish_chunked()?;
                 }
                 Ok(input.len())
             }
         }
+    }
+
+    /// Ends a chunked body: its trailer section as trailing HEADERS (RFC 9113 §8.1), else an empty
+    /// DATA frame with END_STREAM.
+    fn finish_chunked(&mut self) -> Result<(), SinkError> {
+        let trailers = edge_core::http::chunked::trailer_lines(&self.side.tail)
+            .and_then(edge_core::io::h2_stream::trailer_map);
+        let side = &mut *self.side;
+        let r = match trailers {
+            Some(t) => side.stream.send_trailers(t),
+            None => side.stream.send_data(Bytes::new(), true),
+        };
+        r.map_err(|e| SinkError::Io(io::Error::other(e)))?;
+        side.sent = true;
+        edge_core::buf::give(std::mem::take(&mut side.tail));
+        Ok(())
     }
 
     /// Sends END_STREAM if the body's framing did not (a body that ended at the source's end).

@@ -185,17 +185,7 @@ pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     edge_core::http::chunked::encode_chunk(out, data);
 }
 
-/// Appends the last chunk with `trailers` as its trailer section (RFC 9112 §7.1.2).
-pub(crate) fn last_chunk(out: &mut Vec<u8>, trailers: Option<&http::HeaderMap>) {
-    out.extend_from_slice(b"0\r\n");
-    for (name, value) in trailers.into_iter().flatten() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
+pub(crate) use edge_core::io::h2_stream::last_chunk;
 
 #[cfg(test)]
 mod tests {

@@ -177,12 +177,7 @@ impl ResponseBody {
         if !self.done() || self.tail.is_empty() {
             return None;
         }
-        // `\r\n` ending the last data chunk (when it came in the same pass), the last-chunk line, the
-        // field lines, the final CRLF.
-        let t = self.tail.strip_prefix(b"\r\n").unwrap_or(&self.tail);
-        let line = t.windows(2).position(|w| w == b"\r\n")? + 2;
-        let fields = t.get(line..t.len().checked_sub(2)?)?;
-        (!fields.is_empty()).then_some(fields)
+        edge_core::http::chunked::trailer_lines(&self.tail)
     }
 
     /// The upstream closed a close-delimited body: it is complete (with the last chunk when re-chunking).

@@ -128,10 +128,21 @@ impl BodySource for H2Body {
             self.done = self.body.is_end_stream();
         }
         if chunked {
-            let last = Bytes::new();
-            Self::forward(sink, &last, true, write_timeout)
-                .await
-                .map_err(SendBodyError::Sink)?;
+            // The client's trailing HEADERS, if any, become the last chunk's trailer section
+            // (RFC 9113 §8.1, RFC 9112 §7.1.2).
+            let trailers = match timeout_at(self.deadline, self.body.trailers()).await {
+                Ok(Ok(t)) => t,
+                Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
+                Ok(Err(_)) => return Err(source(BodyFailure::ClientGone)),
+            };
+            let mut last = edge_core::buf::take();
+            edge_core::io::h2_stream::last_chunk(&mut last, trailers.as_ref());
+            let (res, last) = match timeout(write_timeout, sink.write_all(last)).await {
+                Ok(r) => r,
+                Err(_) => return Err(SendBodyError::Sink(SinkError::Timeout)),
+            };
+            edge_core::buf::give(last);
+            res.map_err(|e| SendBodyError::Sink(SinkError::Io(e)))?;
         }
         Ok(())
     }

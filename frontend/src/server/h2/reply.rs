@@ -211,7 +211,10 @@ impl<'a> H2Reply<'a> {
         };
         // A de-chunked body's trailer section ends the stream as trailing HEADERS (RFC 9113 §8.1).
         let trailers = match end {
-            true => self.relay.trailers().and_then(trailer_map),
+            true => self
+                .relay
+                .trailers()
+                .and_then(edge_core::io::h2_stream::trailer_map),
             false => None,
         };
         if chunk.remaining() > 0 || (end && trailers.is_none()) {
@@ -480,44 +483,4 @@ impl Respond for H2Reply<'_> {
         self.relay.finish(&mut out);
         self.send_data(Chunk::new(out), true).await
     }
-}
-
-/// A trailer section's field lines (each ending in CRLF) as trailing HEADERS fields, without the
-/// fields HTTP/2 forbids there (connection-specific ones, RFC 9113 §8.2.2) or that are not valid;
-/// `None` when none is left.
-fn trailer_map(lines: &[u8]) -> Option<http::HeaderMap> {
-    const FORBIDDEN: [&str; 9] = [
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-connection",
-        "content-length",
-        "host",
-    ];
-    let mut storage = [httparse::EMPTY_HEADER; 64];
-    let mut whole = Vec::with_capacity(lines.len() + 2);
-    whole.extend_from_slice(lines);
-    whole.extend_from_slice(b"\r\n");
-    let httparse::Status::Complete((_, fields)) =
-        httparse::parse_headers(&whole, &mut storage).ok()?
-    else {
-        return None;
-    };
-    let mut map = http::HeaderMap::new();
-    for f in fields.iter() {
-        if FORBIDDEN.iter().any(|n| f.name.eq_ignore_ascii_case(n)) {
-            continue;
-        }
-        let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(f.name.as_bytes()),
-            http::HeaderValue::from_bytes(f.value),
-        ) else {
-            continue;
-        };
-        map.append(name, value);
-    }
-    (!map.is_empty()).then_some(map)
 }

@@ -72,6 +72,9 @@ pub struct H2OriginState {
     pub goaway_after: AtomicUsize,
     /// Requests seen, in arrival order (refused ones excluded).
     pub seen: Mutex<Vec<H2Seen>>,
+    /// Body bytes of `/big` answers that h2 took from the origin (the client's flow-control window
+    /// allowed them).
+    pub big_sent: AtomicUsize,
 }
 
 /// A running HTTP/2 origin.
@@ -266,7 +269,7 @@ async fn stream(
             let body: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
             let len = n.to_string();
             if let Some(mut s) = head(&mut respond, 200, &[("content-length", &len)]) {
-                send_all(&mut s, Bytes::from(body)).await;
+                send_all(&mut s, Bytes::from(body), &st.big_sent).await;
             }
         }
         Some("hold") => {
@@ -312,14 +315,16 @@ fn whole(respond: &mut SendResponse<Bytes>, body: &'static [u8]) {
     }
 }
 
-/// Sends `body` within the stream's flow-control window, END_STREAM with the last bytes.
-async fn send_all(s: &mut h2::SendStream<Bytes>, mut body: Bytes) {
+/// Sends `body` within the stream's flow-control window, END_STREAM with the last bytes; `sent`
+/// counts the bytes handed to h2.
+async fn send_all(s: &mut h2::SendStream<Bytes>, mut body: Bytes, sent: &AtomicUsize) {
     while !body.is_empty() {
         s.reserve_capacity(body.len());
         let Some(Ok(n)) = std::future::poll_fn(|cx| s.poll_capacity(cx)).await else {
             return;
         };
         let piece = body.split_to(n.min(body.len()));
+        sent.fetch_add(piece.len(), Ordering::SeqCst);
         if s.send_data(piece, body.is_empty()).is_err() {
             return;
         }
