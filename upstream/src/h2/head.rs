@@ -60,20 +60,13 @@ pub(crate) fn request(out: &[u8], fields: &mut Fields, tls: bool) -> Option<H2Re
         Some(_) => Method::CONNECT,
         None => Method::from_bytes(&out[head.method.clone()]).ok()?,
     };
-    // One copy of the head; every value, the authority and the path are slices of it (no allocation
-    // per field value).
-    let shared = bytes::Bytes::copy_from_slice(&out[..head.len]);
-    let slice = |r: &[u8]| shared.slice_ref(r);
     let mut framing = Framing::None;
     let mut authority: &[u8] = b"";
-    let mut request = Request::new(());
-    *request.method_mut() = method.clone();
-    let map = request.headers_mut();
-    map.reserve(fields.len() + 1);
+    let mut builder = Request::builder().method(method.clone());
     let mut grpc = false;
     for f in fields.iter() {
-        let name = f.name(&shared);
-        let value = f.value(&shared);
+        let name = f.name(out);
+        let value = f.value(out);
         match f.kind {
             FieldKind::Host if authority.is_empty() => authority = value,
             FieldKind::ContentLength => {
@@ -91,27 +84,23 @@ pub(crate) fn request(out: &[u8], fields: &mut Fields, tls: bool) -> Option<H2Re
             grpc = true;
         }
         let name = HeaderName::from_bytes(name).ok()?;
-        map.append(name, HeaderValue::from_maybe_shared(slice(value)).ok()?);
+        builder = builder.header(name, HeaderValue::from_bytes(value).ok()?);
     }
     if grpc {
-        map.append(http::header::TE, HeaderValue::from_static("trailers"));
+        builder = builder.header(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    let path = &shared[head.path.clone()];
-    let path = match path.first() {
-        Some(b'/') | Some(b'*') => slice(path),
-        _ => bytes::Bytes::from_static(b"/"),
-    };
-    let authority = match authority.is_empty() {
-        true => bytes::Bytes::new(),
-        false => slice(authority),
+    let path = &out[head.path.clone()];
+    let path: &[u8] = match path.first() {
+        Some(b'/') | Some(b'*') => path,
+        _ => b"/",
     };
     let uri = Uri::builder()
         .scheme(if tls { "https" } else { "http" })
-        .authority(http::uri::Authority::from_maybe_shared(authority).ok()?)
-        .path_and_query(http::uri::PathAndQuery::from_maybe_shared(path).ok()?)
+        .authority(authority)
+        .path_and_query(path)
         .build()
         .ok()?;
-    *request.uri_mut() = uri;
+    let mut request = builder.uri(uri).body(()).ok()?;
     if websocket.is_some() {
         request
             .extensions_mut()

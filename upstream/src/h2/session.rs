@@ -232,15 +232,8 @@ impl UpstreamSession for H2Exchange<'_> {
                 Framing::Chunked => false,
             };
         let mut sender = self.conn.send.clone();
-        // Ready at once on a connection with room (no timer then); else under `write_timeout`.
-        let ready = match poll_now(|cx| sender.poll_ready(cx)).await {
-            Some(r) => Ok(r),
-            None => {
-                let ready = std::future::poll_fn(|cx| sender.poll_ready(cx));
-                timeout_at(Instant::now() + write_timeout, ready).await
-            }
-        };
-        match ready {
+        let ready = std::future::poll_fn(|cx| sender.poll_ready(cx));
+        match timeout_at(Instant::now() + write_timeout, ready).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.conn.state.retire();
@@ -372,35 +365,68 @@ impl UpstreamSession for H2Exchange<'_> {
         }
     }
 
-    /// The next DATA frame under the zombie clock, then every further one h2 already holds, up to
-    /// `size` bytes in all (a stream of small messages moves many a pass, not one), each appended in
-    /// the head's framing with its flow-control capacity released.
     async fn read_body(
         &mut self,
         clock: &mut ActivityClock,
-        size: usize,
+        _size: usize,
     ) -> Result<BodyRead, UpstreamError> {
         if self.ended || self.framing == BodyFraming::None {
             return Ok(BodyRead::Eof);
         }
-        let reset = || UpstreamError::new(UpstreamErrorKind::Reset);
-        let first = self.next_data(clock).await?;
-        let mut got = self.take_data(first).await?;
-        let limit = size.max(edge_core::buf::BUF_SIZE);
-        while !self.ended && self.buf.len() < limit {
-            let Some(recv) = self.recv.as_mut() else {
-                break;
+        let Some(recv) = self.recv.as_mut() else {
+            return Ok(BodyRead::Eof);
+        };
+        loop {
+            let until = {
+                clock.counts_received = true;
+                let last = self.conn.state.last_read();
+                if clock.last_received.is_none_or(|r| r < last) {
+                    clock.last_received = Some(last);
+                }
+                clock.deadline()
             };
-            match poll_now(|cx| recv.poll_data(cx)).await {
-                Some(Some(Err(_))) => return Err(reset()),
-                Some(next) => got |= self.take_data(next).await?,
-                None => break,
+            match timeout_at(until, recv.data()).await {
+                Ok(Some(Ok(data))) => {
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let n = data.len();
+                    let chunked = self.framing == BodyFraming::Chunked;
+                    self.buf.append_with(|out| match chunked {
+                        true => head::chunk(out, &data),
+                        false => out.extend_from_slice(&data),
+                    });
+                    let _ = recv.flow_control().release_capacity(n);
+                    clock.received();
+                    return Ok(BodyRead::Data);
+                }
+                Ok(Some(Err(_))) => return Err(UpstreamError::new(UpstreamErrorKind::Reset)),
+                Ok(None) => {
+                    if self.framing == BodyFraming::Length {
+                        self.ended = true;
+                        return Ok(BodyRead::Eof);
+                    }
+                    let trailers = match timeout_at(until, recv.trailers()).await {
+                        Ok(Ok(t)) => t,
+                        Ok(Err(_)) => return Err(UpstreamError::new(UpstreamErrorKind::Reset)),
+                        Err(_) => {
+                            self.conn.state.kill();
+                            return Err(UpstreamError::new(UpstreamErrorKind::Zombie));
+                        }
+                    };
+                    self.buf
+                        .append_with(|out| head::last_chunk(out, trailers.as_ref()));
+                    self.trailers = trailers;
+                    self.ended = true;
+                    return Ok(BodyRead::Data);
+                }
+                Err(_) if coarse_now() >= until => {
+                    self.conn.state.kill();
+                    return Err(UpstreamError::new(UpstreamErrorKind::Zombie));
+                }
+                Err(_) => {}
             }
         }
-        Ok(match got {
-            true => BodyRead::Data,
-            false => BodyRead::Eof,
-        })
     }
 
     fn received_trailers(&self) -> Option<&http::HeaderMap> {
@@ -429,85 +455,6 @@ impl UpstreamSession for H2Exchange<'_> {
 }
 
 impl H2Exchange<'_> {
-    /// The next DATA frame (or the end of the body): at once when h2 holds one, else awaited under
-    /// the zombie clock.
-    ///
-    /// # Errors
-    /// `Zombie` when the clock's deadline passes (the connection is killed).
-    async fn next_data(
-        &mut self,
-        clock: &mut ActivityClock,
-    ) -> Result<Option<Result<bytes::Bytes, h2::Error>>, UpstreamError> {
-        let Some(recv) = self.recv.as_mut() else {
-            return Ok(None);
-        };
-        if let Some(ready) = poll_now(|cx| recv.poll_data(cx)).await {
-            return Ok(ready);
-        }
-        loop {
-            clock.counts_received = true;
-            let last = self.conn.state.last_read();
-            if clock.last_received.is_none_or(|r| r < last) {
-                clock.last_received = Some(last);
-            }
-            let until = clock.deadline();
-            let Some(recv) = self.recv.as_mut() else {
-                return Ok(None);
-            };
-            match timeout_at(until, recv.data()).await {
-                Ok(r) => {
-                    clock.received();
-                    return Ok(r);
-                }
-                Err(_) if coarse_now() >= until => return Err(self.zombie()),
-                Err(_) => {}
-            }
-        }
-    }
-
-    /// Appends one DATA frame in the head's framing and releases its capacity, or at the end of the
-    /// body (`None`) the last chunk with the trailers; whether bytes were appended.
-    ///
-    /// # Errors
-    /// `Reset` for a stream error.
-    async fn take_data(
-        &mut self,
-        next: Option<Result<bytes::Bytes, h2::Error>>,
-    ) -> Result<bool, UpstreamError> {
-        let reset = || UpstreamError::new(UpstreamErrorKind::Reset);
-        let Some(recv) = self.recv.as_mut() else {
-            return Ok(false);
-        };
-        match next {
-            Some(Ok(data)) => {
-                if data.is_empty() {
-                    return Ok(false);
-                }
-                let chunked = self.framing == BodyFraming::Chunked;
-                self.buf.append_with(|out| match chunked {
-                    true => head::chunk(out, &data),
-                    false => out.extend_from_slice(&data),
-                });
-                let _ = recv.flow_control().release_capacity(data.len());
-                Ok(true)
-            }
-            Some(Err(_)) => Err(reset()),
-            None if self.framing == BodyFraming::Length => {
-                self.ended = true;
-                Ok(false)
-            }
-            None => {
-                // The trailing HEADERS come with END_STREAM: h2 has them when the DATA ended.
-                let trailers = recv.trailers().await.map_err(|_| reset())?;
-                self.buf
-                    .append_with(|out| head::last_chunk(out, trailers.as_ref()));
-                self.trailers = trailers;
-                self.ended = true;
-                Ok(true)
-            }
-        }
-    }
-
     /// Waits for the response head under `head_deadline` and the zombie clock.
     async fn await_head(
         &mut self,
@@ -595,16 +542,4 @@ async fn connect_allowed(sender: &h2::client::SendRequest<bytes::Bytes>, limit: 
         monoio::time::sleep(Duration::from_millis(1)).await;
     }
     true
-}
-
-/// Polls once: `Some` with the output when ready now, `None` when not (the waker is registered, and
-/// nothing is lost: h2 keeps what it has).
-async fn poll_now<T>(mut f: impl FnMut(&mut std::task::Context<'_>) -> Poll<T>) -> Option<T> {
-    std::future::poll_fn(|cx| {
-        Poll::Ready(match f(cx) {
-            Poll::Ready(v) => Some(v),
-            Poll::Pending => None,
-        })
-    })
-    .await
 }
