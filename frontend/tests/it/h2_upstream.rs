@@ -441,3 +441,62 @@ both_drivers!(
         assert_eq!(sent(), 64 << 20);
     }
 );
+
+both_drivers!(
+    an_upstream_reset_after_the_head_cuts_the_response_short,
+    |d| {
+        let origin = H2Origin::start();
+        let edge = edge_to(d, &origin, &[]);
+        // HTTP/1.1: the chunked response ends without its last chunk, and the connection closes.
+        let mut c = Client::connect(edge.addr);
+        c.send(b"GET /reset HTTP/1.1\r\nHost: a\r\n\r\n");
+        let (raw, closed) = c.read_until_closed(Duration::from_secs(5));
+        assert!(closed.is_some(), "closed after the cut");
+        let raw = String::from_utf8_lossy(&raw).into_owned();
+        assert!(raw.starts_with("HTTP/1.1 200 "), "{raw:.80}");
+        assert!(!raw.ends_with("0\r\n\r\n"), "no last chunk");
+        // HTTP/2: the client's stream is reset.
+        let authority = edge.addr.to_string();
+        let r = block_on(async {
+            let send = h2_connect(edge.addr).await;
+            h2_request(&send, "GET", "/reset", &authority, &[], b"").await
+        });
+        assert!(
+            r.is_err(),
+            "the stream was reset: {:?}",
+            r.map(|r| r.status)
+        );
+        edge.wait_metric("edge_responses_truncated_total", &[], 2.0);
+    }
+);
+
+both_drivers!(
+    curl_and_an_h2_client_move_1_mib_both_ways_through_an_h2_upstream,
+    |d| {
+        let origin = H2Origin::start();
+        let edge = edge_to(d, &origin, &[]);
+        let body: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 13 % 251) as u8).collect();
+        let authority = edge.addr.to_string();
+        let r = block_on(async {
+            let send = h2_connect(edge.addr).await;
+            h2_request(&send, "POST", "/echo", &authority, &[], &body).await
+        })
+        .expect("echo over h2");
+        assert_eq!(r.status, 200);
+        assert!(r.body == body, "1 MiB echoed byte-exact, stream to stream");
+        if crate::h2::have_curl_h2() {
+            let out = std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10", "--http2-prior-knowledge"])
+                .arg(format!("http://{authority}/big/1048576"))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let want: Vec<u8> = (0..1 << 20).map(|i: usize| (i % 251) as u8).collect();
+            assert!(out.stdout == want, "curl --http2 got 1 MiB byte-exact");
+        }
+    }
+);

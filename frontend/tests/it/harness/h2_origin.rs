@@ -7,6 +7,7 @@
 //! - `/slow/MS`: 200 `slow` after MS milliseconds (the connection keeps being served, PINGs answered);
 //! - `/stream/N/MS`: N chunks of `tick\n`, MS milliseconds apart, no Content-Length;
 //! - `/big/N`: N bytes of a repeating pattern, with Content-Length;
+//! - `/reset`: 200 without Content-Length, 64 KiB of body, then RST_STREAM INTERNAL_ERROR;
 //! - `/hold`: never answers; a reset of the stream by the client is counted ([`H2OriginState::resets`]);
 //! - `/freeze`: the connection is no longer read or written at all (PINGs unanswered: a zombie);
 //! - an extended CONNECT with `:protocol websocket` (RFC 8441; the origin offers
@@ -270,6 +271,14 @@ async fn stream(
             let len = n.to_string();
             if let Some(mut s) = head(&mut respond, 200, &[("content-length", &len)]) {
                 send_all(&mut s, Bytes::from(body), &st.big_sent).await;
+            }
+        }
+        Some("reset") => {
+            if let Some(mut s) = head(&mut respond, 200, &[]) {
+                let _ = s.send_data(Bytes::from(vec![b'r'; 64 * 1024]), false);
+                // Let the DATA go out before the reset.
+                monoio::time::sleep(Duration::from_millis(100)).await;
+                s.send_reset(Reason::INTERNAL_ERROR);
             }
         }
         Some("hold") => {
