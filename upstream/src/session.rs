@@ -14,56 +14,25 @@
 //! object, no allocation per request; the concrete session is chosen in one place, the [`Open`]
 //! implementation for [`Upstream`] at the end of this file.
 //!
-//! # HTTP/2 (plan)
+//! # HTTP/2
 //!
-//! An `h2/` implementation of the same trait, on the `h2` crate's client driven on the worker's runtime
+//! [`crate::h2`] implements the same trait on the `h2` crate's client, driven on the worker's runtime
 //! through [`edge_core::io::PollIo`] as the downstream HTTP/2 server is (DESIGN.md "HTTP/2 and gRPC
-//! upstreams"):
-//! - Connections: per worker and per endpoint, `Rc`-shared by the worker's streams, each connection's
-//!   `h2::client::Connection` driven by a task of its own; up to `max_streams_per_connection` (and the
-//!   server's SETTINGS_MAX_CONCURRENT_STREAMS) streams each; idle ones kept by `pool_idle_timeout` and
-//!   `pool_max_idle` (counting connections), as pooled HTTP/1.1 connections are.
-//! - [`Open::open`]: the endpoint picked as today (policy, ejection, `max_active` permits), then a
-//!   connection with a free stream (`SendRequest::poll_ready`), else a new connection and handshake;
-//!   [`Reuse::Fresh`] asks for a new connection. [`UpstreamSession::reused`]: the connection carried
-//!   streams before.
-//! - [`UpstreamSession::send_head`]: the HTTP/1.1-syntax head parsed back into an `http::Request` (Host →
-//!   `:authority`, `TE: trailers` kept) and sent as HEADERS (END_STREAM when there is no body); body
-//!   bytes that came with it as DATA. `out` stays whole for a retry.
-//! - [`UpstreamSession::send_body`]: [`BodySource::forward_rest`] into a sink that turns the declared
-//!   framing into DATA frames (de-chunking a chunked body), each within the stream's send capacity
-//!   (`reserve_capacity`/`poll_capacity` under `write_timeout`), while the `ResponseFuture` is watched
-//!   for an early answer. No split is needed; the by-value signature costs nothing. It runs only for a
-//!   client that cannot split (an HTTP/1.1 client); an HTTP/2 client's exchange is full duplex:
-//! - [`UpstreamSession::duplex`] answers true and [`UpstreamSession::take_body_sink`] moves that same
-//!   sink out of the session: the stream's `SendStream` with the framing state (END_STREAM once the
-//!   declared body is complete), its writes marking the stream's activity. The session keeps the
-//!   `ResponseFuture` / `RecvStream` for the reads, which the orchestrator runs beside the sink's
-//!   writes in one task (`frontend/src/proxy/duplex.rs`). Dropping the sink unfinished and then
-//!   [`Finish::Close`] resets the stream (CANCEL; h2 does it when the last handle goes).
-//! - [`UpstreamSession::wait_more`], [`UpstreamSession::read_head`]: the `ResponseFuture` under the
-//!   deadlines; the head is written into [`UpstreamSession::received_mut`] in HTTP/1.1 syntax
-//!   (`Transfer-Encoding: chunked` when it has no Content-Length) and parsed there. The `h2` client
-//!   surfaces no 1xx, so a `100 Continue` wait ends at its deadline or at the final head.
-//! - [`UpstreamSession::read_body`]: `RecvStream::data` under the zombie clock, appended in the declared
-//!   framing (END_STREAM appends the last chunk), flow-control capacity released as the bytes are
-//!   consumed, so a stream holds at most one window. [`UpstreamSession::read_trailers`]: the trailing
-//!   HEADERS as [`Trailers::Section`] (forwarding them needs a trailer send on the downstream session).
-//! - [`UpstreamSession::finish`]: [`Finish::Reuse`] leaves the shared connection as it is (the stream
-//!   ended); [`Finish::Close`] and a drop reset an unfinished stream (RST_STREAM CANCEL), never the
-//!   connection. [`UpstreamSession::into_tunnel`]: an extended CONNECT stream's halves.
-//! - Failures: a stream above a GOAWAY's last-stream-id, or refused (REFUSED_STREAM), was never
-//!   processed: a retry-safe [`UpstreamError`] that the retry policy ([`crate::retry`]) must retry on
-//!   another connection whatever the method (one more flag on the error and on `Attempt`); other
-//!   resets before the head are `Reset` (502).
-//! - Liveness: the connection's task sends a PING when a stream is in flight and nothing arrived for
-//!   `max_inactive`; any frame received (a PING ACK too) marks the connection alive, and the reads
-//!   above mark the stream's [`ActivityClock`] received from it, so a slow answer on a live connection
-//!   ends only by `request_timeout`; a connection silent past the threshold is closed as a zombie and
-//!   its streams fail with `Zombie` (504).
-//! - The choice: [`Open`] for [`Upstream`] returns an enum over the two sessions that implements this
-//!   trait by delegation (and an enum of tunnels), by the upstream's `protocol`; nothing under
-//!   `frontend/src/proxy` changes.
+//! upstreams"); [`Open`] for [`Upstream`] returns [`AnyExchange`], an enum over the two sessions, by the
+//! upstream's `protocol`:
+//! - connections per worker and endpoint, shared by its streams up to `max_streams_per_connection`
+//!   (and the server's SETTINGS_MAX_CONCURRENT_STREAMS), idle ones kept like pooled HTTP/1.1 ones
+//!   (`crate::h2::conn`);
+//! - the head and body in this seam's HTTP/1.1 syntax both ways (`crate::h2::head`, `crate::h2::body`),
+//!   trailers in the last chunk;
+//! - [`UpstreamSession::duplex`] true: an HTTP/2 client's exchange is full duplex through
+//!   [`UpstreamSession::take_body_sink`] (`frontend/src/proxy/duplex.rs`); an HTTP/1.1 client's goes
+//!   through [`UpstreamSession::send_body`], watching the response for an early answer;
+//! - a stream the upstream never processed (REFUSED_STREAM, above a graceful GOAWAY) is
+//!   [`UpstreamErrorKind::unprocessed`](crate::UpstreamErrorKind::unprocessed): sent again whatever the
+//!   method;
+//! - PING liveness feeds the zombie clock: only a connection that answers nothing is a zombie;
+//! - a WebSocket upgrade goes as an extended CONNECT (RFC 8441), its tunnel the stream's DATA.
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
