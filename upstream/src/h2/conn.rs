@@ -3,7 +3,7 @@
 //! by the worker's streams up to `max_streams_per_connection` (and the server's
 //! SETTINGS_MAX_CONCURRENT_STREAMS), never by another worker.
 //!
-//! Liveness: every byte read from the connection marks it alive ([`ConnState::last_read`]); while a
+//! Liveness: every byte read from the connection marks it alive (`ConnState::last_read`); while a
 //! stream is in flight and nothing arrived for `max_inactive`, the driver sends a PING, so a live
 //! connection always shows life within `max_inactive` plus a round trip, however slow its answers are.
 //! A stream's zombie verdict ([`super::session`]) therefore only falls on a connection that answered

@@ -1,8 +1,8 @@
 //! [`H2Exchange`]: one request as a stream on a shared HTTP/2 connection, as an
 //! [`UpstreamSession`] (DESIGN.md "HTTP/2 and gRPC upstreams").
 //!
-//! The seam's HTTP/1.1 syntax both ways ([`super::head`]): the request head becomes HEADERS, its body
-//! DATA within the stream's send capacity ([`super::body`]); the response HEADERS become an HTTP/1.1
+//! The seam's HTTP/1.1 syntax both ways (`super::head`): the request head becomes HEADERS, its body
+//! DATA within the stream's send capacity (`super::body`); the response HEADERS become an HTTP/1.1
 //! head in the receive buffer, each DATA frame one chunk (or raw bytes under a Content-Length), and the
 //! trailing HEADERS the last chunk's trailer section, so the downstream sessions relay a response from
 //! an HTTP/2 upstream as they relay one from HTTP/1.1, trailers included. Flow control is end to end: a
@@ -10,7 +10,7 @@
 //! downstream session empties before the next read, so a stream holds at most one window.
 //!
 //! Deadlines: the head under `request_timeout` and the zombie clock, the body under the zombie clock,
-//! where "received" is any byte read on the connection ([`super::conn`]: PINGs keep a live connection
+//! where "received" is any byte read on the connection (`super::conn`: PINGs keep a live connection
 //! showing life), so a slow answer on a live connection is never a zombie. A zombie verdict kills the
 //! connection. Dropping the session before its stream ended resets the stream (RST_STREAM CANCEL, h2
 //! does it when the last handle goes).
