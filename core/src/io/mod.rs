@@ -129,6 +129,37 @@ pub fn send_ahead(sock: RawFd, bytes: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// What a one-byte non-blocking peek at a socket shows ([`peek`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peek {
+    /// Bytes are waiting.
+    Bytes,
+    /// The peer closed (EOF), or the socket failed.
+    Closed,
+    /// Nothing yet (the read would block).
+    Empty,
+}
+
+/// A one-byte `MSG_PEEK | MSG_DONTWAIT` receive on `fd`: consumes nothing, never blocks.
+pub fn peek(fd: RawFd) -> Peek {
+    let mut b = 0u8;
+    // SAFETY: a one-byte peek into a local; MSG_DONTWAIT never blocks; a bad fd is an error result.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        1.. => Peek::Bytes,
+        0 => Peek::Closed,
+        _ if io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => Peek::Empty,
+        _ => Peek::Closed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::{

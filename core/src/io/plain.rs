@@ -46,16 +46,6 @@ impl Transport for TcpStream {
     }
 
     fn is_quiet(&self) -> bool {
-        let mut b = 0u8;
-        // SAFETY: a one-byte peek into a local on a socket we own; MSG_DONTWAIT never blocks.
-        let n = unsafe {
-            libc::recv(
-                self.as_raw_fd(),
-                (&mut b as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+        super::peek(self.as_raw_fd()) == super::Peek::Empty
     }
 }

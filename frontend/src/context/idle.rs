@@ -269,20 +269,7 @@ impl IdleList {
 /// Whether bytes are waiting on the socket (a peek; EOF and errors count as nothing pending: closing such a
 /// connection loses nothing).
 fn has_pending_input(fd: RawFd) -> bool {
-    if fd < 0 {
-        return false;
-    }
-    let mut b = 0u8;
-    // SAFETY: a one-byte non-blocking peek into a local on a socket the connection owns.
-    let n = unsafe {
-        libc::recv(
-            fd,
-            (&mut b as *mut u8).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n > 0
+    fd >= 0 && edge_core::io::peek(fd) == edge_core::io::Peek::Bytes
 }
 
 /// A connection's registration in the idle list; as a future it completes when the connection is evicted

@@ -312,9 +312,9 @@ impl<T: Transport> Respond for H1Session<'_, T> {
             if self.stream.readable(false).await.is_err() {
                 return;
             }
-            match self.stream.raw_socket().map(peek_end) {
-                Some(Some(true)) => return,
-                Some(None) => continue,
+            match self.stream.raw_socket().map(edge_core::io::peek) {
+                Some(edge_core::io::Peek::Closed) => return,
+                Some(edge_core::io::Peek::Empty) => continue,
                 _ => return std::future::pending().await,
             }
         }
@@ -352,27 +352,5 @@ impl<T: Transport> Respond for H1Session<'_, T> {
             true => Ok(()),
             false => self.flush().await,
         }
-    }
-}
-
-/// What a one-byte peek at `fd` shows: `Some(true)` for EOF or an error (the client is gone),
-/// `Some(false)` for bytes, `None` when nothing is there (a spurious readiness report).
-fn peek_end(fd: std::os::fd::RawFd) -> Option<bool> {
-    let mut b = 0u8;
-    // SAFETY: a one-byte peek into a local on a socket this session borrows; MSG_DONTWAIT never
-    // blocks.
-    let n = unsafe {
-        libc::recv(
-            fd,
-            (&mut b as *mut u8).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    match n {
-        0 => Some(true),
-        1.. => Some(false),
-        _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock => None,
-        _ => Some(true),
     }
 }
