@@ -38,27 +38,71 @@ fn sources() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/grpc")
 }
 
+/// Where grpcio comes from when python3 lacks it: a `pip install --target` into the target's temp dir,
+/// made once and kept (so the README's test command also runs on a machine without grpcio, given
+/// python3 with pip and PyPI reachable). `None`: python3 has it already.
+fn pydeps() -> &'static Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let check = |path: Option<&Path>| {
+            let mut c = Command::new("python3");
+            c.args(["-c", "import grpc, grpc_tools, grpc_health"]);
+            if let Some(p) = path {
+                c.env("PYTHONPATH", p);
+            }
+            c.output()
+        };
+        match check(None) {
+            Err(e) => panic!("gRPC tests need python3 ({e}); then: {INSTALL}"),
+            Ok(o) if o.status.success() => return None,
+            Ok(_) => {}
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpc-pydeps");
+        if check(Some(&dir)).is_ok_and(|o| o.status.success()) {
+            return Some(dir);
+        }
+        let out = Command::new("python3")
+            .args(["-m", "pip", "install", "-q", "--target"])
+            .arg(&dir)
+            .args(["grpcio", "grpcio-tools", "grpcio-health-checking"])
+            .output();
+        match (out, check(Some(&dir))) {
+            (Ok(_), Ok(o)) if o.status.success() => Some(dir),
+            (out, _) => panic!(
+                "gRPC tests need grpcio, grpcio-tools and grpcio-health-checking for python3, and \
+                 installing them into {} failed: {INSTALL}\n{:?}",
+                dir.display(),
+                out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            ),
+        }
+    })
+}
+
+/// `PYTHONPATH` for the fixture: the generated modules, and grpcio's own directory when it was
+/// installed into the target ([`pydeps`]).
+fn python_path() -> std::ffi::OsString {
+    let mut p = generated().as_os_str().to_owned();
+    if let Some(d) = pydeps() {
+        p.push(":");
+        p.push(d);
+    }
+    p
+}
+
 /// The directory holding the generated `echo_pb2*.py` (compiled on first use, once per process, under
-/// the target's temp dir); panics with [`INSTALL`] when python3 or grpc_tools is missing.
+/// the target's temp dir); panics with [`INSTALL`] when python3 or grpcio cannot be had.
 fn generated() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("grpc-echo-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("python3")
-            .args(["-c", "import grpc, grpc_tools, grpc_health"])
-            .output();
-        match out {
-            Err(e) => panic!("gRPC tests need python3 ({e}); then: {INSTALL}"),
-            Ok(o) if !o.status.success() => panic!(
-                "gRPC tests need grpcio, grpcio-tools and grpcio-health-checking for python3: {INSTALL}\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Ok(_) => {}
-        }
         let src = sources();
-        let out = Command::new("python3")
+        let mut protoc = Command::new("python3");
+        if let Some(d) = pydeps() {
+            protoc.env("PYTHONPATH", d);
+        }
+        let out = protoc
             .args(["-m", "grpc_tools.protoc", "-I"])
             .arg(&src)
             .arg(format!("--python_out={}", dir.display()))
@@ -79,7 +123,7 @@ fn generated() -> &'static Path {
 fn python(script: &str) -> Command {
     let mut c = Command::new("python3");
     c.arg(sources().join(script))
-        .env("PYTHONPATH", generated())
+        .env("PYTHONPATH", python_path())
         .env("PYTHONUNBUFFERED", "1")
         // grpcio's C core logs to stderr only when asked.
         .env_remove("GRPC_VERBOSITY");
