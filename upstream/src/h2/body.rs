@@ -8,7 +8,12 @@
 //! A chunked body's trailer section (an HTTP/1.1 client's, or an HTTP/2 client's trailing HEADERS
 //! the downstream session wrote there) ends the stream as trailing HEADERS.
 
-use std::{future::poll_fn, io, task::Poll, time::Duration};
+use std::{
+    future::{poll_fn, Future},
+    io,
+    task::Poll,
+    time::Duration,
+};
 
 use bytes::Bytes;
 use edge_core::{clock::timeout_at, http::chunked::ChunkedDecoder, io::body::SinkError};
@@ -20,7 +25,7 @@ use monoio::{
     BufResult,
 };
 
-use super::{head::Framing, session::ready_now};
+use super::head::Framing;
 
 /// The request side of one stream: its send half and where its body's framing stands.
 pub(crate) struct ReqSide {
@@ -281,5 +286,13 @@ impl AsyncWriteRent for DataSink<'_> {
 
     async fn shutdown(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// Polls `f` once: whether it is ready now (for an early response while the body is sent).
+fn ready_now<F: Future + Unpin>(f: &mut F, cx: &mut std::task::Context<'_>) -> Option<F::Output> {
+    match std::pin::Pin::new(f).poll(cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
     }
 }

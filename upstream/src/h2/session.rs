@@ -15,7 +15,7 @@
 //! connection. Dropping the session before its stream ended resets the stream (RST_STREAM CANCEL, h2
 //! does it when the last handle goes).
 
-use std::{cell::RefCell, future::Future, net::SocketAddr, rc::Rc, task::Poll, time::Duration};
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, time::Duration};
 
 use edge_core::{
     buf::RecvBuf,
@@ -516,17 +516,6 @@ impl UpstreamTunnel for H2Tunnel {
             received: RecvBuf::new(),
             held: H2Held(self.held),
         }
-    }
-}
-
-/// Polls `f` once: whether it is ready now (for an early response while the body is sent).
-pub(crate) fn ready_now<F: Future + Unpin>(
-    f: &mut F,
-    cx: &mut std::task::Context<'_>,
-) -> Option<F::Output> {
-    match std::pin::Pin::new(f).poll(cx) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
     }
 }
 
