@@ -18,3 +18,4 @@ pub mod proxy_protocol;
 pub mod runtime;
 pub mod slot;
 pub mod tls;
+pub mod websocket;

@@ -38,7 +38,7 @@ use crate::{context::Worker, server::Session};
 ///
 /// Whatever the upstream's protocol: an HTTP/2 upstream's extended CONNECT (RFC 8441) arrives here as
 /// the same `101`, which its upstream session writes from its 2xx; that session is the one place it
-/// plugs in ([`edge_core::http::websocket`] says how).
+/// plugs in ([`edge_core::websocket`] says how).
 pub(crate) async fn switch<S: Session, E: UpstreamSession>(
     w: &Worker,
     s: &mut S,

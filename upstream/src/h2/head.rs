@@ -54,7 +54,7 @@ fn connection_specific(kind: FieldKind, name: &[u8]) -> bool {
 /// [`crate::head::request_head`] wrote from an admitted request).
 pub(crate) fn request(out: &[u8], fields: &mut Fields, tls: bool) -> Option<H2Request> {
     let head = parse_request(out, MAX_FIELDS, fields).ok()??;
-    let websocket = edge_core::http::websocket::upgrade_key(out, fields).map(<[u8]>::to_vec);
+    let websocket = edge_core::websocket::upgrade_key(out, fields).map(<[u8]>::to_vec);
     let method = match websocket {
         // RFC 8441 §4: `:method CONNECT` with `:protocol websocket`, no Upgrade, no key.
         Some(_) => Method::CONNECT,
@@ -167,10 +167,10 @@ pub(crate) fn response(
 }
 
 /// Writes the `101` a WebSocket upgrade reads as when an HTTP/2 upstream accepted its extended CONNECT
-/// with a 2xx (`resp`): [`edge_core::http::websocket::write_switch_head`] of the client side's `key`,
+/// with a 2xx (`resp`): [`edge_core::websocket::write_switch_head`] of the client side's `key`,
 /// then the answer's fields (Sec-WebSocket-Protocol, -Extensions, ...).
 pub(crate) fn switch_head(resp: &http::response::Parts, key: &[u8], out: &mut Vec<u8>) {
-    edge_core::http::websocket::write_switch_head(out, key);
+    edge_core::websocket::write_switch_head(out, key);
     for (name, value) in &resp.headers {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");

@@ -13,12 +13,12 @@ use edge_core::{
     buf::{self, RecvBuf},
     clock::{after, coarse_now, timeout_at},
     http::grpc::{push_message, Code},
-    http::websocket,
     http::{
         framing::Body,
         head::{Field, ResponseHead},
         view::ResponseView,
     },
+    websocket,
 };
 use h2::{server::SendResponse, SendStream};
 

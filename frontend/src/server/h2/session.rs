@@ -79,7 +79,7 @@ impl<'a> H2Session<'a> {
 
     /// The session of a WebSocket stream (RFC 8441) whose upgrade head carries `key` as its
     /// Sec-WebSocket-Key: its upstream's `101` is checked against the key and answered `200`.
-    pub fn websocket(mut self, key: [u8; edge_core::http::websocket::KEY_LEN]) -> Self {
+    pub fn websocket(mut self, key: [u8; edge_core::websocket::KEY_LEN]) -> Self {
         self.reply.websocket = Some(key);
         self
     }

@@ -160,7 +160,7 @@ pub async fn serve(
     let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
     // A WebSocket stream's key goes upstream in its head; its `101` must answer it.
-    let websocket = super::request::is_websocket(&parts).then(edge_core::http::websocket::new_key);
+    let websocket = super::request::is_websocket(&parts).then(edge_core::websocket::new_key);
     let key = websocket.as_ref().map(|k| &k[..]);
     let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream(), key);
     let mut line = std::mem::take(&mut scratch.line);

@@ -128,7 +128,7 @@ fn switched(
         "/bad-accept" => "dGhlIHNhbXBsZSBub25jZQ==",
         _ => req.header("sec-websocket-key").unwrap(),
     };
-    let accept = edge_core::http::websocket::accept(key.as_bytes());
+    let accept = edge_core::websocket::accept(key.as_bytes());
     let mut head = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Accept: {}\r\nX-Origin: ws\r\n",

@@ -21,7 +21,7 @@
 
 use base64::{engine::general_purpose::STANDARD, Engine as _};
 
-use super::head::{list_elements, Field, FieldKind};
+use crate::http::head::{list_elements, Field, FieldKind};
 
 /// Length of a Sec-WebSocket-Key value: 16 bytes in base64 (RFC 6455 §4.1), bytes.
 pub const KEY_LEN: usize = 24;
