@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    block_on, h2_connect, h2_request, refused_addr, Cfg, Client, Driver, Edge, GrpcCall, GrpcCase,
+    block_on, h2_connect, h2_request, refused_addr, Cfg, Client, Driver, Edge, GrpcCall,
     GrpcServer, Origin, Reply, Route, Site, Value,
 };
 
@@ -32,39 +32,7 @@ fn routeless(d: Driver, origin: std::net::SocketAddr) -> Cfg {
 #[test]
 fn the_grpc_fixture_runs_every_call_shape() {
     let server = GrpcServer::start();
-    let ask = serde_json::json!({
-        "text": "hi", "count": 3, "payloadBytes": 7,
-        "initialMetadata": {"x-initial": "1"}, "trailingMetadata": {"x-trailing": "2"},
-    });
-    for (case, messages, bytes) in [
-        (GrpcCase::Unary, 1, 7),
-        (GrpcCase::ServerStream, 3, 21),
-        (GrpcCase::ClientStream, 1, 7),
-        (GrpcCase::Bidi, 4, 28),
-    ] {
-        let r = GrpcCall::new(case)
-            .ask(ask.clone())
-            .messages(4)
-            .payload_bytes(10)
-            .metadata("x-asked", "yes")
-            .run(server.addr);
-        assert_eq!(
-            (r.code, r.messages, r.bytes),
-            (0, messages, bytes),
-            "{case:?}: {r:?}"
-        );
-        assert_eq!(
-            r.initial_metadata.get("x-initial").map(String::as_str),
-            Some("1")
-        );
-        assert_eq!(
-            r.trailing_metadata.get("x-trailing").map(String::as_str),
-            Some("2")
-        );
-        if let GrpcCase::ClientStream = case {
-            assert_eq!((r.count, r.sum), (4, 40), "the server's totals");
-        }
-    }
+    crate::harness::every_call_shape(server.addr, None);
     let call = server
         .wait_event(5 * SEC, |e| e["event"] == "call" && e["method"] == "Bidi")
         .expect("the bidi call was seen");

@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{refused_addr, Cfg, Driver, Edge, GrpcCall, GrpcCase, GrpcServer, Site};
+use crate::harness::{
+    every_call_shape, refused_addr, Cfg, Driver, Edge, GrpcCall, GrpcCase, GrpcServer, Site,
+};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -23,59 +25,10 @@ fn grpc_edge(d: Driver, upstream: std::net::SocketAddr, set: &[(&str, &str)]) ->
     Edge::start(&cfg)
 }
 
-/// The asked shape of every call: text, three server messages, a payload, metadata both ways.
-fn ask() -> serde_json::Value {
-    serde_json::json!({
-        "text": "hi", "count": 3, "payloadBytes": 7,
-        "initialMetadata": {"x-initial": "one"},
-        "trailingMetadata": {"x-trailing": "two"},
-    })
-}
-
-/// Every call shape through `addr`, with metadata and trailers as the server sent them.
-fn every_shape(addr: std::net::SocketAddr, tls: Option<&Site>) {
-    for (case, messages, bytes) in [
-        (GrpcCase::Unary, 1, 7),
-        (GrpcCase::ServerStream, 3, 21),
-        (GrpcCase::ClientStream, 1, 7),
-        (GrpcCase::Bidi, 4, 28),
-    ] {
-        let mut call = GrpcCall::new(case)
-            .ask(ask())
-            .messages(4)
-            .payload_bytes(10)
-            .metadata("x-asked", "yes");
-        if let Some(site) = tls {
-            call = call.tls(&site.ca_file, Some("localhost"));
-        }
-        let r = call.run(addr);
-        assert_eq!(
-            (r.code, r.messages, r.bytes),
-            (0, messages, bytes),
-            "{case:?}: {r:?}"
-        );
-        assert_eq!(
-            r.initial_metadata.get("x-initial").map(String::as_str),
-            Some("one")
-        );
-        assert_eq!(
-            r.trailing_metadata.get("x-trailing").map(String::as_str),
-            Some("two")
-        );
-        if let GrpcCase::ClientStream = case {
-            assert_eq!(
-                (r.count, r.sum),
-                (4, 40),
-                "the server saw every client message"
-            );
-        }
-    }
-}
-
 both_drivers!(every_call_shape_over_h2c, |d| {
     let server = GrpcServer::start();
     let edge = grpc_edge(d, server.addr, &[]);
-    every_shape(edge.addr, None);
+    every_call_shape(edge.addr, None);
     let call = server
         .wait_event(5 * SEC, |e| e["event"] == "call" && e["method"] == "Unary")
         .expect("the unary call reached the server");
@@ -111,11 +64,11 @@ both_drivers!(every_call_shape_over_tls_both_ways, |d| {
         .upstream_field("tls_ca", ca.as_str())
         .upstream_field("tls_server_name", "localhost");
     let edge = Edge::start(&cfg);
-    every_shape(edge.tls_addr(), Some(&site));
+    every_call_shape(edge.tls_addr(), Some((&site.ca_file, "localhost")));
     // `auto` over TLS speaks what the server chose in ALPN: h2 for a gRPC server.
     let edge = Edge::start(&cfg.upstream_field("protocol", "auto"));
     let r = GrpcCall::unary()
-        .ask(ask())
+        .ask(serde_json::json!({"text": "hi"}))
         .tls(&site.ca_file, Some("localhost"))
         .run(edge.tls_addr());
     assert_eq!(r.code, 0, "{r:?}");
@@ -146,7 +99,9 @@ both_drivers!(deadline_and_cancel_reach_the_server, |d| {
 
 both_drivers!(upstream_down_is_unavailable, |d| {
     let edge = grpc_edge(d, refused_addr(), &[]);
-    let r = GrpcCall::unary().ask(ask()).run(edge.addr);
+    let r = GrpcCall::unary()
+        .ask(serde_json::json!({"text": "hi"}))
+        .run(edge.addr);
     assert_eq!(r.code, 14, "UNAVAILABLE: {r:?}");
 });
 

@@ -456,3 +456,45 @@ impl GrpcResult {
         }
     }
 }
+
+/// Runs every call shape (unary, server-, client- and bidirectional streaming) against `addr` (over TLS
+/// with `tls`: the CA file and the server name) and checks what came back: status 0, the message and
+/// byte counts, the server's initial and trailing metadata, and the server's totals of a client stream.
+pub fn every_call_shape(addr: SocketAddr, tls: Option<(&Path, &str)>) {
+    let ask = serde_json::json!({
+        "text": "hi", "count": 3, "payloadBytes": 7,
+        "initialMetadata": {"x-initial": "one"}, "trailingMetadata": {"x-trailing": "two"},
+    });
+    for (case, messages, bytes) in [
+        (GrpcCase::Unary, 1, 7),
+        (GrpcCase::ServerStream, 3, 21),
+        (GrpcCase::ClientStream, 1, 7),
+        (GrpcCase::Bidi, 4, 28),
+    ] {
+        let mut call = GrpcCall::new(case)
+            .ask(ask.clone())
+            .messages(4)
+            .payload_bytes(10)
+            .metadata("x-asked", "yes");
+        if let Some((ca, name)) = tls {
+            call = call.tls(ca, Some(name));
+        }
+        let r = call.run(addr);
+        assert_eq!(
+            (r.code, r.messages, r.bytes),
+            (0, messages, bytes),
+            "{case:?}: {r:?}"
+        );
+        let initial = r.initial_metadata.get("x-initial").map(String::as_str);
+        assert_eq!(initial, Some("one"), "{case:?}");
+        let trailing = r.trailing_metadata.get("x-trailing").map(String::as_str);
+        assert_eq!(trailing, Some("two"), "{case:?}");
+        if let GrpcCase::ClientStream = case {
+            assert_eq!(
+                (r.count, r.sum),
+                (4, 40),
+                "the server saw every client message"
+            );
+        }
+    }
+}

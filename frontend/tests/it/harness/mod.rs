@@ -30,7 +30,7 @@ pub use client::{Client, Response};
 pub use config::{Cfg, Route, Upstream, Value};
 pub use driver::{each_driver, Driver};
 pub use edge::{assert_exit, check_config, raise_fd_limit, run_edge, Edge};
-pub use grpc::{GrpcCall, GrpcCase, GrpcResult, GrpcServer};
+pub use grpc::{every_call_shape, GrpcCall, GrpcCase, GrpcResult, GrpcServer};
 pub use h2_client::{
     block_on, connect as h2_connect, connect_after as h2_connect_after,
     connect_tls as h2_connect_tls, read_at_least, read_to_end, request as h2_request, send_all,
