@@ -120,30 +120,39 @@ impl<'a> DataSink<'a> {
                         .tail
                         .extend_from_slice(&input[last_data..progress.consumed]);
                 }
-                for r in &ranges {
-                    self.data(&input[r.clone()], false).await?;
+                // A body without trailers ends with its last DATA frame; with them, with HEADERS.
+                let trailers = match progress.done {
+                    true => edge_core::http::chunked::trailer_lines(&self.side.tail)
+                        .and_then(edge_core::io::h2_stream::trailer_map),
+                    false => None,
+                };
+                let last = ranges.len();
+                for (k, r) in ranges.iter().enumerate() {
+                    let end = progress.done && trailers.is_none() && k + 1 == last;
+                    self.data(&input[r.clone()], end).await?;
                 }
                 if progress.done {
-                    self.finish_chunked()?;
+                    self.finish_chunked(trailers).await?;
                 }
                 Ok(input.len())
             }
         }
     }
 
-    /// Ends a chunked body: its trailer section as trailing HEADERS (RFC 9113 §8.1), else an empty
-    /// DATA frame with END_STREAM.
-    fn finish_chunked(&mut self) -> Result<(), SinkError> {
-        let trailers = edge_core::http::chunked::trailer_lines(&self.side.tail)
-            .and_then(edge_core::io::h2_stream::trailer_map);
-        let side = &mut *self.side;
-        let r = match trailers {
-            Some(t) => side.stream.send_trailers(t),
-            None => side.stream.send_data(Bytes::new(), true),
-        };
-        r.map_err(|e| SinkError::Io(io::Error::other(e)))?;
-        side.sent = true;
-        edge_core::buf::give(std::mem::take(&mut side.tail));
+    /// Ends a chunked body: its trailer section as trailing HEADERS (RFC 9113 §8.1), else END_STREAM
+    /// (on an empty DATA frame when the last data did not carry it).
+    async fn finish_chunked(&mut self, trailers: Option<http::HeaderMap>) -> Result<(), SinkError> {
+        match trailers {
+            Some(t) => {
+                let side = &mut *self.side;
+                side.stream
+                    .send_trailers(t)
+                    .map_err(|e| SinkError::Io(io::Error::other(e)))?;
+                side.sent = true;
+            }
+            None => self.data(&[], true).await?,
+        }
+        edge_core::buf::give(std::mem::take(&mut self.side.tail));
         Ok(())
     }
 

@@ -106,11 +106,16 @@ pub(crate) struct H2Conn {
 }
 
 impl H2Conn {
-    /// Whether another stream fits: alive, and below both limits.
+    /// Whether another stream fits by edge's own counts: alive, and below `max_streams_per_connection`
+    /// (cheap: no look into h2's shared state).
     fn has_room(&self) -> bool {
-        let server = self.send.current_max_send_streams();
-        let limit = (self.max_streams as usize).min(server);
-        !self.state.dead.get() && (self.state.in_flight.get() as usize) < limit
+        !self.state.dead.get() && self.state.in_flight.get() < self.max_streams
+    }
+
+    /// Whether the server's SETTINGS_MAX_CONCURRENT_STREAMS also lets another stream open (h2 keeps it
+    /// behind its lock: asked of the one connection chosen, not of every one).
+    fn server_allows(&self) -> bool {
+        (self.state.in_flight.get() as usize) < self.send.current_max_send_streams()
     }
 
     /// Takes a stream slot; the returned guard gives it back. `reused`: the connection carried
@@ -168,9 +173,18 @@ impl H2Conns {
     /// gather on few connections, and idle ones can expire).
     pub(crate) fn with_room(&self, proxied: Option<ClientConn>) -> Option<Rc<H2Conn>> {
         let conns = self.conns.borrow();
+        let open = |c: &&Rc<H2Conn>| c.proxied == proxied && c.has_room();
+        let busiest = conns
+            .iter()
+            .filter(open)
+            .max_by_key(|c| c.state.in_flight.get())?;
+        if busiest.server_allows() {
+            return Some(busiest.clone());
+        }
+        // The server allows fewer streams than edge's limit on that one: any other with room.
         conns
             .iter()
-            .filter(|c| c.proxied == proxied && c.has_room())
+            .filter(|c| open(c) && c.server_allows())
             .max_by_key(|c| c.state.in_flight.get())
             .cloned()
     }

@@ -3,7 +3,7 @@
 //! only once the bytes are written upstream, so a slow upstream slows only its client's stream. It is
 //! the request-body half of a split [`super::session::H2Session`] ([`crate::server::Session::split`]).
 
-use std::time::Duration;
+use std::{task::Poll, time::Duration};
 
 use bytes::Bytes;
 
@@ -130,10 +130,18 @@ impl BodySource for H2Body {
         if chunked {
             // The client's trailing HEADERS, if any, become the last chunk's trailer section
             // (RFC 9113 §8.1, RFC 9112 §7.1.2).
-            let trailers = match timeout_at(self.deadline, self.body.trailers()).await {
-                Ok(Ok(t)) => t,
-                Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
-                Ok(Err(_)) => return Err(source(BodyFailure::ClientGone)),
+            // The body ended, so h2 has them: ready at once (no timer) but for a stream that ended
+            // without its trailers being read yet.
+            let ready = std::future::poll_fn(|cx| Poll::Ready(self.body.poll_trailers(cx))).await;
+            let trailers = match ready {
+                Poll::Ready(r) => r,
+                Poll::Pending => match timeout_at(self.deadline, self.body.trailers()).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
+                },
+            };
+            let Ok(trailers) = trailers else {
+                return Err(source(BodyFailure::ClientGone));
             };
             let mut last = edge_core::buf::take();
             edge_core::io::h2_stream::last_chunk(&mut last, trailers.as_ref());
