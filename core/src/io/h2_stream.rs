@@ -227,11 +227,18 @@ pub fn trailer_map(lines: &[u8]) -> Option<http::HeaderMap> {
 /// Appends the last chunk of a chunked body with `trailers` as its trailer section.
 pub fn last_chunk(out: &mut Vec<u8>, trailers: Option<&http::HeaderMap>) {
     out.extend_from_slice(b"0\r\n");
-    for (name, value) in trailers.into_iter().flatten() {
+    if let Some(t) = trailers {
+        write_fields(out, t);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `fields` as HTTP/1.1 field lines, `name: value` and CRLF each (HTTP/2 names are lowercase).
+pub fn write_fields(out: &mut Vec<u8>, fields: &http::HeaderMap) {
+    for (name, value) in fields {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"\r\n");
 }

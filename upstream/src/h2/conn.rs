@@ -28,7 +28,10 @@ use h2::client::SendRequest;
 use monoio::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::{session::ClientConn, stream::UpstreamStream, UpstreamError, UpstreamErrorKind};
+use crate::{
+    session::ClientConn, stream::UpstreamStream, zombie::ActivityClock, UpstreamError,
+    UpstreamErrorKind,
+};
 
 /// A stream's receive window on an upstream connection, bytes: what the upstream may send ahead of
 /// edge's reading, per stream (edge releases it as the downstream session takes the bytes).
@@ -85,6 +88,23 @@ impl ConnState {
         if let Some(w) = self.driver.take() {
             w.wake();
         }
+    }
+
+    /// The zombie deadline of a stream's `clock` on this connection: every byte read on the
+    /// connection (a PING ACK too) counts as received.
+    pub(crate) fn zombie_deadline(&self, clock: &mut ActivityClock) -> Instant {
+        clock.counts_received = true;
+        let last = self.last_read();
+        if clock.last_received.is_none_or(|r| r < last) {
+            clock.last_received = Some(last);
+        }
+        clock.deadline()
+    }
+
+    /// The zombie verdict: the connection is killed ([`ConnState::kill`]), every stream on it fails.
+    pub(crate) fn zombie(&self) -> UpstreamError {
+        self.kill();
+        UpstreamError::new(UpstreamErrorKind::Zombie)
     }
 
     /// Marks the connection unusable for new streams (a GOAWAY or a failed stream open).

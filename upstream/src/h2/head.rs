@@ -141,12 +141,7 @@ pub(crate) fn response(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("Status").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in &resp.headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    write_fields(out, &resp.headers);
     let no_body = head_method || status.as_u16() == 204 || status.as_u16() == 304;
     let has_length = resp.headers.contains_key(http::header::CONTENT_LENGTH);
     let framing = match (no_body, ended, has_length) {
@@ -171,12 +166,7 @@ pub(crate) fn response(
 /// then the answer's fields (Sec-WebSocket-Protocol, -Extensions, ...).
 pub(crate) fn switch_head(resp: &http::response::Parts, key: &[u8], out: &mut Vec<u8>) {
     edge_core::websocket::write_switch_head(out, key);
-    for (name, value) in &resp.headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    write_fields(out, &resp.headers);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -186,6 +176,7 @@ pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 pub(crate) use edge_core::io::h2_stream::last_chunk;
+use edge_core::io::h2_stream::write_fields;
 
 #[cfg(test)]
 mod tests {

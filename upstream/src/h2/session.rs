@@ -99,22 +99,6 @@ impl<'u> H2Exchange<'u> {
         }
     }
 
-    /// The zombie deadline of `clock`, with every byte read on the connection counted as received.
-    fn zombie_at(&self, clock: &mut ActivityClock) -> Instant {
-        clock.counts_received = true;
-        let last = self.conn.state.last_read();
-        if clock.last_received.is_none_or(|r| r < last) {
-            clock.last_received = Some(last);
-        }
-        clock.deadline()
-    }
-
-    /// The zombie verdict: the connection is killed, every stream on it fails.
-    fn zombie(&self) -> UpstreamError {
-        self.conn.state.kill();
-        UpstreamError::new(UpstreamErrorKind::Zombie)
-    }
-
     /// Sends the request body bytes in `body` (seam framing) as DATA.
     async fn send_prefix(
         &mut self,
@@ -377,14 +361,7 @@ impl UpstreamSession for H2Exchange<'_> {
             return Ok(BodyRead::Eof);
         };
         loop {
-            let until = {
-                clock.counts_received = true;
-                let last = self.conn.state.last_read();
-                if clock.last_received.is_none_or(|r| r < last) {
-                    clock.last_received = Some(last);
-                }
-                clock.deadline()
-            };
+            let until = self.conn.state.zombie_deadline(clock);
             match timeout_at(until, recv.data()).await {
                 Ok(Some(Ok(data))) => {
                     if data.is_empty() {
@@ -409,10 +386,7 @@ impl UpstreamSession for H2Exchange<'_> {
                     let trailers = match timeout_at(until, recv.trailers()).await {
                         Ok(Ok(t)) => t,
                         Ok(Err(_)) => return Err(UpstreamError::new(UpstreamErrorKind::Reset)),
-                        Err(_) => {
-                            self.conn.state.kill();
-                            return Err(UpstreamError::new(UpstreamErrorKind::Zombie));
-                        }
+                        Err(_) => return Err(self.conn.state.zombie()),
                     };
                     self.buf
                         .append_with(|out| head::last_chunk(out, trailers.as_ref()));
@@ -420,10 +394,7 @@ impl UpstreamSession for H2Exchange<'_> {
                     self.ended = true;
                     return Ok(BodyRead::Data);
                 }
-                Err(_) if coarse_now() >= until => {
-                    self.conn.state.kill();
-                    return Err(UpstreamError::new(UpstreamErrorKind::Zombie));
-                }
+                Err(_) if coarse_now() >= until => return Err(self.conn.state.zombie()),
                 Err(_) => {}
             }
         }
@@ -462,7 +433,7 @@ impl H2Exchange<'_> {
         head_deadline: Option<Instant>,
     ) -> Result<http::Response<RecvStream>, UpstreamError> {
         loop {
-            let zombie_at = self.zombie_at(clock);
+            let zombie_at = self.conn.state.zombie_deadline(clock);
             let until = head_deadline.map_or(zombie_at, |d| d.min(zombie_at));
             let Some(response) = self.response.as_mut() else {
                 return Err(UpstreamError::new(UpstreamErrorKind::Reset));
@@ -478,8 +449,8 @@ impl H2Exchange<'_> {
                     if head_deadline.is_some_and(|d| d <= now.max(Instant::now())) {
                         return Err(UpstreamError::new(UpstreamErrorKind::RequestTimeout));
                     }
-                    if self.zombie_at(clock) <= now {
-                        return Err(self.zombie());
+                    if self.conn.state.zombie_deadline(clock) <= now {
+                        return Err(self.conn.state.zombie());
                     }
                 }
             }
