@@ -381,23 +381,45 @@ impl Upstream {
             conn.endpoint = first;
             return Ok(opened(conn, false));
         }
-        match self.connect(first, proxied).await {
-            Ok(mut conn) => {
-                conn.permit = permit;
-                Ok(opened(conn, false))
-            }
-            Err(e) if self.endpoints.len() < 2 => Err(e),
-            Err(e) => {
-                // One retry, on another endpoint.
-                drop(permit);
-                let second = self.pick(Some(first), key);
-                tracing::debug!(event = "upstream.connect_retry", worker = self.worker, upstream = %self.config.name, endpoint = %self.endpoints[first].addr, error = %e.kind);
-                let permit = self.permit(second).await?;
-                let mut conn = self.connect(second, proxied).await.map_err(|_| e)?;
-                conn.permit = permit;
-                Ok(opened(conn, true))
-            }
-        }
+        let attempt = |i, permit| async move {
+            let mut conn = self.connect(i, proxied).await?;
+            conn.permit = permit;
+            Ok(conn)
+        };
+        let (conn, retried) = self.first_or_second(first, permit, key, attempt).await?;
+        Ok(opened(conn, retried))
+    }
+
+    /// Runs `attempt` (a connect) on endpoint `first` with its `max_active` permit; when it fails and
+    /// the upstream has another endpoint, once more on the one the policy picks besides `first`, with
+    /// a permit of its own (DESIGN.md "Upstream pools and retries": a refused or timed-out connect is
+    /// retried on the next endpoint). The flag: the second attempt served.
+    ///
+    /// # Errors
+    /// The first attempt's error when there is no second endpoint or the second attempt failed too;
+    /// `QueueTimeout` waiting for the second endpoint's permit.
+    pub(crate) async fn first_or_second<T, F>(
+        &self,
+        first: usize,
+        permit: crate::permit::Permit,
+        key: Option<u64>,
+        attempt: impl Fn(usize, crate::permit::Permit) -> F,
+    ) -> Result<(T, bool), UpstreamError>
+    where
+        F: std::future::Future<Output = Result<T, UpstreamError>>,
+    {
+        // The first permit goes with the first attempt's future, so it is free again before the
+        // second endpoint is picked.
+        let e = match attempt(first, permit).await {
+            Ok(t) => return Ok((t, false)),
+            Err(e) if self.endpoints.len() < 2 => return Err(e),
+            Err(e) => e,
+        };
+        let second = self.pick(Some(first), key);
+        tracing::debug!(event = "upstream.connect_retry", worker = self.worker, upstream = %self.config.name, endpoint = %self.endpoints[first].addr, error = %e.kind);
+        let permit = self.permit(second).await?;
+        let t = attempt(second, permit).await.map_err(|_| e)?;
+        Ok((t, true))
     }
 
     /// Waits up to `queue_timeout` for a `max_active` permit of endpoint `i`.

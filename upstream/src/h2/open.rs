@@ -70,25 +70,9 @@ impl Upstream {
                 });
             }
         }
-        match self.connect_stream(first, proxied, permit).await {
-            Ok(session) => Ok(Opened {
-                session,
-                retried: false,
-            }),
-            Err(e) if self.endpoints.len() < 2 => Err(e),
-            Err(e) => {
-                let second = self.pick(Some(first), key);
-                let permit = self.permit(second).await?;
-                let session = self
-                    .connect_stream(second, proxied, permit)
-                    .await
-                    .map_err(|_| e)?;
-                Ok(Opened {
-                    session,
-                    retried: true,
-                })
-            }
-        }
+        let attempt = |i, permit| self.connect_stream(i, proxied, permit);
+        let (session, retried) = self.first_or_second(first, permit, key, attempt).await?;
+        Ok(Opened { session, retried })
     }
 
     /// Connects to endpoint `i` and starts HTTP/2 on it, or, for `auto` when the server chose
