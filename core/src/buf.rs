@@ -13,6 +13,12 @@ use monoio::{
     io::{AsyncReadRent, AsyncWriteRent},
 };
 
+/// Size of a pooled head buffer, bytes: what a request head written for the upstream (or an HTTP/2
+/// request's head in HTTP/1.1 syntax) is built in ([`SendBuf::take_head`]). Heads are usually well under
+/// 1 KiB and such a buffer lives as long as its request does, so 640 concurrent HTTP/2 streams hold
+/// 2.5 MiB of them rather than 10 MiB of [`BUF_SIZE`] ones (bench/README.md "Large bodies after the
+/// slow-reader work"). A larger head grows into the next class.
+pub const HEAD_BUF_SIZE: usize = 4 * 1024;
 /// Size of a pooled buffer, bytes.
 pub const BUF_SIZE: usize = 16 * 1024;
 /// Size of a pooled large buffer, bytes: what an upstream response head is read into, so the body
@@ -33,6 +39,10 @@ pub const RELAY_BUF_SIZE: usize = 4 * LARGE_BUF_SIZE;
 /// §3), with room to spare for a session ticket or key update queued beside them. A pool of its own, so
 /// read buffers stay exactly [`LARGE_BUF_SIZE`] and a 64 KiB relay chunk is sealed in one write.
 pub const RECORD_BUF_SIZE: usize = LARGE_BUF_SIZE + 1024;
+/// Head buffers a worker's free list always keeps.
+const HEAD_POOL_FLOOR: usize = 64;
+/// Head buffers a worker's free list keeps at most (16 MiB); more are freed.
+const HEAD_POOL_MAX: usize = 4096;
 /// Buffers a worker's free list always keeps.
 const POOL_FLOOR: usize = 64;
 /// Buffers a worker's free list keeps at most (64 MiB of small ones); more are freed.
@@ -51,6 +61,8 @@ const RECORD_POOL_FLOOR: usize = 4;
 const RECORD_POOL_MAX: usize = 1024;
 
 thread_local! {
+    /// This worker's head buffers.
+    static HEAD_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
     /// This worker's small buffers.
     static POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
     /// This worker's large buffers.
@@ -59,6 +71,13 @@ thread_local! {
     static RELAY_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
     /// This worker's record buffers.
     static RECORD_POOL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new()) };
+}
+
+/// Takes an empty buffer of at least [`HEAD_BUF_SIZE`] capacity from this thread's pool.
+pub fn take_head() -> Vec<u8> {
+    HEAD_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(HEAD_BUF_SIZE))
 }
 
 /// Takes an empty buffer of at least [`BUF_SIZE`] capacity from this thread's pool.
@@ -115,6 +134,7 @@ pub fn give(mut b: Vec<u8>) {
         RELAY_BUF_SIZE => (&RELAY_POOL, RELAY_POOL_MAX),
         c if (LARGE_BUF_SIZE..RELAY_BUF_SIZE).contains(&c) => (&LARGE_POOL, LARGE_POOL_MAX),
         c if (BUF_SIZE..LARGE_BUF_SIZE).contains(&c) => (&POOL, POOL_MAX),
+        c if (HEAD_BUF_SIZE..BUF_SIZE).contains(&c) => (&HEAD_POOL, HEAD_POOL_MAX),
         _ => return,
     };
     b.clear();
@@ -126,6 +146,7 @@ pub fn give(mut b: Vec<u8>) {
 /// seconds, so memory taken by a burst of concurrency returns within two periods after the burst.
 /// Returns how many (small, large) buffers remain.
 pub fn trim() -> (usize, usize) {
+    HEAD_POOL.with(|p| p.borrow_mut().trim(HEAD_POOL_FLOOR));
     RELAY_POOL.with(|p| p.borrow_mut().trim(RELAY_POOL_FLOOR));
     RECORD_POOL.with(|p| p.borrow_mut().trim(RECORD_POOL_FLOOR));
     (
@@ -138,12 +159,29 @@ pub fn trim() -> (usize, usize) {
 /// the next one arrives (its first requests then take fresh buffers). Returns how many (small, large)
 /// buffers remain.
 pub fn trim_idle() -> (usize, usize) {
+    HEAD_POOL.with(|p| p.borrow_mut().trim(0));
     RELAY_POOL.with(|p| p.borrow_mut().trim(0));
     RECORD_POOL.with(|p| p.borrow_mut().trim(0));
     (
         POOL.with(|p| p.borrow_mut().trim(0)),
         LARGE_POOL.with(|p| p.borrow_mut().trim(0)),
     )
+}
+
+/// Makes room in `buf` for `additional` more bytes without growing it past its pool's size class: when
+/// they do not fit and the total stays within [`LARGE_BUF_SIZE`], the bytes move to the smallest pooled
+/// buffer ([`BUF_SIZE`] or [`LARGE_BUF_SIZE`]) that holds them (the old one goes back to its pool).
+/// Beyond that the buffer grows as a `Vec` does.
+pub fn reserve_pooled(buf: &mut Vec<u8>, additional: usize) {
+    let need = buf.len() + additional;
+    if buf.capacity() >= need || need > LARGE_BUF_SIZE {
+        return;
+    }
+    let to = match need <= BUF_SIZE {
+        true => take(),
+        false => take_large(),
+    };
+    move_to(buf, 0, to);
 }
 
 /// Replaces `buf` with a pooled large buffer holding `buf[from..]`; the old storage goes back to its pool.
@@ -392,15 +430,14 @@ impl SendBuf {
         SendBuf(take())
     }
 
-    /// Makes room for `additional` more bytes without growing the buffer past its pool's size class:
-    /// when they do not fit and the total stays within [`LARGE_BUF_SIZE`], the bytes move to a pooled
-    /// large buffer (the small one goes back to its pool). Beyond that the buffer grows as a `Vec` does.
+    /// Takes a cleared head buffer ([`HEAD_BUF_SIZE`]) from the pool.
+    pub fn take_head() -> Self {
+        SendBuf(take_head())
+    }
+
+    /// [`reserve_pooled`] on the buffer.
     pub fn reserve_pooled(&mut self, additional: usize) {
-        let len = self.0.len();
-        if self.0.capacity() - len >= additional || len + additional > LARGE_BUF_SIZE {
-            return;
-        }
-        move_to_large(&mut self.0, 0);
+        reserve_pooled(&mut self.0, additional);
     }
 
     /// Sends what the transport's socket takes of the buffer now ([`crate::io::send_ahead`]: on the

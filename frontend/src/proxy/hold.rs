@@ -1,12 +1,12 @@
 //! [`RelayHold`]: what one response relay holds of its worker's relay-memory budget, sized by the
 //! client's pace (DESIGN.md "Memory under slow readers and large bodies"; [`edge_core::pace`]).
 
-use std::{os::fd::RawFd, time::Duration};
+use std::{os::fd::RawFd, rc::Rc, time::Duration};
 
 use edge_core::{
     buf::{RecvBuf, BUF_SIZE},
     io::progress::{unsent, writable_now},
-    pace::RelayPace,
+    pace::{RelayBudget, RelayPace},
 };
 
 use crate::context::Worker;
@@ -14,15 +14,27 @@ use crate::context::Worker;
 /// One relay's share of [`Worker::relay`], returned to it when dropped (the relay ended, whichever
 /// way). Sizes the relay's upstream reads: a pass-through relay reads chunks of [`RelayHold::size`],
 /// which follows the client's pace within the budget; any other relay reads into the buffer it has.
+///
+/// A response on a multiplexed connection (HTTP/2) also holds the same bytes of its connection's
+/// share ([`crate::server::Respond::relay_share`]), one chunk at a time
+/// ([`RelayHold::next_turn`]): the streams of one connection together hold about what one HTTP/1.1
+/// relay at the connection's pace holds, however many streams it carries.
 pub(crate) struct RelayHold<'w> {
     w: &'w Worker,
     pace: RelayPace,
-    /// Bytes taken from the budget.
+    /// Bytes taken from the budget (and from `conn`'s, when there is one).
     held: usize,
     passthrough: bool,
-    /// The largest chunk the session takes ([`crate::server::Session::max_chunk`]).
-    max_chunk: usize,
+    /// The client connection's share, for a multiplexed connection.
+    conn: Option<Rc<RelayBudget>>,
+    /// Bytes taken from `conn`'s share: `held` during the relay's turn, 0 outside it.
+    conn_held: usize,
 }
+
+/// How long a multiplexed stream's chunk may wait for its client before the stream gives its
+/// connection's share back ([`RelayHold::leave_turn`]): a chunk the client keeps up with leaves in
+/// well under this ([`edge_core::pace::SLOW`]: the pace of a slow reader).
+pub(crate) const SLOW_TURN: Duration = edge_core::pace::SLOW;
 
 impl<'w> RelayHold<'w> {
     /// Takes the relay's first buffer from the budget, waiting while it is spent (a pause, never a
@@ -34,23 +46,22 @@ impl<'w> RelayHold<'w> {
     pub(crate) async fn start(
         w: &'w Worker,
         passthrough: bool,
-        max_chunk: usize,
+        conn: Option<Rc<RelayBudget>>,
         rest: &mut RecvBuf,
     ) -> Self {
-        let pace = RelayPace::new();
         if passthrough {
             rest.release();
         }
-        if w.relay.acquire(pace.size()).await {
-            w.metrics.relay_waits.increment(1);
-        }
-        RelayHold {
+        let mut hold = RelayHold {
             w,
-            pace,
-            held: pace.size(),
+            pace: RelayPace::new(),
+            held: 0,
             passthrough,
-            max_chunk,
-        }
+            conn,
+            conn_held: 0,
+        };
+        hold.resume().await;
+        hold
     }
 
     /// The size of the next upstream read ([`edge_upstream::session::UpstreamSession::read_body`]): the
@@ -75,9 +86,26 @@ impl<'w> RelayHold<'w> {
             false => 0,
         };
         self.pace.wrote(len, took, unsent);
-        let size = self.pace.size().min(self.max_chunk);
-        self.held = self.w.relay.resize(self.held, size);
+        if self.conn.is_some() {
+            // Taken at the relay's next turn ([`RelayHold::next_turn`]).
+            return;
+        }
+        self.held = self.w.relay.resize(self.held, self.pace.size());
         self.pace = RelayPace::with_size(self.held);
+    }
+
+    /// On a multiplexed connection, after a chunk the multiplexer has let go of: gives the relay's
+    /// share back and takes the size of its next chunk again, in line behind the connection's other
+    /// streams waiting for theirs, so they take turns a chunk at a time. Nothing on a connection of
+    /// its own.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait takes nothing.
+    pub(crate) async fn next_turn(&mut self, rest: &mut RecvBuf) {
+        if self.conn.is_some() {
+            self.pause(rest);
+            self.resume().await;
+        }
     }
 
     /// Whether the relay pauses before its next read: a pass-through relay at the small size whose
@@ -93,8 +121,7 @@ impl<'w> RelayHold<'w> {
     /// and its share of the budget back, while it waits for its client ([`RelayHold::resume`]).
     pub(crate) fn pause(&mut self, rest: &mut RecvBuf) {
         rest.release();
-        self.w.relay.release(self.held);
-        self.held = 0;
+        self.release();
     }
 
     /// Takes the relay's share of the budget again after [`RelayHold::pause`], waiting while it is
@@ -104,15 +131,58 @@ impl<'w> RelayHold<'w> {
     /// Cancel safe: a dropped wait takes nothing.
     pub(crate) async fn resume(&mut self) {
         let n = self.pace.size();
+        // The connection's share first: a stream waiting for its turn holds none of the worker's.
+        // Waits for a turn are the multiplexing, not a spent budget: not counted.
+        let mut taken = ConnTaken(None, n);
+        if let Some(c) = &self.conn {
+            c.acquire(n).await;
+            taken.0 = Some(c);
+        }
         if self.w.relay.acquire(n).await {
             self.w.metrics.relay_waits.increment(1);
         }
+        std::mem::forget(taken);
         self.held = n;
+        self.conn_held = if self.conn.is_some() { n } else { 0 };
+    }
+
+    /// Gives the connection's share back early, while the multiplexer still holds the chunk: for a
+    /// stream whose client is slow to take it ([`SLOW_TURN`]), so that the connection's other streams
+    /// go on (no head-of-line blocking behind a stream whose client stopped reading it); the chunk
+    /// stays counted in the worker's budget.
+    pub(crate) fn leave_turn(&mut self) {
+        if let Some(c) = &self.conn {
+            c.release(self.conn_held);
+        }
+        self.conn_held = 0;
+    }
+
+    /// Whether the relay holds a share of its connection's.
+    pub(crate) fn in_turn(&self) -> bool {
+        self.conn_held > 0
+    }
+
+    fn release(&mut self) {
+        self.w.relay.release(self.held);
+        self.held = 0;
+        self.leave_turn();
+    }
+}
+
+/// The connection's share taken while the worker's is still awaited: given back if that wait is
+/// dropped.
+struct ConnTaken<'a>(Option<&'a RelayBudget>, usize);
+
+impl Drop for ConnTaken<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.release(self.1);
+        }
     }
 }
 
 impl Drop for RelayHold<'_> {
     fn drop(&mut self) {
-        self.w.relay.release(self.held);
+        self.release();
     }
 }

@@ -138,7 +138,9 @@ pub async fn run<S: Session>(w: &Worker, s: &mut S, req: Admitted<'_>) -> Outcom
 /// # Errors
 /// The body prefix failed its framing or limit checks (400, 413).
 fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool, usize), Failure> {
-    let mut out = SendBuf::take();
+    // Held until the response head (a retry sends it again): a head buffer, which the body bytes that
+    // came with the request grow into a larger pooled one (`Session::body_prefix`).
+    let mut out = SendBuf::take_head();
     {
         let view = s.request();
         let rw = RequestRewrite {
@@ -159,6 +161,8 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool, us
             added: req.rewrite.added,
             traceparent: req.rewrite.traceparent,
         };
+        // Room for the head and the fields edge adds, in a pooled buffer of the class that holds it.
+        out.reserve_pooled(view.head.len + 1024);
         request_head(&mut out.0, &view, &rw);
     }
     // Body bytes that arrived with the head go out in the same write.

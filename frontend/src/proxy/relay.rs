@@ -78,7 +78,7 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
     }
     // The upstream clocks run on only while body bytes are still to come from the upstream.
     clock.pause(coarse_now() - write_started);
-    let mut hold = RelayHold::start(w, s.passthrough(), s.max_chunk(), up.received_mut()).await;
+    let mut hold = RelayHold::start(w, s.passthrough(), s.relay_share(), up.received_mut()).await;
     let endpoint = up.endpoint();
     while !complete {
         let more = up.read_body(&mut clock, hold.size()).await;
@@ -136,8 +136,10 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
 
 /// After a chunk of `len` bytes written since `t` (`rest` is the relay's buffer): an HTTP/2 stream
 /// waits until h2 let go of the chunk, so it holds one (the wait is part of the time the client took
-/// it); the pace is told; a relay whose client is not reading waits for its socket holding no buffer
-/// and no share of the budget (DESIGN.md "Memory under slow readers and large bodies").
+/// it; the last chunk too, so the stream's share of its connection goes back only once its bytes are
+/// out); the pace is told; a multiplexed stream takes its next turn; a relay whose client is not
+/// reading waits for its socket holding no buffer and no share of the budget (DESIGN.md "Memory under
+/// slow readers and large bodies").
 ///
 /// # Errors
 /// The client stopped reading for `send`, or its connection failed.
@@ -148,10 +150,24 @@ async fn after_chunk<S: Respond>(
     complete: bool,
     (len, t): (usize, std::time::Instant),
 ) -> Result<(), SendFailure> {
-    if !complete && s.window_paced() {
-        s.client_room().await?;
+    if s.window_paced() {
+        let mut room = std::pin::pin!(s.client_room());
+        if hold.in_turn() {
+            match monoio::time::timeout(super::hold::SLOW_TURN, room.as_mut()).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    hold.leave_turn();
+                    room.await?;
+                }
+            }
+        } else {
+            room.await?;
+        }
     }
     hold.wrote(len, t.elapsed(), s.client_socket());
+    if !complete && rest.is_empty() {
+        hold.next_turn(rest).await;
+    }
     if !complete && rest.is_empty() && hold.client_behind(s.client_socket()) {
         hold.pause(rest);
         s.client_room().await?;

@@ -205,9 +205,12 @@ pub trait Respond {
         std::future::pending()
     }
 
-    /// The largest chunk a pass-through relay reads at once, bytes (its pace grows up to it).
-    fn max_chunk(&self) -> usize {
-        edge_core::buf::RELAY_BUF_SIZE
+    /// The relay-memory share of the client connection the response goes out on, where several
+    /// responses share one connection (HTTP/2: [`crate::server::h2`]'s streams): the relay takes its
+    /// chunks from it as well as from the worker's budget. `None` (the default): the worker's budget
+    /// only.
+    fn relay_share(&self) -> Option<std::rc::Rc<edge_core::pace::RelayBudget>> {
+        None
     }
 
     /// Whether the relay waits for [`Session::client_room`] after every chunk: where the chunk is handed

@@ -261,3 +261,91 @@ both_drivers!(paused_readers_hold_no_relay_buffer, |d| {
     }
     assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
 });
+
+/// The body of the streams sharing one HTTP/2 connection: sixteen relay chunks at full pace.
+const SHARED_BODY: usize = 4 << 20;
+
+/// Sends `GET /big` on `send` and returns the response's body stream once the head is in.
+async fn get_big(
+    send: &mut h2::client::SendRequest<bytes::Bytes>,
+    addr: SocketAddr,
+) -> Result<h2::RecvStream, String> {
+    let req = http::Request::get(format!("http://{addr}/big"))
+        .body(())
+        .unwrap();
+    let (resp, _) = send.send_request(req, true).map_err(|e| e.to_string())?;
+    let resp = resp.await.map_err(|e| e.to_string())?;
+    match resp.status() {
+        http::StatusCode::OK => Ok(resp.into_body()),
+        s => Err(format!("status {s}")),
+    }
+}
+
+/// On one h2c connection: a stream whose client never reads its body (its window stays shut after
+/// the first 64 KiB), then a second stream read at full speed. Returns how long the second took and
+/// whether the first was still open then.
+async fn beside_a_stalled_stream(addr: SocketAddr) -> Result<(Duration, bool), String> {
+    let tcp = monoio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let io = edge_core::io::PollIo::new(tcp, &[], Duration::from_secs(30));
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(64 * 1024)
+        .initial_connection_window_size(64 << 20)
+        .handshake::<_, bytes::Bytes>(io)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    monoio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.map_err(|e| e.to_string())?;
+    let mut stalled = get_big(&mut send, addr).await?;
+    // The stalled stream's first bytes are in: its relay runs and holds its turn.
+    let first = stalled
+        .data()
+        .await
+        .ok_or("no body on the stalled stream")?;
+    first.map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut recv = get_big(&mut send, addr).await?;
+    let mut got = 0;
+    while let Some(d) = recv.data().await {
+        let d = d.map_err(|e| format!("stream after {got} of {SHARED_BODY} body bytes: {e}"))?;
+        check(&d, &mut got)?;
+        let _ = recv.flow_control().release_capacity(d.len());
+    }
+    if got != SHARED_BODY {
+        return Err(format!(
+            "stream ended after {got} of {SHARED_BODY} body bytes"
+        ));
+    }
+    let took = t.elapsed();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // Open: bytes within its window wait unread, or nothing yet; not reset, not ended.
+    let open = match stalled.poll_data(&mut cx) {
+        std::task::Poll::Pending | std::task::Poll::Ready(Some(Ok(_))) => true,
+        std::task::Poll::Ready(Some(Err(_)) | None) => false,
+    };
+    Ok((took, open))
+}
+
+// The streams of one HTTP/2 connection take turns within the connection's relay share (DESIGN.md
+// "Memory under slow readers and large bodies"): a stream whose client stopped reading it gives its
+// turn up instead of holding its siblings back until its `send` deadline (no head-of-line blocking
+// across streams).
+both_drivers!(a_stalled_h2_stream_does_not_hold_back_its_siblings, |d| {
+    let body: Arc<Vec<u8>> = Arc::new((0..SHARED_BODY).map(byte_at).collect());
+    let origin = Origin::start(move |_| Reply::ok(&body));
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .timeout("send", "20s"),
+    );
+    let addr = edge.addr;
+    let (took, open) = crate::harness::block_on(beside_a_stalled_stream(addr)).unwrap();
+    assert!(
+        took < Duration::from_secs(10),
+        "the stream beside a stalled one took {took:?}: held back until the `send` deadline"
+    );
+    assert!(open, "the stalled stream was ended early");
+});

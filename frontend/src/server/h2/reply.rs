@@ -5,7 +5,7 @@
 //! §8.1); the connection goes on. It is the response half of a split [`super::session::H2Session`]
 //! ([`crate::server::Session::split`]), so it runs beside the stream's request body.
 
-use std::{future::poll_fn, time::Duration};
+use std::{future::poll_fn, rc::Rc, time::Duration};
 
 use bytes::Buf;
 
@@ -18,6 +18,7 @@ use edge_core::{
         head::{Field, ResponseHead},
         view::ResponseView,
     },
+    pace::RelayBudget,
     websocket,
 };
 use h2::{server::SendResponse, SendStream};
@@ -45,6 +46,8 @@ pub struct H2Reply<'a> {
     pub(super) added: ResponseFields<'a>,
     /// A WebSocket stream (RFC 8441): the Sec-WebSocket-Key edge sent upstream for it.
     pub(super) websocket: Option<[u8; websocket::KEY_LEN]>,
+    /// The connection's relay-memory share ([`Respond::relay_share`]).
+    pub(super) share: Option<Rc<RelayBudget>>,
 }
 
 impl<'a> H2Reply<'a> {
@@ -59,6 +62,7 @@ impl<'a> H2Reply<'a> {
             moved: None,
             added: ResponseFields::default(),
             websocket: None,
+            share: None,
         }
     }
 
@@ -416,18 +420,18 @@ impl Respond for H2Reply<'_> {
         })
     }
 
-    /// Pass-through bodies read in chunks that follow the stream's pace ([`Respond::max_chunk`]).
+    /// Pass-through bodies read in chunks that follow the stream's pace, as HTTP/1.1 relays do.
     fn passthrough(&self) -> bool {
         self.relay.passthrough()
     }
 
-    /// A stream's chunks are bounded by its window (DESIGN.md "Memory under slow readers and large
-    /// bodies": HTTP/2 streams obey the same rule per stream, bounded by the stream's window): 16 KiB,
-    /// one DATA frame at the default `SETTINGS_MAX_FRAME_SIZE` (RFC 9113 §4.2, §6.5.2), and h2 takes
-    /// the next only once the last is gone ([`Respond::client_room`]). At 640 concurrent 1 MiB
-    /// streams, 64 KiB chunks held 1.4x the memory of 16 KiB ones (bench/README.md "HTTP/2").
-    fn max_chunk(&self) -> usize {
-        buf::BUF_SIZE
+    /// The connection's share ([`super::tasks::CONN_RELAY_SHARE`]): a stream's chunk grows with its
+    /// pace like an HTTP/1.1 relay's, and the connection's streams take turns within one relay's
+    /// worth (DESIGN.md "Memory under slow readers and large bodies": HTTP/2 streams obey the same
+    /// rule per stream; h2 takes a stream's next chunk only once the last is gone,
+    /// [`Respond::client_room`], so a stream whose window is shut holds one chunk).
+    fn relay_share(&self) -> Option<Rc<RelayBudget>> {
+        self.share.clone()
     }
 
     /// Waits, holding no buffer of the relay's, until h2 let go of the stream's last chunk (its bytes

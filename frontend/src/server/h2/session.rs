@@ -6,7 +6,7 @@
 //! before its response ended resets its stream (RST_STREAM INTERNAL_ERROR, RFC 9113 §8.1); the
 //! connection goes on.
 
-use std::time::Duration;
+use std::{rc::Rc, time::Duration};
 
 use edge_core::{
     buf::RecvBuf,
@@ -16,6 +16,7 @@ use edge_core::{
         view::{RequestView, ResponseView, Version},
     },
     io::body::{BodySource, SendBodyError},
+    pace::RelayBudget,
 };
 use h2::{server::SendResponse, RecvStream};
 use monoio::{io::AsyncWriteRent, time::Instant};
@@ -74,6 +75,13 @@ impl<'a> H2Session<'a> {
     /// them ([`crate::request::Admitted::response`]).
     pub fn adding(mut self, added: ResponseFields<'a>) -> Self {
         self.reply.added = added;
+        self
+    }
+
+    /// The session whose relays take their chunks from `share`, the connection's relay-memory share
+    /// ([`crate::server::Respond::relay_share`]).
+    pub fn sharing(mut self, share: &Rc<RelayBudget>) -> Self {
+        self.reply.share = Some(share.clone());
         self
     }
 
@@ -253,8 +261,8 @@ impl Respond for H2Session<'_> {
         self.reply.passthrough()
     }
 
-    fn max_chunk(&self) -> usize {
-        self.reply.max_chunk()
+    fn relay_share(&self) -> Option<std::rc::Rc<edge_core::pace::RelayBudget>> {
+        self.reply.relay_share()
     }
 
     fn client_room(&mut self) -> impl std::future::Future<Output = Result<(), SendFailure>> {

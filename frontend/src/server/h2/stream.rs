@@ -11,7 +11,7 @@
 //! tunnel ([`super::tunnel`]); any other answer is relayed as the stream's response. Another
 //! `:protocol`, or none, is CONNECT: 405.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, rc::Rc};
 
 use edge_core::{
     buf::SendBuf,
@@ -20,6 +20,7 @@ use edge_core::{
         head::{parse_request, Fields, HeadError, RequestHead},
     },
     metrics::{InvalidReason, Protocol, ResetSide, ShedReason},
+    pace::RelayBudget,
 };
 use h2::{server::SendResponse, RecvStream};
 use monoio::time::Instant;
@@ -135,6 +136,7 @@ pub async fn serve(
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Chunk>,
     from: Origin,
+    share: &Rc<RelayBudget>,
     scratch: &mut Scratch,
 ) {
     if reset_already(&mut respond) {
@@ -152,7 +154,7 @@ pub async fn serve(
         respond.send_reset(h2::Reason::PROTOCOL_ERROR);
         return;
     }
-    let mut head_buf = SendBuf::take();
+    let mut head_buf = SendBuf::take_head();
     scratch.facts.clear();
     // A gRPC call gets gRPC answers from here on, to a head that fails its checks too.
     scratch.facts.grpc = (parts.headers.get(http::header::CONTENT_TYPE))
@@ -162,6 +164,14 @@ pub async fn serve(
     // A WebSocket stream's key goes upstream in its head; its `101` must answer it.
     let websocket = super::request::is_websocket(&parts).then(edge_core::websocket::new_key);
     let key = websocket.as_ref().map(|k| &k[..]);
+    // The head in HTTP/1.1 syntax, in a pooled buffer of the class that holds it.
+    let fields_len: usize = (parts.headers.iter())
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    let uri = &parts.uri;
+    let target = uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let authority = uri.authority().map_or(0, |a| a.as_str().len());
+    head_buf.reserve_pooled(fields_len + target + 2 * authority + 64);
     let written = super::request::write_head(&mut head_buf.0, &parts, body.is_end_stream(), key);
     let mut line = std::mem::take(&mut scratch.line);
     log_line(&head_buf.0, &mut line);
@@ -174,7 +184,7 @@ pub async fn serve(
     let max_body = server.limits.max_body_bytes.0.unwrap_or(u64::MAX);
     let send = server.timeouts.send.0;
     let new_session = |req, fields, deadline| {
-        H2Session::new(req, fields, body, respond, max_body, send, deadline)
+        H2Session::new(req, fields, body, respond, max_body, send, deadline).sharing(share)
     };
     let (head, info) = match checked {
         Ok(v) => v,

@@ -24,11 +24,21 @@ use std::{
     task::{Poll, Waker},
 };
 
+use edge_core::pace::RelayBudget;
+
 use super::{conn::Accepted, stream};
 use crate::{accept::CatchUnwind, context::Worker};
 
 /// Tasks kept parked per connection once their streams ended (each holds one stream future's memory).
 pub const LINGER: usize = 16;
+
+/// What the response relays of one connection's streams hold at most together, bytes (beyond one
+/// stream's first chunk, which always runs): one HTTP/1.1 relay's worth at full pace
+/// ([`edge_core::buf::RELAY_BUF_SIZE`]). A connection sends at one TCP pace whatever its number of
+/// streams, so its streams take turns a chunk at a time instead of each holding a chunk
+/// (DESIGN.md "Memory under slow readers and large bodies"; bench/README.md "Large bodies after the
+/// slow-reader work").
+pub const CONN_RELAY_SHARE: usize = edge_core::buf::RELAY_BUF_SIZE;
 
 /// One accepted stream waiting for a task, with what its task must drop when the stream ends.
 struct Job<G> {
@@ -43,6 +53,8 @@ struct Shared<G> {
     parked: RefCell<Vec<Waker>>,
     /// The connection ended: parked tasks end.
     closed: Cell<bool>,
+    /// The connection's relay-memory share ([`CONN_RELAY_SHARE`]).
+    relay: Rc<RelayBudget>,
 }
 
 /// The stream tasks of one connection. `G` is dropped when its stream has been served (the
@@ -59,6 +71,7 @@ impl<G: 'static> Default for StreamTasks<G> {
                 queue: RefCell::new(VecDeque::new()),
                 parked: RefCell::new(Vec::new()),
                 closed: Cell::new(false),
+                relay: Rc::new(RelayBudget::new(CONN_RELAY_SHARE)),
             }),
         }
     }
@@ -120,7 +133,14 @@ async fn run<G>(w: Rc<Worker>, shared: Rc<Shared<G>>, from: stream::Origin) {
     while let Some(job) = next(&shared).await {
         let (req, respond) = job.accepted;
         w.metrics.http2_streams_active.increment(1.0);
-        let serve = pin!(stream::serve(&w, req, respond, from, &mut scratch));
+        let serve = pin!(stream::serve(
+            &w,
+            req,
+            respond,
+            from,
+            &shared.relay,
+            &mut scratch
+        ));
         let res = CatchUnwind(serve).await;
         w.metrics.http2_streams_active.decrement(1.0);
         if res.is_err() {
