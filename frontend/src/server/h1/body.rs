@@ -53,7 +53,9 @@ impl RequestBody {
 
     /// Moves the body bytes already in `rb`, at most [`BUF_SIZE`] of them, to `out` (they go upstream with
     /// the head; the rest, if any, is streamed from `rb`). The cap keeps `out` within a pooled buffer's
-    /// size class when `rb` is a large buffer. Every body byte in `rb` is judged first, so a refusal
+    /// size class when `rb` is a large buffer; when the bytes do not fit, `out` moves to the pooled
+    /// buffer of the class that holds them ([`edge_core::buf::reserve_pooled`]) rather than growing
+    /// out of its class (which would unbalance the pools, [`edge_core::buf::give`]). Every body byte in `rb` is judged first, so a refusal
     /// that those bytes already decide comes before anything of the request goes upstream.
     ///
     /// # Errors
@@ -64,6 +66,7 @@ impl RequestBody {
             self.scan.clone().scan(data, |_| {}).map_err(failure)?;
         }
         let n = self.scan(&data[..data.len().min(BUF_SIZE)])?;
+        edge_core::buf::reserve_pooled(out, n);
         out.extend_from_slice(&rb.data()[..n]);
         rb.consume(n);
         Ok(())
@@ -193,6 +196,35 @@ impl Drop for ResponseBody {
     fn drop(&mut self) {
         if self.tail.capacity() > 0 {
             edge_core::buf::give(std::mem::take(&mut self.tail));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_core::buf::{take_head, HEAD_BUF_SIZE, LARGE_BUF_SIZE};
+
+    /// The body bytes that came with a request head move the head buffer to a pooled class, whatever
+    /// the size of the read buffer they came in: no `Vec` growth out of a class.
+    #[test]
+    fn a_body_prefix_moves_the_head_buffer_to_a_pooled_class() {
+        for prefix in [100, HEAD_BUF_SIZE, BUF_SIZE, LARGE_BUF_SIZE] {
+            let mut rb = RecvBuf::default();
+            rb.append_with(|v| v.extend_from_slice(&vec![b'x'; prefix]));
+            let mut out = take_head();
+            out.extend_from_slice(&[b'h'; 300]);
+            let mut body = RequestBody::new(Body::Length(prefix as u64 * 2), u64::MAX);
+            body.take_available(&mut rb, &mut out).unwrap();
+            let taken = prefix.min(BUF_SIZE);
+            assert_eq!(out.len(), 300 + taken);
+            let class = match 300 + taken {
+                n if n <= HEAD_BUF_SIZE => HEAD_BUF_SIZE,
+                n if n <= BUF_SIZE => BUF_SIZE,
+                _ => LARGE_BUF_SIZE,
+            };
+            assert_eq!(out.capacity(), class, "prefix {prefix}");
+            assert_eq!(rb.len(), prefix - taken);
         }
     }
 }

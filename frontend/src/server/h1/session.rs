@@ -172,7 +172,6 @@ impl<T: Transport> Session for H1Session<'_, T> {
 
     fn body_prefix(&mut self, out: &mut Vec<u8>) -> Result<(), Failure> {
         self.rb.consume(self.head.len);
-        edge_core::buf::reserve_pooled(out, self.rb.len().min(edge_core::buf::BUF_SIZE));
         self.body.take_available(self.rb, out)
     }
 
