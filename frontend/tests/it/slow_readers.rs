@@ -114,23 +114,33 @@ const H2_BODY: usize = 1 << 20;
 /// of a 256 KiB chunk before the stream has capacity again take 1.8 s.
 const H2_PAUSE: Duration = Duration::from_millis(150);
 
-/// One slow HTTP/2 client (h2c): a stream window of [`STEP`], given back [`H2_PAUSE`] after each DATA
-/// frame's bytes arrive, so edge's stream moves at about [`STEP`] per [`H2_PAUSE`].
-async fn slow_h2_read(addr: SocketAddr) -> Result<Duration, String> {
-    let tcp = slow_socket(addr)?;
-    tcp.set_nonblocking(true).unwrap();
-    let tcp = monoio::net::TcpStream::from_std(tcp).map_err(|e| format!("register: {e}"))?;
+/// An h2c client (prior knowledge) on `tcp` with these initial stream and connection windows, bytes;
+/// its connection task runs on this thread's runtime. Resolves once it may open a stream.
+async fn h2c_client(
+    tcp: monoio::net::TcpStream,
+    stream_window: u32,
+    conn_window: u32,
+) -> Result<h2::client::SendRequest<bytes::Bytes>, String> {
     let io = edge_core::io::PollIo::new(tcp, &[], Duration::from_secs(30));
     let (send, conn) = h2::client::Builder::new()
-        .initial_window_size(STEP as u32)
-        .initial_connection_window_size(4 << 20)
+        .initial_window_size(stream_window)
+        .initial_connection_window_size(conn_window)
         .handshake::<_, bytes::Bytes>(io)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     monoio::spawn(async move {
         let _ = conn.await;
     });
-    let mut send = send.ready().await.map_err(|e| e.to_string())?;
+    send.ready().await.map_err(|e| e.to_string())
+}
+
+/// One slow HTTP/2 client (h2c): a stream window of [`STEP`], given back [`H2_PAUSE`] after each DATA
+/// frame's bytes arrive, so edge's stream moves at about [`STEP`] per [`H2_PAUSE`].
+async fn slow_h2_read(addr: SocketAddr) -> Result<Duration, String> {
+    let tcp = slow_socket(addr)?;
+    tcp.set_nonblocking(true).unwrap();
+    let tcp = monoio::net::TcpStream::from_std(tcp).map_err(|e| format!("register: {e}"))?;
+    let mut send = h2c_client(tcp, STEP as u32, 4 << 20).await?;
     let req = http::Request::get(format!("http://{addr}/big"))
         .body(())
         .unwrap();
@@ -288,17 +298,7 @@ async fn beside_a_stalled_stream(addr: SocketAddr) -> Result<(Duration, bool), S
     let tcp = monoio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let io = edge_core::io::PollIo::new(tcp, &[], Duration::from_secs(30));
-    let (send, conn) = h2::client::Builder::new()
-        .initial_window_size(64 * 1024)
-        .initial_connection_window_size(64 << 20)
-        .handshake::<_, bytes::Bytes>(io)
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    monoio::spawn(async move {
-        let _ = conn.await;
-    });
-    let mut send = send.ready().await.map_err(|e| e.to_string())?;
+    let mut send = h2c_client(tcp, 64 * 1024, 64 << 20).await?;
     let mut stalled = get_big(&mut send, addr).await?;
     // The stalled stream's first bytes are in: its relay runs and holds its turn.
     let first = stalled
