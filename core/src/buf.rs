@@ -14,11 +14,12 @@ use monoio::{
 };
 
 /// Size of a pooled head buffer, bytes: what a request head written for the upstream (or an HTTP/2
-/// request's head in HTTP/1.1 syntax) is built in ([`SendBuf::take_head`]). Heads are usually well under
-/// 1 KiB and such a buffer lives as long as its request does, so 640 concurrent HTTP/2 streams hold
-/// 2.5 MiB of them rather than 10 MiB of [`BUF_SIZE`] ones (bench/README.md "Large bodies after the
-/// slow-reader work"). A larger head grows into the next class.
-pub const HEAD_BUF_SIZE: usize = 4 * 1024;
+/// request's head in HTTP/1.1 syntax) is built in ([`SendBuf::take_head`]), and what an HTTP/2 stream's
+/// upstream response head is read into ([`RecvBuf::fill_head`]). Heads are usually well under 1 KiB and
+/// such a buffer lives as long as its request does, so the three of an HTTP/2 stream hold 6 KiB rather
+/// than 48 KiB of [`BUF_SIZE`] ones (bench/README.md "Large bodies after the slow-reader work"). A larger
+/// head moves to the next class.
+pub const HEAD_BUF_SIZE: usize = 2 * 1024;
 /// Size of a pooled buffer, bytes.
 pub const BUF_SIZE: usize = 16 * 1024;
 /// Size of a pooled large buffer, bytes: what an upstream response head is read into, so the body
@@ -41,7 +42,7 @@ pub const RELAY_BUF_SIZE: usize = 4 * LARGE_BUF_SIZE;
 pub const RECORD_BUF_SIZE: usize = LARGE_BUF_SIZE + 1024;
 /// Head buffers a worker's free list always keeps.
 const HEAD_POOL_FLOOR: usize = 64;
-/// Head buffers a worker's free list keeps at most (16 MiB); more are freed.
+/// Head buffers a worker's free list keeps at most (8 MiB); more are freed.
 const HEAD_POOL_MAX: usize = 4096;
 /// Buffers a worker's free list always keeps.
 const POOL_FLOOR: usize = 64;
@@ -299,6 +300,23 @@ impl RecvBuf {
         res
     }
 
+    /// Like [`RecvBuf::fill`], into a pooled head buffer ([`HEAD_BUF_SIZE`]) when there is no storage:
+    /// for upstream response heads whose body bytes wait in the buffer (an HTTP/2 stream's, behind the
+    /// connection's other streams), so that few of them do. A head that does not fit moves on to a
+    /// small buffer.
+    ///
+    /// # Errors
+    /// The read's error.
+    ///
+    /// # Cancel safety
+    /// As [`RecvBuf::fill`].
+    pub async fn fill_head<R: AsyncReadRent>(&mut self, io: &mut R) -> io::Result<usize> {
+        if self.storage.capacity() == 0 {
+            self.storage = take_head();
+        }
+        self.fill(io).await
+    }
+
     /// Like [`RecvBuf::fill`], with room for at least [`LARGE_BUF_SIZE`] bytes: for upstream response
     /// heads (so the body bytes behind a head come in the same read) and for body relays. The storage is
     /// swapped for a pooled large buffer (unconsumed bytes are carried over), so steady traffic
@@ -395,7 +413,15 @@ impl RecvBuf {
             self.pos = 0;
         }
         if self.storage.len() == self.storage.capacity() {
-            self.storage.reserve(BUF_SIZE);
+            match self.storage.capacity() < BUF_SIZE {
+                // A full head buffer moves to a pooled small one rather than growing out of its
+                // class ([`give`]).
+                true => {
+                    move_to(&mut self.storage, self.pos, take());
+                    self.pos = 0;
+                }
+                false => self.storage.reserve(BUF_SIZE),
+            }
         }
     }
 
@@ -585,6 +611,29 @@ mod tests {
             }
             assert_eq!(rb.data(), b"cdefghij");
             assert_eq!(rb.storage.capacity(), RELAY_BUF_SIZE);
+        });
+    }
+
+    /// A head read takes a head buffer; a head that fills it moves on to a pooled small buffer (its
+    /// bytes carried over) rather than growing out of the head class.
+    #[test]
+    fn fill_head_reads_into_a_head_buffer_and_moves_on_when_full() {
+        monoio::start::<monoio::LegacyDriver, _>(async {
+            let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut client = monoio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            let sent: Vec<u8> = (0..HEAD_BUF_SIZE + 100).map(|i| (i % 251) as u8).collect();
+            let (r, _) = client.write_all(sent.clone()).await;
+            r.unwrap();
+            let mut rb = RecvBuf::new();
+            rb.fill_head(&mut server).await.unwrap();
+            assert_eq!(rb.storage.capacity(), HEAD_BUF_SIZE);
+            while rb.len() < sent.len() {
+                rb.fill_head(&mut server).await.unwrap();
+            }
+            assert_eq!(rb.data(), &sent[..]);
+            assert_eq!(rb.storage.capacity(), BUF_SIZE);
         });
     }
 

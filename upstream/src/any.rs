@@ -25,7 +25,7 @@ use crate::{
     h2::{session::H2Held, H2BodySink, H2Exchange, H2Tunnel},
     pool::ConnParts,
     session::{
-        BodyEnd, BodyError, BodyRead, Finish, Trailers, TunnelHalves, UpstreamSession,
+        BodyEnd, BodyError, BodyRead, Finish, HeadBuffer, Trailers, TunnelHalves, UpstreamSession,
         UpstreamTunnel, Waited,
     },
     stream::{UpstreamReadHalf, UpstreamWriteHalf},
@@ -127,8 +127,9 @@ impl UpstreamSession for AnyExchange<'_> {
         fields: &mut Fields,
         clock: &mut ActivityClock,
         head_deadline: Option<Instant>,
+        buffer: HeadBuffer,
     ) -> Result<ResponseHead, UpstreamError> {
-        each!(self, s => s.read_head(fields, clock, head_deadline).await)
+        each!(self, s => s.read_head(fields, clock, head_deadline, buffer).await)
     }
 
     async fn read_body(

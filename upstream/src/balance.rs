@@ -386,7 +386,10 @@ impl Upstream {
             conn.permit = permit;
             Ok(conn)
         };
-        let (conn, retried) = self.first_or_second(first, permit, key, attempt).await?;
+        // Boxed: a new connection allocates its state anyway, and the connect and TLS handshake
+        // futures inline would take kilobytes of every request's future that reuses a connection
+        // (bench/README.md "Large bodies after the slow-reader work").
+        let (conn, retried) = Box::pin(self.first_or_second(first, permit, key, attempt)).await?;
         Ok(opened(conn, retried))
     }
 

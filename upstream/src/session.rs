@@ -238,6 +238,9 @@ pub trait UpstreamSession: Sized {
     /// deadlines' kinds; a close or reset, retry-safe only while no response byte arrived in this
     /// attempt (`clock.last_received`).
     ///
+    /// `buffer` sizes an HTTP/1.1 connection's head read ([`HeadBuffer`]); an HTTP/2 stream's head
+    /// is written by the session, not read into a buffer of this size.
+    ///
     /// # Cancel safety
     /// Not cancel safe; after any error the session is dropped.
     fn read_head(
@@ -245,6 +248,7 @@ pub trait UpstreamSession: Sized {
         fields: &mut Fields,
         clock: &mut ActivityClock,
         head_deadline: Option<Instant>,
+        buffer: HeadBuffer,
     ) -> impl Future<Output = Result<ResponseHead, UpstreamError>>;
 
     /// Reads more of the response body into [`UpstreamSession::received`] under the zombie deadline of
@@ -455,4 +459,19 @@ where
             }
         }
     }
+}
+
+/// What a response head is read into ([`UpstreamSession::read_head`]); the body bytes that come with
+/// the head stay in the same buffer until the client took them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadBuffer {
+    /// A large buffer ([`edge_core::buf::LARGE_BUF_SIZE`]), so the body bytes behind the head come in
+    /// the same read; under a burst of head reads, a small one once the socket is readable. For a
+    /// client connection of its own, which takes those bytes first.
+    Large,
+    /// A head buffer ([`edge_core::buf::HEAD_BUF_SIZE`]): for a stream of a multiplexed client
+    /// connection, where the bytes that come with the head wait for the connection's other streams
+    /// (DESIGN.md "Memory under slow readers and large bodies": the streams of one connection take
+    /// turns within one relay's worth, and the bytes of a head are outside those turns).
+    Head,
 }

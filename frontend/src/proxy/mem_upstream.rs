@@ -20,8 +20,8 @@ use edge_core::{
 use edge_upstream::{
     received::MAX_RESPONSE_HEAD,
     session::{
-        BodyEnd, BodyError, BodyRead, Finish, Open, Opened, Reuse, TunnelHalves, UpstreamSession,
-        UpstreamTunnel, Waited,
+        BodyEnd, BodyError, BodyRead, Finish, HeadBuffer, Open, Opened, Reuse, TunnelHalves,
+        UpstreamSession, UpstreamTunnel, Waited,
     },
     zombie::ActivityClock,
     UpstreamError, UpstreamErrorKind,
@@ -288,6 +288,7 @@ impl<'a> UpstreamSession for MemExchange<'a> {
         fields: &mut Fields,
         clock: &mut ActivityClock,
         head_deadline: Option<Instant>,
+        _buffer: HeadBuffer,
     ) -> Result<ResponseHead, UpstreamError> {
         loop {
             match parse_response(self.buf.data(), fields) {

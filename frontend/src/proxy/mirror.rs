@@ -19,7 +19,7 @@ use edge_core::{
 use edge_upstream::{
     error::UpstreamErrorKind,
     pool::Reuse,
-    session::{ClientConn, Finish, Open, UpstreamSession},
+    session::{ClientConn, Finish, HeadBuffer, Open, UpstreamSession},
     zombie::{self, ActivityClock},
 };
 
@@ -92,7 +92,12 @@ async fn send(live: &Live, upstream: usize, mut copy: SendBuf, client: ClientCon
     let now = coarse_now();
     let mut clock = ActivityClock::started(now, false, cfg.zombie_counts_received, threshold);
     let mut fields = Fields::new();
-    let read = session.read_head(&mut fields, &mut clock, request_timeout.map(|t| now + t));
+    let read = session.read_head(
+        &mut fields,
+        &mut clock,
+        request_timeout.map(|t| now + t),
+        HeadBuffer::Large,
+    );
     // `read_head` stops at `request_timeout` itself; the outer bound covers `request_timeout = "none"`.
     let outcome = match timeout(
         request_timeout.unwrap_or(std::time::Duration::from_secs(60)),

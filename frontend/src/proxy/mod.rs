@@ -40,7 +40,7 @@ use edge_upstream::{
     head::{request_head, RequestRewrite},
     received::is_interim,
     retry::Attempt,
-    session::{BodyEnd, BodyError, Finish, Open, Reuse, UpstreamSession},
+    session::{BodyEnd, BodyError, Finish, HeadBuffer, Open, Reuse, UpstreamSession},
     zombie::{self, ActivityClock},
     UpstreamError, UpstreamErrorKind,
 };
@@ -161,8 +161,10 @@ fn start<S: Session>(s: &mut S, req: &Admitted<'_>) -> Result<(SendBuf, bool, us
             added: req.rewrite.added,
             traceparent: req.rewrite.traceparent,
         };
-        // Room for the head and the fields edge adds, in a pooled buffer of the class that holds it.
-        out.reserve_pooled(view.head.len + 1024);
+        // Room for the head and the fields edge adds (forwarding fields, request id, trace context:
+        // about 300 bytes; a rule's fields beyond that grow the buffer within its class), in a pooled
+        // buffer of the class that holds it.
+        out.reserve_pooled(view.head.len + 512);
         request_head(&mut out.0, &view, &rw);
     }
     // Body bytes that arrived with the head go out in the same write.
@@ -273,7 +275,11 @@ async fn exchange<S: Session, O: Open>(
                     // back to the pool for the (maybe long) duplex phase.
                     edge_core::buf::give(std::mem::take(&mut out.0));
                     let i = &mut interim;
-                    match duplex::run(w, s, req, &mut up, fields, i, sent_at).await {
+                    // Boxed: the full-duplex phase (HTTP/2 upstreams with a streamed body) is the
+                    // largest of the exchange's phases, and inline it would size every exchange's
+                    // future, an HTTP/2 stream task's included (bench/README.md "Large bodies after
+                    // the slow-reader work").
+                    match Box::pin(duplex::run(w, s, req, &mut up, fields, i, sent_at)).await {
                         Some((outcome, finish)) => {
                             return ended_duplex(up, outcome, finish);
                         }
@@ -511,6 +517,12 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     // HTTP/1.1 client's close costs a readiness wait per request to notice; an HTTP/1.1 upstream
     // learns of it when its answer finds the client gone, as before).
     let watch_client = up.duplex();
+    // A stream of a multiplexed client connection reads its head into a head buffer: the body bytes
+    // that come with it wait there for the connection's other streams.
+    let buffer = match s.relay_share() {
+        Some(_) => HeadBuffer::Head,
+        None => HeadBuffer::Large,
+    };
     loop {
         let gone = async {
             match watch_client {
@@ -519,7 +531,7 @@ async fn response_head<S: Respond, E: UpstreamSession>(
             }
         };
         let head = monoio::select! {
-            h = up.read_head(fields, &mut clock, head_deadline) => h,
+            h = up.read_head(fields, &mut clock, head_deadline, buffer) => h,
             () = gone => {
                 return Err(Stop::End(interim::client_gone(w, &req.log, SendFailure::Closed)));
             }

@@ -11,14 +11,15 @@ use monoio::{io::Canceller, time::Instant};
 
 use crate::{
     received::MAX_RESPONSE_HEAD,
-    session::{BodyRead, Waited},
+    session::{BodyRead, HeadBuffer, Waited},
     zombie::ActivityClock,
     UpstreamConn, UpstreamError, UpstreamErrorKind,
 };
 
 /// Reads until a complete response head (interim or final) is buffered at the start of `conn.buf`, with
 /// its fields in `fields`. The read stops at `head_deadline` (`request_timeout`, 504 `RequestTimeout`)
-/// or at the zombie deadline (504 `Zombie`), whichever is first.
+/// or at the zombie deadline (504 `Zombie`), whichever is first. `buffer` sizes the reads
+/// ([`HeadBuffer`]).
 ///
 /// # Errors
 /// `BadResponse` for a malformed head or one over [`MAX_RESPONSE_HEAD`]; the deadlines' kinds; a close
@@ -28,6 +29,7 @@ pub(crate) async fn read_head<T: Transport>(
     fields: &mut Fields,
     clock: &mut ActivityClock,
     head_deadline: Option<Instant>,
+    buffer: HeadBuffer,
 ) -> Result<ResponseHead, UpstreamError> {
     loop {
         let received_any = clock.last_received.is_some();
@@ -53,6 +55,10 @@ pub(crate) async fn read_head<T: Transport>(
         };
         let (buf, stream) = conn.buf_and_stream();
         let read = async {
+            if buffer == HeadBuffer::Head {
+                // 4 KiB held while waiting: not counted among the waits with a large buffer.
+                return buf.fill_head(stream).await;
+            }
             let waiting = HeadWait::start();
             match waiting.many() {
                 true => {

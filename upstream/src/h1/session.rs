@@ -20,7 +20,7 @@ use super::{request, response};
 use crate::{
     pool::ConnParts,
     session::{
-        BodyEnd, BodyError, BodyRead, Finish, NoSink, TunnelHalves, UpstreamSession,
+        BodyEnd, BodyError, BodyRead, Finish, HeadBuffer, NoSink, TunnelHalves, UpstreamSession,
         UpstreamTunnel, Waited,
     },
     stream::{UpstreamReadHalf, UpstreamWriteHalf},
@@ -96,8 +96,9 @@ impl UpstreamSession for H1Exchange<'_> {
         fields: &mut Fields,
         clock: &mut ActivityClock,
         head_deadline: Option<Instant>,
+        buffer: HeadBuffer,
     ) -> impl Future<Output = Result<ResponseHead, UpstreamError>> {
-        response::read_head(&mut self.conn, fields, clock, head_deadline)
+        response::read_head(&mut self.conn, fields, clock, head_deadline, buffer)
     }
 
     fn read_body(

@@ -71,7 +71,9 @@ impl Upstream {
             }
         }
         let attempt = |i, permit| self.connect_stream(i, proxied, permit);
-        let (session, retried) = self.first_or_second(first, permit, key, attempt).await?;
+        // Boxed, as for an HTTP/1.1 checkout's connect ([`Upstream::checkout`]).
+        let (session, retried) =
+            Box::pin(self.first_or_second(first, permit, key, attempt)).await?;
         Ok(Opened { session, retried })
     }
 

@@ -36,7 +36,8 @@ use edge_core::io::h2_stream::{StreamRead, StreamWrite};
 use crate::{
     permit::Permit,
     session::{
-        BodyEnd, BodyError, BodyRead, Finish, TunnelHalves, UpstreamSession, UpstreamTunnel, Waited,
+        BodyEnd, BodyError, BodyRead, Finish, HeadBuffer, TunnelHalves, UpstreamSession,
+        UpstreamTunnel, Waited,
     },
     zombie::ActivityClock,
     Upstream, UpstreamError, UpstreamErrorKind,
@@ -326,6 +327,7 @@ impl UpstreamSession for H2Exchange<'_> {
         fields: &mut Fields,
         clock: &mut ActivityClock,
         head_deadline: Option<Instant>,
+        _buffer: HeadBuffer,
     ) -> Result<ResponseHead, UpstreamError> {
         if self.buf.is_empty() {
             match self.early.take() {
