@@ -582,13 +582,19 @@ mod tests {
         assert_eq!(large.as_ptr(), large_ptr);
     }
 
+    /// Both ends of a loopback TCP connection: (client, server).
+    async fn connected_pair() -> (monoio::net::TcpStream, monoio::net::TcpStream) {
+        let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = monoio::net::TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
     #[test]
     fn fill_large_carries_unconsumed_bytes_into_a_large_buffer() {
         monoio::start::<monoio::LegacyDriver, _>(async {
-            let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap();
-            let mut client = monoio::net::TcpStream::connect(addr).await.unwrap();
-            let (mut server, _) = listener.accept().await.unwrap();
+            let (mut client, mut server) = connected_pair().await;
             let (r, _) = client.write_all(b"abcdef".to_vec()).await;
             r.unwrap();
             let mut rb = RecvBuf::new();
@@ -619,10 +625,7 @@ mod tests {
     #[test]
     fn fill_head_reads_into_a_head_buffer_and_moves_on_when_full() {
         monoio::start::<monoio::LegacyDriver, _>(async {
-            let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap();
-            let mut client = monoio::net::TcpStream::connect(addr).await.unwrap();
-            let (mut server, _) = listener.accept().await.unwrap();
+            let (mut client, mut server) = connected_pair().await;
             let sent: Vec<u8> = (0..HEAD_BUF_SIZE + 100).map(|i| (i % 251) as u8).collect();
             let (r, _) = client.write_all(sent.clone()).await;
             r.unwrap();
