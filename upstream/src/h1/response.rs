@@ -56,7 +56,8 @@ pub(crate) async fn read_head<T: Transport>(
         let (buf, stream) = conn.buf_and_stream();
         let read = async {
             if buffer == HeadBuffer::Head {
-                // 4 KiB held while waiting: not counted among the waits with a large buffer.
+                // A head buffer held while waiting (`edge_core::buf::HEAD_BUF_SIZE`): not counted
+                // among the waits with a large buffer.
                 return buf.fill_head(stream).await;
             }
             let waiting = HeadWait::start();

@@ -55,8 +55,9 @@ impl RequestBody {
     /// the head; the rest, if any, is streamed from `rb`). The cap keeps `out` within a pooled buffer's
     /// size class when `rb` is a large buffer; when the bytes do not fit, `out` moves to the pooled
     /// buffer of the class that holds them ([`edge_core::buf::reserve_pooled`]) rather than growing
-    /// out of its class (which would unbalance the pools, [`edge_core::buf::give`]). Every body byte in `rb` is judged first, so a refusal
-    /// that those bytes already decide comes before anything of the request goes upstream.
+    /// out of its class (which would unbalance the pools, [`edge_core::buf::give`]). Every body byte
+    /// in `rb` is judged first, so a refusal that those bytes already decide comes before anything of
+    /// the request goes upstream.
     ///
     /// # Errors
     /// As [`RequestBody::scan`].

@@ -32,9 +32,10 @@ use crate::{accept::CatchUnwind, context::Worker};
 /// Tasks kept parked per connection once their streams ended (each holds one stream future's memory).
 pub const LINGER: usize = 16;
 
-/// What the response relays of one connection's streams hold at most together, bytes (beyond one
-/// stream's first chunk, which always runs): one HTTP/1.1 relay's worth at full pace
-/// ([`edge_core::buf::RELAY_BUF_SIZE`]). A connection sends at one TCP pace whatever its number of
+/// What the response relays of one connection's streams hold at most together, bytes: one HTTP/1.1
+/// relay's worth at full pace ([`edge_core::buf::RELAY_BUF_SIZE`], also the largest chunk, so one
+/// stream's chunk always fits). The body bytes that came with each stream's response head, at most a
+/// head buffer's ([`edge_core::buf::HEAD_BUF_SIZE`]), go out beside it. A connection sends at one TCP pace whatever its number of
 /// streams, so its streams take turns a chunk at a time instead of each holding a chunk
 /// (DESIGN.md "Memory under slow readers and large bodies"; bench/README.md "Large bodies after the
 /// slow-reader work").
