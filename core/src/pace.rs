@@ -95,6 +95,8 @@ pub const RELAY_BUDGET: usize = 64 << 20;
 pub struct RelayBudget {
     limit: Cell<usize>,
     held: Cell<usize>,
+    /// The pace of the last chunk its relays wrote ([`RelayBudget::pace`]).
+    pace: Cell<RelayPace>,
     /// Relays waiting to start, first come first served: (ticket, waker).
     waiting: RefCell<VecDeque<(u64, Waker)>>,
     next_ticket: Cell<u64>,
@@ -106,6 +108,7 @@ impl RelayBudget {
         RelayBudget {
             limit: Cell::new(limit),
             held: Cell::new(0),
+            pace: Cell::new(RelayPace::new()),
             waiting: RefCell::new(VecDeque::new()),
             next_ticket: Cell::new(0),
         }
@@ -121,6 +124,21 @@ impl RelayBudget {
     /// Bytes the worker's relays hold now (`edge_relay_buffer_bytes{worker}`).
     pub fn held(&self) -> usize {
         self.held.get()
+    }
+
+    /// The pace its relays last wrote at ([`RelayBudget::set_pace`]; at first the small size). A
+    /// multiplexed connection's share keeps it so that a new stream's relay starts at the pace the
+    /// connection's client is known to keep (its streams take turns at one TCP pace, bench/README.md
+    /// "Large bodies after the slow-reader work") rather than at the small size: its chunks then stay
+    /// in one size class, so the worker's buffer pools do not hold the buffers of every class that
+    /// streams growing in step once needed.
+    pub fn pace(&self) -> RelayPace {
+        self.pace.get()
+    }
+
+    /// Records the pace a relay sharing this budget reached after its last chunk.
+    pub fn set_pace(&self, pace: RelayPace) {
+        self.pace.set(pace);
     }
 
     /// Whether `n` more bytes fit. With nothing held anything fits, so one relay always runs.
@@ -327,5 +345,19 @@ mod tests {
         // With nothing held, anything fits: one relay always runs.
         let b = RelayBudget::new(10);
         assert_eq!(poll_once(&mut b.acquire(64)), Poll::Ready(false));
+    }
+
+    #[test]
+    fn a_shared_budget_keeps_the_pace_its_relays_last_wrote_at() {
+        let share = RelayBudget::new(RELAY_BUF_SIZE);
+        assert_eq!(share.pace(), RelayPace::new(), "a new connection proves nothing yet");
+        let mut p = share.pace();
+        p.wrote(BUF_SIZE, FAST, 0);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0);
+        share.set_pace(p);
+        assert_eq!(share.pace().size(), RELAY_BUF_SIZE, "the next stream starts at it");
+        p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
+        share.set_pace(p);
+        assert_eq!(share.pace().size(), LARGE_BUF_SIZE, "and follows a slower client down");
     }
 }

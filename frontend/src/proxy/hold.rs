@@ -52,9 +52,14 @@ impl<'w> RelayHold<'w> {
         if passthrough {
             rest.release();
         }
+        // A stream of a multiplexed connection starts at its connection's pace (RelayBudget::pace).
+        let pace = match (passthrough, &conn) {
+            (true, Some(c)) => c.pace(),
+            _ => RelayPace::new(),
+        };
         let mut hold = RelayHold {
             w,
-            pace: RelayPace::new(),
+            pace,
             held: 0,
             passthrough,
             conn,
@@ -86,8 +91,10 @@ impl<'w> RelayHold<'w> {
             false => 0,
         };
         self.pace.wrote(len, took, unsent);
-        if self.conn.is_some() {
-            // Taken at the relay's next turn ([`RelayHold::next_turn`]).
+        if let Some(c) = &self.conn {
+            // Taken at the relay's next turn ([`RelayHold::next_turn`]); the connection's next
+            // streams start at it.
+            c.set_pace(self.pace);
             return;
         }
         self.held = self.w.relay.resize(self.held, self.pace.size());

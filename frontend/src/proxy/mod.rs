@@ -285,7 +285,7 @@ async fn exchange<S: Session, O: Open>(
                         }
                         None => {
                             let write_timeout = req.upstream.config.write_timeout.0;
-                            let (u, r) = stream_body(s, up, fields, write_timeout).await;
+                            let (u, r) = stream_body_in_slot(s, up, fields, write_timeout).await;
                             up = u;
                             r.map(|early| (early, true))
                         }
@@ -293,7 +293,7 @@ async fn exchange<S: Session, O: Open>(
                 }
                 Ok(Sent::BodyPending) => {
                     let write_timeout = req.upstream.config.write_timeout.0;
-                    let (u, r) = stream_body(s, up, fields, write_timeout).await;
+                    let (u, r) = stream_body_in_slot(s, up, fields, write_timeout).await;
                     up = u;
                     r.map(|early| (early, true))
                 }
@@ -461,6 +461,21 @@ async fn send_request<S: Session, E: UpstreamSession>(
         return Ok(Sent::Whole { early: false });
     }
     Ok(Sent::BodyPending)
+}
+
+/// [`stream_body`] in a slot from the worker's free list ([`edge_core::slot`]): streaming a request
+/// body is the largest phase of an exchange but the full-duplex one (about 4.4 KB, most of it the
+/// upstream write and its timers), and inline it would size every exchange's future, and so every
+/// HTTP/2 stream task, for the requests without a body too (bench/README.md "Large bodies after the
+/// slow-reader work"). Steady uploads reuse the slot: no allocation per request.
+async fn stream_body_in_slot<S: Session, E: UpstreamSession>(
+    s: &mut S,
+    up: E,
+    fields: &mut Fields,
+    write_timeout: Duration,
+) -> (E, Result<bool, Stop<E::Tunnel>>) {
+    let mut held = edge_core::slot::Held::default();
+    edge_core::slot::run_in(&mut held.0, stream_body(s, up, fields, write_timeout)).await
 }
 
 /// Streams the rest of the request body on `up` while watching for an early answer; `Ok(early)` when

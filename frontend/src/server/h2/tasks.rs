@@ -130,7 +130,9 @@ async fn next<G>(shared: &Shared<G>) -> Option<Job<G>> {
 
 /// One stream task: serves queued streams until [`next`] says to end.
 async fn run<G>(w: Rc<Worker>, shared: Rc<Shared<G>>, from: stream::Origin) {
-    let mut scratch = stream::Scratch::default();
+    // Boxed once per task (a task serves many streams): inline, its vectors' headers would push the
+    // task past jemalloc's 10 KiB size class.
+    let mut scratch = Box::<stream::Scratch>::default();
     while let Some(job) = next(&shared).await {
         let (req, respond) = job.accepted;
         w.metrics.http2_streams_active.increment(1.0);
