@@ -350,14 +350,26 @@ mod tests {
     #[test]
     fn a_shared_budget_keeps_the_pace_its_relays_last_wrote_at() {
         let share = RelayBudget::new(RELAY_BUF_SIZE);
-        assert_eq!(share.pace(), RelayPace::new(), "a new connection proves nothing yet");
+        assert_eq!(
+            share.pace(),
+            RelayPace::new(),
+            "a new connection proves nothing yet"
+        );
         let mut p = share.pace();
         p.wrote(BUF_SIZE, FAST, 0);
         p.wrote(LARGE_BUF_SIZE, FAST, 0);
         share.set_pace(p);
-        assert_eq!(share.pace().size(), RELAY_BUF_SIZE, "the next stream starts at it");
+        assert_eq!(
+            share.pace().size(),
+            RELAY_BUF_SIZE,
+            "the next stream starts at it"
+        );
         p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
         share.set_pace(p);
-        assert_eq!(share.pace().size(), LARGE_BUF_SIZE, "and follows a slower client down");
+        assert_eq!(
+            share.pace().size(),
+            LARGE_BUF_SIZE,
+            "and follows a slower client down"
+        );
     }
 }

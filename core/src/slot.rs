@@ -211,6 +211,12 @@ pub fn trim() -> usize {
     POOL.with(|p| p.borrow_mut().trim(POOL_FLOOR))
 }
 
+/// Like [`trim`], keeping no floor: for a worker with no connection open (its next request takes a
+/// fresh slot). Returns how many remain.
+pub fn trim_idle() -> usize {
+    POOL.with(|p| p.borrow_mut().trim(0))
+}
+
 #[cfg(test)]
 mod tests {
     use std::{cell::Cell, rc::Rc, task::Waker};
@@ -319,5 +325,7 @@ mod tests {
         // Nothing taken since: the next trims free all but the floor.
         trim();
         assert_eq!(trim(), POOL_FLOOR);
+        // A worker with no connection open keeps none.
+        assert_eq!(trim_idle(), 0);
     }
 }

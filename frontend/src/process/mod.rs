@@ -8,6 +8,7 @@ pub mod admin;
 pub mod admin_upstreams;
 #[cfg(feature = "count-alloc")]
 pub mod alloc_count;
+pub mod allocator;
 pub mod cert_watch;
 pub mod cli;
 pub mod config_watch;

@@ -147,8 +147,9 @@ async fn sweep_pools(w: Rc<Worker>) {
         let settle = std::mem::replace(&mut was_quiet, quiet) && quiet;
         if settle && w.open.get() == 0 {
             edge_core::buf::trim_idle();
-            edge_core::slot::trim();
-            crate::server::h1::trim_spare_vectors();
+            edge_core::slot::trim_idle();
+            crate::server::h1::trim_spare_vectors_idle();
+            super::allocator::release_cached();
         } else if tick % 10 == 0 || settle {
             edge_core::buf::trim();
             edge_core::slot::trim();

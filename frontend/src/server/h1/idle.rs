@@ -35,6 +35,12 @@ pub(crate) fn trim_spare_vectors() {
     SPARE_CANCELLERS.with(|s| s.borrow_mut().trim(SPARE_VECTORS_FLOOR));
 }
 
+/// Like [`trim_spare_vectors`], keeping none: for a worker with no connection open.
+pub(crate) fn trim_spare_vectors_idle() {
+    SPARE_VECTORS.with(|s| s.borrow_mut().trim(0));
+    SPARE_CANCELLERS.with(|s| s.borrow_mut().trim(0));
+}
+
 /// A connection's head fields, log line, request id and normalised path storage, and its request
 /// facts (`crate::log::RequestFacts`).
 type RequestVectors = (Fields, Vec<u8>, Vec<u8>, Vec<u8>, Option<Box<RequestFacts>>);

@@ -14,5 +14,5 @@ pub mod session;
 mod sniff;
 
 pub use conn::{serve, Accepted};
-pub(crate) use idle::trim_spare_vectors;
+pub(crate) use idle::{trim_spare_vectors, trim_spare_vectors_idle};
 pub(crate) use local::SHED_HEAD_DEADLINE;
