@@ -25,13 +25,13 @@ use edge_core::{
 use monoio::time::Instant;
 
 use super::{
-    idle::{fast_wait, read_after_idle, wait_idle, FastWait},
+    idle::{fast_wait, read_after_idle, wait_idle, FastWait, Vectors},
     local,
     session::H1Session,
 };
 use crate::{
     context::Worker,
-    log::{RequestFacts, RequestLog, UpstreamTag},
+    log::{RequestLog, UpstreamTag},
     proxy::{self, Outcome},
     request::{self, Admission},
     respond::{self, Failure, SendFailure},
@@ -59,15 +59,9 @@ pub(super) struct Conn<T: Transport> {
     /// The connection's local address, when an upstream needs it (`send_proxy_protocol`).
     pub(super) local: Option<SocketAddr>,
     pub(super) rb: RecvBuf,
-    pub(super) fields: Fields,
+    /// The request vectors (head fields, log line, request id, path, facts) while requests come.
+    pub(super) v: Vectors,
     served: u64,
-    /// Method and target of the current request (at most 256 bytes), for log lines.
-    pub(super) log_line: Vec<u8>,
-    /// Request id of the current request, for log lines.
-    pub(super) log_id: Vec<u8>,
-    /// The current request's normalised path when it differs from the received one
-    /// ([`crate::request::route::find`]).
-    pub(super) path: Vec<u8>,
     /// Cancels the keep-alive fast-path read (see [`super::idle::fast_wait`]); taken from the worker's
     /// spares (or made) by the first fast wait after an idle period and spent when the connection goes
     /// idle again, so an idle connection holds none.
@@ -77,9 +71,6 @@ pub(super) struct Conn<T: Transport> {
     pub(super) refuse_proxy_header: bool,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
-    /// The current request's facts for its access line and metrics (boxed so an idle connection holds
-    /// a pointer; handed to the worker's spares with the request vectors).
-    pub(super) facts: Option<Box<RequestFacts>>,
 }
 
 /// What a connection's active phase (run in its slot) ends with.
@@ -147,15 +138,11 @@ pub fn serve<T: Transport>(
         peer,
         local,
         rb: RecvBuf::new(),
-        fields: Fields::new(),
+        v: Vectors::default(),
         served: 0,
-        log_line: Vec::new(),
-        log_id: Vec::new(),
-        path: Vec::new(),
         cancel: None,
         refuse_proxy_header: false,
         https,
-        facts: None,
     };
     // An async block, not an `async fn`: the arguments of an `async fn` stay in its state beside the
     // locals they are moved into, while a block's captures are used in place.
@@ -218,30 +205,31 @@ pub fn serve<T: Transport>(
                     None => return slot::run_in(&mut held.0, close(&w, c.stream)).await,
                 }
             }
-            match slot::run_in(&mut held.0, active(&w, &mut c, woke)).await {
+            let next = match slot::run_in(&mut held.0, active(&w, &mut c, woke)).await {
                 Step::Idle => {
                     c.rb.release();
                     c.give_vectors();
                     held.release();
+                    continue;
                 }
                 // `active` serves kept-alive requests itself; it never ends with `Keep`.
-                Step::Next(Next::Keep) => {}
-                Step::Next(Next::Close) => {
-                    return slot::run_in(&mut held.0, close(&w, c.stream)).await
-                }
-                Step::Next(Next::Linger) => {
-                    return slot::run_in(
-                        &mut held.0,
-                        crate::server::h1::linger::linger_close(c.stream),
-                    )
-                    .await
-                }
-                Step::Next(Next::Tunnel(up)) => {
-                    let tunnel = proxy::tunnel::tunnel(&w, c.stream, c.rb, up);
-                    return slot::run_in(&mut held.0, tunnel).await;
-                }
-            }
+                Step::Next(Next::Keep) => continue,
+                Step::Next(next) => next,
+            };
+            // Matched in a future of its own, run in the slot: matched here, the `Next` would stay in
+            // this future's state beside the idle wait's (bench/README.md "Idle connections").
+            return slot::run_in(&mut held.0, end(&w, c, next)).await;
         }
+    }
+}
+
+/// The connection's last phase after its requests: close, linger, or a tunnel. (`Keep` never gets
+/// here; it closes.)
+async fn end<T: Transport>(w: &Worker, c: Conn<T>, next: Next) {
+    match next {
+        Next::Keep | Next::Close => close(w, c.stream).await,
+        Next::Linger => crate::server::h1::linger::linger_close(c.stream).await,
+        Next::Tunnel(up) => proxy::tunnel::tunnel(w, c.stream, c.rb, up).await,
     }
 }
 
@@ -283,7 +271,7 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>, woke: Option<Instant>
             }
         }
         let next = request(w, c).await;
-        if let Some(f) = c.facts.as_mut() {
+        if let Some(f) = c.v.get().facts.as_mut() {
             // The connection must not keep the request's configuration snapshot alive (a reload
             // frees the old one once its requests end).
             f.live = None;
@@ -311,7 +299,7 @@ pub(super) async fn read_head<T: Transport>(
                 None => {}
             }
         }
-        match parse_request(c.rb.data(), limits.max_headers, &mut c.fields) {
+        match parse_request(c.rb.data(), limits.max_headers, &mut c.v.get().fields) {
             Ok(Some(h)) if h.len > max_head => {
                 return Err(over_head_limit(&c.rb.data()[..max_head]))
             }
@@ -380,9 +368,9 @@ fn check_head(
 async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
     c.take_vectors();
-    c.log_line.clear();
-    c.log_id.clear();
-    c.facts.get_or_insert_with(Box::default).clear();
+    c.v.get().log_line.clear();
+    c.v.get().log_id.clear();
+    c.v.get().facts.get_or_insert_with(Box::default).clear();
     // The configuration this request runs on to its end, even across a reload.
     let live = w.live();
     let server = &live.cfg.config.server;
@@ -393,14 +381,15 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         Err(f) => return fail(w, c, f, started).await,
     };
     let buf = c.rb.data();
-    c.log_line.extend_from_slice(
+    c.v.get().log_line.extend_from_slice(
         &buf[head.method.start..head.target.end.min(head.method.start + LOG_LINE_MAX)],
     );
     // A gRPC call gets gRPC answers from here on, to a head that fails its checks too.
-    if let Some(facts) = c.facts.as_mut() {
-        facts.grpc = request::grpc::is_call(buf, &c.fields);
+    let v = c.v.get();
+    if let Some(facts) = v.facts.as_mut() {
+        facts.grpc = request::grpc::is_call(buf, &v.fields);
     }
-    let info = match check_head(buf, &head, &c.fields, &server.limits) {
+    let info = match check_head(buf, &head, &v.fields, &server.limits) {
         Ok(i) => i,
         Err(f) => return fail(w, c, f, started).await,
     };
@@ -411,7 +400,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let incoming = request::Incoming {
         buf,
         head: &head,
-        fields: &c.fields,
+        fields: &v.fields,
         info,
         peer: c.peer,
         local: c.local,
@@ -420,8 +409,8 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         close,
         started,
     };
-    let facts = c.facts.get_or_insert_with(Box::default);
-    let (line, id, path) = (&c.log_line, &mut c.log_id, &mut c.path);
+    let facts = v.facts.get_or_insert_with(Box::default);
+    let (line, id, path) = (&v.log_line, &mut v.log_id, &mut v.path);
     let req = match request::admit(w, &live, &incoming, line, id, path, facts) {
         Admission::Forward(req) => req,
         Admission::Local(local) => {
@@ -438,7 +427,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let mut session = H1Session::new(
         &mut c.stream,
         &mut c.rb,
-        &mut c.fields,
+        &mut v.fields,
         &head,
         info,
         limits.0.unwrap_or(u64::MAX),
@@ -450,7 +439,8 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     // The upstream's index, not a reference: the admitted request also borrows this connection's log
     // buffers, which the answer after the exchange needs mutably.
     let upstream = req.upstream_index;
-    // Likewise where the route's response rules are in `c.path`, for an error answer.
+    // Likewise where the route's response rules are in the connection's path buffer, for an error
+    // answer.
     let rules = req.rewrite.response_span;
     let outcome = proxy::run(w, &mut session, req).await;
     drop(session);
@@ -511,8 +501,8 @@ async fn conclude<T: Transport>(
 
 /// Counts a finished request and logs it ([`crate::log::finish_request`]).
 pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started: Instant) {
-    crate::log::with_facts(c.facts.as_deref(), |facts| {
-        let log = RequestLog::new(&c.log_line, &c.log_id).traced(facts.trace_id());
+    crate::log::with_facts(c.v.facts(), |facts| {
+        let log = RequestLog::new(c.v.log_line(), c.v.log_id()).traced(facts.trace_id());
         crate::log::finish_request(w, Protocol::Http1, &log, facts, c.peer, status, started);
     });
 }
@@ -540,35 +530,37 @@ async fn record_and_answer<T: Transport>(
 ) -> Next {
     let close = close || f.closes();
     let upstream = exchange.upstream;
-    if c.log_id.is_empty() {
+    let v = c.v.get();
+    if v.log_id.is_empty() {
         // Refused before admission (the head could not be read or checked): the answer still gets an
         // id.
-        w.generate_request_id(&mut c.log_id);
+        w.generate_request_id(&mut v.log_id);
     }
-    let trace = c.facts.as_deref().map_or(&b""[..], |f| f.trace_id());
+    let facts = v.facts.as_deref();
+    let trace = facts.map_or(&b""[..], |f| f.trace_id());
     let log = RequestLog {
-        line: &c.log_line,
-        id: &c.log_id,
+        line: &v.log_line,
+        id: &v.log_id,
         upstream,
         trace,
     };
     f.record(w, &log);
     let mut out = SendBuf::take();
-    let lines = c
+    let lines = v
         .path
         .get(exchange.rules.0..exchange.rules.1)
         .unwrap_or_default();
-    match c.facts.as_deref().filter(|facts| facts.grpc) {
+    match facts.filter(|facts| facts.grpc) {
         Some(facts) => {
             let (code, message) = (f.grpc_code(), f.grpc_message().as_bytes());
             crate::server::h1::answer::grpc_answer(
-                &mut out.0, code, message, None, close, &c.log_id, lines,
+                &mut out.0, code, message, None, close, &v.log_id, lines,
             );
             facts.grpc_status.set(Some(code.as_u16()));
         }
         None => {
-            crate::server::h1::answer::error_response(&mut out.0, f, close, &c.log_id, lines);
-            if let Some(facts) = &c.facts {
+            crate::server::h1::answer::error_response(&mut out.0, f, close, &v.log_id, lines);
+            if let Some(facts) = facts {
                 facts.response_bytes.set(f.text().len() as u64);
             }
         }

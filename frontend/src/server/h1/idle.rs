@@ -18,7 +18,7 @@ use crate::{
 
 thread_local! {
     /// This worker's spare request vectors ([`Conn::take_vectors`]; trimmed by [`trim_spare_vectors`]).
-    static SPARE_VECTORS: RefCell<FreeList<RequestVectors>> = const { RefCell::new(FreeList::new()) };
+    static SPARE_VECTORS: RefCell<FreeList<Box<RequestVectors>>> = const { RefCell::new(FreeList::new()) };
     /// This worker's spare fast-wait cancellers ([`fast_wait`]; trimmed with the vectors).
     static SPARE_CANCELLERS: RefCell<FreeList<Canceller>> = const { RefCell::new(FreeList::new()) };
 }
@@ -42,42 +42,72 @@ pub(crate) fn trim_spare_vectors_idle() {
 }
 
 /// A connection's head fields, log line, request id and normalised path storage, and its request
-/// facts (`crate::log::RequestFacts`).
-type RequestVectors = (Fields, Vec<u8>, Vec<u8>, Vec<u8>, Option<Box<RequestFacts>>);
+/// facts (`crate::log::RequestFacts`): what a request needs beyond its slot, in one box that the
+/// worker's spares hand out when a request starts and take back when the connection goes idle.
+#[derive(Default)]
+pub(super) struct RequestVectors {
+    pub(super) fields: Fields,
+    /// Method and target of the current request (at most 256 bytes), for log lines.
+    pub(super) log_line: Vec<u8>,
+    /// Request id of the current request, for log lines.
+    pub(super) log_id: Vec<u8>,
+    /// The current request's normalised path when it differs from the received one
+    /// ([`crate::request::route::find`]).
+    pub(super) path: Vec<u8>,
+    /// The current request's facts for its access line and metrics.
+    pub(super) facts: Option<Box<RequestFacts>>,
+}
+
+/// A connection's [`RequestVectors`], held only while it serves requests: an idle connection holds
+/// none, and its future stays within jemalloc's 512-byte class (bench/README.md "Idle connections").
+#[derive(Default)]
+pub(super) struct Vectors(Option<Box<RequestVectors>>);
+
+impl Vectors {
+    /// The request vectors, taken from the worker's spares first when the connection holds none (a
+    /// new connection, or one back from idle; an allocation only when no spare is left).
+    pub(super) fn get(&mut self) -> &mut RequestVectors {
+        self.0.get_or_insert_with(|| {
+            SPARE_VECTORS
+                .with(|s| s.borrow_mut().pop())
+                .unwrap_or_default()
+        })
+    }
+
+    /// The current request's facts, if a request started.
+    pub(super) fn facts(&self) -> Option<&RequestFacts> {
+        self.0.as_ref().and_then(|v| v.facts.as_deref())
+    }
+
+    /// The current request's log line (empty when no request started).
+    pub(super) fn log_line(&self) -> &[u8] {
+        self.0.as_ref().map_or(&[], |v| &v.log_line)
+    }
+
+    /// The current request's id (empty when no request started).
+    pub(super) fn log_id(&self) -> &[u8] {
+        self.0.as_ref().map_or(&[], |v| &v.log_id)
+    }
+}
 
 impl<T: Transport> Conn<T> {
-    /// Gives the connection request vectors from the worker's spares when it has none (a new
-    /// connection, or one back from idle; an allocation only when no spare is left). Per request it is
-    /// one capacity check.
+    /// Takes the request vectors from the worker's spares when the connection holds none. Per request
+    /// it is one check.
     pub(super) fn take_vectors(&mut self) {
-        if self.fields.capacity() > 0 {
-            return;
-        }
-        if let Some((fields, line, id, path, facts)) = SPARE_VECTORS.with(|s| s.borrow_mut().pop())
-        {
-            (self.fields, self.log_line, self.log_id, self.path) = (fields, line, id, path);
-            self.facts = facts;
-        }
+        self.v.get();
     }
 
     /// Gives the request vectors back to the worker's spares as the connection goes idle, so an idle
     /// connection holds none (bench/README.md "Idle connections").
     pub(super) fn give_vectors(&mut self) {
-        let mut v = (
-            std::mem::take(&mut self.fields),
-            std::mem::take(&mut self.log_line),
-            std::mem::take(&mut self.log_id),
-            std::mem::take(&mut self.path),
-            self.facts.take(),
-        );
-        if v.0.capacity() == 0 {
+        let Some(mut v) = self.v.0.take() else {
             return;
-        }
-        v.0.clear();
-        v.1.clear();
-        v.2.clear();
-        v.3.clear();
-        if let Some(f) = v.4.as_mut() {
+        };
+        v.fields.clear();
+        v.log_line.clear();
+        v.log_id.clear();
+        v.path.clear();
+        if let Some(f) = v.facts.as_mut() {
             // Releases the configuration snapshot of the last request.
             f.clear();
         }

@@ -58,8 +58,8 @@ pub(super) async fn answer<T: Transport>(
     close: bool,
     started: Instant,
 ) -> Next {
-    let grpc = c.facts.as_deref().filter(|f| f.grpc).and(local.grpc_code());
-    if let (Some(code), Some(facts)) = (grpc, c.facts.as_deref()) {
+    let grpc = c.v.facts().filter(|f| f.grpc).and(local.grpc_code());
+    if let (Some(code), Some(facts)) = (grpc, c.v.facts()) {
         facts.grpc_status.set(Some(code.as_u16()));
     }
     answer_locally(w, c, head_len, body, close, started, |out, close, id| {
@@ -93,8 +93,8 @@ async fn answer_locally<T: Transport>(
     let deadline = started + w.current().cfg.config.server.timeouts.request.0;
     let close = close || !discard_body(c, body, deadline).await;
     let mut out = SendBuf::take();
-    let (status, sent) = write(&mut out.0, close, &c.log_id);
-    if let Some(facts) = &c.facts {
+    let (status, sent) = write(&mut out.0, close, c.v.log_id());
+    if let Some(facts) = c.v.facts() {
         facts.response_bytes.set(sent);
     }
     let r =
@@ -145,10 +145,10 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedR
     w.metrics.connection_shed(reason).increment(1);
     crate::request::local::log_shed(w, c.peer, reason);
     // No request was admitted: the answer still gets an id (X-Request-Id on every response).
-    w.generate_request_id(&mut c.log_id);
+    w.generate_request_id(&mut c.v.get().log_id);
     let shed = Local::Shed(reason);
     let mut out = SendBuf::take();
-    let grpc = head.is_some() && crate::request::grpc::is_call(c.rb.data(), &c.fields);
+    let grpc = head.is_some() && crate::request::grpc::is_call(c.rb.data(), &c.v.get().fields);
     match shed.grpc_code().filter(|_| grpc) {
         Some(code) => {
             let message = shed.body().trim_ascii_end();
@@ -159,19 +159,22 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedR
                 message,
                 shed.field(),
                 true,
-                &c.log_id,
+                c.v.log_id(),
                 b"",
             );
         }
-        None => crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, &c.log_id),
+        None => {
+            crate::server::h1::answer::local_answer(&mut out.0, &shed, true, false, c.v.log_id())
+        }
     }
     let r =
         crate::server::send::within_send(w.send_timeout(), c.stream.fd(), out.flush(&mut c.stream))
             .await;
     if let Some(h) = &head {
         let line = &c.rb.data()[h.method.start..h.target.end.min(h.method.start + 256)];
-        c.log_line.clear();
-        c.log_line.extend_from_slice(line);
+        let log_line = &mut c.v.get().log_line;
+        log_line.clear();
+        log_line.extend_from_slice(line);
     }
     finish(w, &c, 503, started);
     if r.is_ok() {
