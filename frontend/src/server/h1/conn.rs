@@ -367,10 +367,11 @@ fn check_head(
 /// Reads one request, admits it ([`request::admit`]) and answers or forwards it.
 async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
-    c.take_vectors();
-    c.v.get().log_line.clear();
-    c.v.get().log_id.clear();
-    c.v.get().facts.get_or_insert_with(Box::default).clear();
+    // The connection's request vectors, from the worker's spares when it holds none.
+    let v = c.v.get();
+    v.log_line.clear();
+    v.log_id.clear();
+    v.facts.get_or_insert_with(Box::default).clear();
     // The configuration this request runs on to its end, even across a reload.
     let live = w.live();
     let server = &live.cfg.config.server;

@@ -17,7 +17,7 @@ use crate::{
 };
 
 thread_local! {
-    /// This worker's spare request vectors ([`Conn::take_vectors`]; trimmed by [`trim_spare_vectors`]).
+    /// This worker's spare request vectors ([`Vectors::get`]; trimmed by [`trim_spare_vectors`]).
     static SPARE_VECTORS: RefCell<FreeList<Box<RequestVectors>>> = const { RefCell::new(FreeList::new()) };
     /// This worker's spare fast-wait cancellers ([`fast_wait`]; trimmed with the vectors).
     static SPARE_CANCELLERS: RefCell<FreeList<Canceller>> = const { RefCell::new(FreeList::new()) };
@@ -91,12 +91,6 @@ impl Vectors {
 }
 
 impl<T: Transport> Conn<T> {
-    /// Takes the request vectors from the worker's spares when the connection holds none. Per request
-    /// it is one check.
-    pub(super) fn take_vectors(&mut self) {
-        self.v.get();
-    }
-
     /// Gives the request vectors back to the worker's spares as the connection goes idle, so an idle
     /// connection holds none (bench/README.md "Idle connections").
     pub(super) fn give_vectors(&mut self) {

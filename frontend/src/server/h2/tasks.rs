@@ -35,8 +35,9 @@ pub const LINGER: usize = 16;
 /// What the response relays of one connection's streams hold at most together, bytes: one HTTP/1.1
 /// relay's worth at full pace ([`edge_core::buf::RELAY_BUF_SIZE`], also the largest chunk, so one
 /// stream's chunk always fits). The body bytes that came with each stream's response head, at most a
-/// head buffer's ([`edge_core::buf::HEAD_BUF_SIZE`]), go out beside it. A connection sends at one TCP pace whatever its number of
-/// streams, so its streams take turns a chunk at a time instead of each holding a chunk
+/// head buffer's ([`edge_core::buf::HEAD_BUF_SIZE`]), go out beside it. A connection sends at one TCP
+/// pace whatever its number of streams, so its streams take turns a chunk at a time instead of each
+/// holding a chunk
 /// (DESIGN.md "Memory under slow readers and large bodies"; bench/README.md "Large bodies after the
 /// slow-reader work").
 pub const CONN_RELAY_SHARE: usize = edge_core::buf::RELAY_BUF_SIZE;
