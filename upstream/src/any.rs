@@ -140,6 +140,14 @@ impl UpstreamSession for AnyExchange<'_> {
         each!(self, s => s.read_body(clock, size).await)
     }
 
+    fn splice_source(&self) -> Option<std::os::fd::RawFd> {
+        each!(self, s => s.splice_source())
+    }
+
+    async fn body_readable(&mut self, clock: &ActivityClock) -> Result<(), UpstreamError> {
+        each!(self, s => s.body_readable(clock).await)
+    }
+
     fn read_trailers(
         &mut self,
         fields: &mut Fields,

@@ -53,7 +53,7 @@ use crate::{
     any::{AnyExchange, AnyTunnel},
     h1::H1Exchange,
     zombie::ActivityClock,
-    Upstream, UpstreamError,
+    Upstream, UpstreamError, UpstreamErrorKind,
 };
 
 /// What opens an upstream session for one request: an [`Upstream`] (its endpoints and their pools or
@@ -265,6 +265,30 @@ pub trait UpstreamSession: Sized {
         clock: &mut ActivityClock,
         size: usize,
     ) -> impl Future<Output = Result<BodyRead, UpstreamError>>;
+
+    /// The upstream's socket, when the response body can be spliced from it ([`edge_core::io::splice`]):
+    /// plain TCP with nothing of the response buffered in [`UpstreamSession::received`], so the next
+    /// body byte is the socket's next. `None` (the default) otherwise: TLS, HTTP/2, a buffer holding
+    /// bytes.
+    fn splice_source(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    /// Waits until the socket of [`UpstreamSession::splice_source`] has bytes or its end to read,
+    /// under the zombie `clock`, holding no buffer.
+    ///
+    /// # Errors
+    /// `Zombie` when the clock's deadline passes, `Reset` when the wait fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is read.
+    fn body_readable(
+        &mut self,
+        clock: &ActivityClock,
+    ) -> impl Future<Output = Result<(), UpstreamError>> {
+        let _ = clock;
+        std::future::ready(Err(UpstreamError::new(UpstreamErrorKind::Reset)))
+    }
 
     /// The response's trailer fields, once the body is complete, where the protocol carries them apart
     /// from the body bytes. HTTP/1.1 carries them inside its chunked body, relayed with it: the default

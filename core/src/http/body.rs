@@ -85,6 +85,28 @@ impl BodyScanner {
         self.payload
     }
 
+    /// For a body of declared length (`Content-Length`) not yet complete: the bytes still to come.
+    /// `None` for any other framing, or once the body is complete.
+    pub fn length_left(&self) -> Option<u64> {
+        match self.kind {
+            Body::Length(n) if !self.done && n <= self.limit => Some(self.left),
+            _ => None,
+        }
+    }
+
+    /// Counts `n` bytes of a body of declared length as passed without seeing them (they went from
+    /// socket to socket by splice: [`crate::io::splice`]); at most [`BodyScanner::length_left`].
+    /// Returns whether the body is complete.
+    pub fn skip(&mut self, n: u64) -> bool {
+        if let Some(left) = self.length_left() {
+            let n = n.min(left);
+            self.left -= n;
+            self.payload += n;
+            self.done = self.left == 0;
+        }
+        self.done
+    }
+
     /// Marks a close-delimited body complete (the sender closed).
     pub fn finish(&mut self) {
         self.done = true;

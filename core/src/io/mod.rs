@@ -25,6 +25,7 @@ pub mod h2_stream;
 mod plain;
 pub mod poll;
 pub mod progress;
+pub mod splice;
 pub mod tls;
 
 use std::{future::Future, io, os::fd::RawFd};

@@ -128,7 +128,8 @@ async fn expire_idle(w: Rc<Worker>) {
 
 /// Closes expired pooled upstream connections every 500 ms, and every 5 s frees IO buffers the last
 /// period did not need (`edge_core::buf::trim`), and request slots and spare request vectors likewise
-/// (`edge_core::slot::trim`, `crate::server::h1::trim_spare_vectors`). A worker with no request in
+/// (`edge_core::slot::trim`, `crate::server::h1::trim_spare_vectors`), and pipes of spliced bodies
+/// (`edge_core::io::splice::trim`). A worker with no request in
 /// flight at two ticks in a row trims at each such tick, so what a burst took (a thousand slow
 /// readers, say) goes back to the allocator within about a second of the burst's end rather than
 /// ten (DESIGN.md "Memory under slow readers and large bodies", "Fault matrix": VmRSS settles): a
@@ -148,11 +149,13 @@ async fn sweep_pools(w: Rc<Worker>) {
         if settle && w.open.get() == 0 {
             edge_core::buf::trim_idle();
             edge_core::slot::trim_idle();
+            edge_core::io::splice::trim_idle();
             crate::server::h1::trim_spare_vectors_idle();
             super::allocator::release_cached();
         } else if tick % 10 == 0 || settle {
             edge_core::buf::trim();
             edge_core::slot::trim();
+            edge_core::io::splice::trim();
             crate::server::h1::trim_spare_vectors();
         }
     }

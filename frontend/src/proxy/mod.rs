@@ -29,6 +29,7 @@ mod mem_tests;
 mod mem_upstream;
 pub mod mirror;
 pub mod relay;
+mod splice;
 #[cfg(test)]
 mod tests;
 pub mod tunnel;

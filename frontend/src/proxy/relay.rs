@@ -6,7 +6,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use edge_core::{
-    buf::RecvBuf,
+    buf::{RecvBuf, RELAY_BUF_SIZE},
     clock::coarse_now,
     http::{
         framing::{keep_alive_timeout, response_body, response_keeps_alive, Body},
@@ -20,7 +20,10 @@ use edge_upstream::{
 };
 use monoio::time::Instant;
 
-use super::{bad_response, hold::RelayHold, interim::client_gone, Admitted, Answered, Outcome};
+use super::{
+    bad_response, hold::RelayHold, interim::client_gone, splice::Spliced, Admitted, Answered,
+    Outcome,
+};
 use crate::log::RequestLog;
 use crate::{
     context::Worker,
@@ -81,9 +84,23 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
     let mut hold = RelayHold::start(w, s.passthrough(), s.relay_share(), up.received_mut()).await;
     let endpoint = up.endpoint();
     while !complete {
-        let more = up.read_body(&mut clock, hold.size()).await;
         let mid_body =
             |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, endpoint, cause);
+        // A client that keeps up gets the rest of a plain body by splice (`super::splice`).
+        if hold.size() >= RELAY_BUF_SIZE {
+            match super::splice::rest(w, s, up, &mut clock).await {
+                None => {}
+                Some(Spliced::Complete) => break,
+                Some(Spliced::Client(e)) => return dropped(client_gone(w, &req.log, e)),
+                Some(Spliced::Upstream(kind)) => {
+                    if kind == UpstreamErrorKind::Zombie {
+                        log_zombie(w, &req.log, endpoint, &clock, req.request_timeout);
+                    }
+                    return dropped(mid_body(kind, spliced_cause(kind)));
+                }
+            }
+        }
+        let more = up.read_body(&mut clock, hold.size()).await;
         match more {
             Err(e) if e.kind == UpstreamErrorKind::Zombie => {
                 log_zombie(w, &req.log, up.endpoint(), &clock, req.request_timeout);
@@ -174,6 +191,15 @@ async fn after_chunk<S: Respond>(
         hold.resume().await;
     }
     Ok(())
+}
+
+/// The `response.truncated` cause of an upstream failure during a spliced body, in the copy's words.
+fn spliced_cause(kind: UpstreamErrorKind) -> &'static str {
+    match kind {
+        UpstreamErrorKind::Zombie => "upstream connection went silent (zombie)",
+        UpstreamErrorKind::ClosedEarly => "upstream closed before the end of the body",
+        _ => "upstream reset during the body",
+    }
 }
 
 /// A response relayed whole; `close`: the connection closes after it.

@@ -220,6 +220,22 @@ pub trait Respond {
         false
     }
 
+    /// Where the rest of the response body can go to the client by splice
+    /// ([`edge_core::io::splice`]): the client's socket and the body bytes still to send, for a body of
+    /// declared length going out unchanged on plain TCP with nothing of the response waiting in the
+    /// session (HTTP/1.1). `None` (the default) otherwise: TLS, HTTP/2, chunked or close-delimited
+    /// bodies.
+    fn splice_sink(&self) -> Option<(std::os::fd::RawFd, u64)> {
+        None
+    }
+
+    /// Counts `n` body bytes that went to the client by splice
+    /// ([`Respond::splice_sink`]); returns whether the body is complete.
+    fn spliced(&mut self, n: u64) -> bool {
+        let _ = n;
+        false
+    }
+
     /// Relays the response body bytes at the start of `rest`; `Ok(true)` once the body is complete.
     ///
     /// # Errors

@@ -56,6 +56,7 @@ mod rules;
 mod rules_requests;
 mod slow_readers;
 mod smuggling;
+mod splice;
 mod strictness;
 mod tls;
 mod tls_cli;

@@ -180,3 +180,17 @@ pub(crate) async fn read_body<T: Transport>(
         Ok(Err(_)) => Err(UpstreamError::new(UpstreamErrorKind::Reset)),
     }
 }
+
+/// Waits until the connection's socket has body bytes or its end to read, under the zombie `clock`
+/// ([`crate::session::UpstreamSession::body_readable`]).
+pub(crate) async fn body_readable<T: Transport>(
+    conn: &mut UpstreamConn<T>,
+    clock: &ActivityClock,
+) -> Result<(), UpstreamError> {
+    let (_, stream) = conn.buf_and_stream();
+    match timeout_at(clock.deadline(), stream.readable(false)).await {
+        Err(_) => Err(UpstreamError::new(UpstreamErrorKind::Zombie)),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(UpstreamError::new(UpstreamErrorKind::Reset)),
+    }
+}

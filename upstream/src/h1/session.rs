@@ -109,6 +109,20 @@ impl UpstreamSession for H1Exchange<'_> {
         response::read_body(&mut self.conn, clock, size)
     }
 
+    fn splice_source(&self) -> Option<std::os::fd::RawFd> {
+        match self.conn.buf.is_empty() {
+            true => self.conn.stream.raw_socket(),
+            false => None,
+        }
+    }
+
+    fn body_readable(
+        &mut self,
+        clock: &ActivityClock,
+    ) -> impl Future<Output = Result<(), UpstreamError>> {
+        response::body_readable(&mut self.conn, clock)
+    }
+
     /// [`Finish::Reuse`] checks the connection back into its pool; [`Finish::Close`] closes it.
     fn finish(self, end: Finish) {
         if let Finish::Reuse { keep_alive_secs } = end {

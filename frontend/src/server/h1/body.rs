@@ -125,6 +125,18 @@ impl ResponseBody {
         }
     }
 
+    /// For an upstream body of declared length (which goes to the client unchanged, whatever its
+    /// framing: [`ResponseBody::passthrough`]): the bytes still to come
+    /// ([`edge_core::http::body::BodyScanner::length_left`]). `None` for any other body.
+    pub fn length_left(&self) -> Option<u64> {
+        self.scan.length_left()
+    }
+
+    /// Counts `n` body bytes that went to the client by splice; returns whether the body is complete.
+    pub fn skip(&mut self, n: u64) -> bool {
+        self.scan.skip(n)
+    }
+
     /// For pass-through framing: how many bytes at the start of `data` belong to the body.
     ///
     /// # Errors

@@ -325,6 +325,18 @@ impl<T: Transport> Respond for H1Session<'_, T> {
         within_send(self.send, fd, self.stream.writable(false)).await
     }
 
+    fn splice_sink(&self) -> Option<(std::os::fd::RawFd, u64)> {
+        let left = self.relay.length_left()?;
+        match self.out.0.is_empty() {
+            true => Some((self.stream.raw_socket()?, left)),
+            false => None,
+        }
+    }
+
+    fn spliced(&mut self, n: u64) -> bool {
+        self.relay.skip(n)
+    }
+
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
         if self.relay.passthrough() {
             let n = self
