@@ -100,6 +100,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Response relays that waited for the worker's relay-memory budget.",
     ),
     (
+        "edge_relay_spliced_total",
+        "Response bodies whose rest went from the upstream's socket to the client's by splice(2), with no copy through a relay buffer.",
+    ),
+    (
         "edge_access_log_dropped_total",
         "Access lines dropped because the access-log writer was behind (or could not write), by worker.",
     ),
