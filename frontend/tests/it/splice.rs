@@ -66,6 +66,21 @@ fn read_body(s: &mut TcpStream, mut got: Vec<u8>, len: usize) -> usize {
         .count()
 }
 
+/// Runs `attempt` (its 1-based number, a connection that asked for `/big`, the Content-Length and the
+/// body bytes that came with the head) until a body went by splice: the relay splices once its client
+/// has kept up for a few chunks, and a loaded machine may keep an attempt on the copy, whose failures
+/// are answered the same way. At most 5 attempts.
+fn until_spliced(edge: &Edge, mut attempt: impl FnMut(usize, TcpStream, usize, Vec<u8>)) {
+    let mut attempts = 0;
+    while edge.metric("edge_relay_spliced_total", &[]) == 0.0 {
+        attempts += 1;
+        assert!(attempts <= 5, "no attempt went by splice");
+        let mut s = connect(edge.addr);
+        let (len, first) = get_head(&mut s);
+        attempt(attempts, s, len, first);
+    }
+}
+
 fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -119,14 +134,7 @@ both_drivers!(
             let _ = s.write_all(&pattern(SENT));
         });
         let edge = Edge::start(&Cfg::new(d, origin.addr));
-        // The relay splices once its client has kept up for a few chunks; a loaded machine may keep one
-        // attempt on the copy, which truncates the same way.
-        let mut attempts = 0;
-        while edge.metric("edge_relay_spliced_total", &[]) == 0.0 {
-            attempts += 1;
-            assert!(attempts <= 5, "no attempt went by splice");
-            let mut s = connect(edge.addr);
-            let (len, first) = get_head(&mut s);
+        until_spliced(&edge, |attempts, mut s, len, first| {
             assert_eq!(len, BODY);
             assert_eq!(
                 read_body(&mut s, first, len),
@@ -139,7 +147,7 @@ both_drivers!(
                 attempts as f64,
                 "upstream closed before the end of the body",
             );
-        }
+        });
         edge.assert_upstream_settled();
     }
 );
@@ -152,12 +160,7 @@ both_drivers!(
         let body = Arc::new(pattern(LARGE));
         let origin = Origin::start(move |_| Reply::ok(&body));
         let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("send", "1s"));
-        let mut attempts = 0;
-        while edge.metric("edge_relay_spliced_total", &[]) == 0.0 {
-            attempts += 1;
-            assert!(attempts <= 5, "no attempt went by splice");
-            let mut s = connect(edge.addr);
-            let (len, first) = get_head(&mut s);
+        until_spliced(&edge, |attempts, mut s, len, first| {
             assert_eq!(len, LARGE);
             // Read 2 MiB fast, then nothing.
             let mut seen = first.len();
@@ -171,7 +174,7 @@ both_drivers!(
                 attempts as f64,
                 "client stopped reading",
             );
-        }
+        });
         // The worker goes on serving.
         let mut s = connect(edge.addr);
         let (len, first) = get_head(&mut s);
