@@ -75,15 +75,15 @@ impl Pipe {
         // SAFETY: pipe2 succeeded: both descriptors are open and owned by nobody else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // Best effort: an unprivileged user over `pipe-user-pages-soft` keeps the default size.
+        // F_SETPIPE_SZ answers the capacity it set; after a refusal, F_GETPIPE_SZ the one there is.
         // SAFETY: fcntl on a descriptor this function owns.
-        let set = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as i32) };
-        // SAFETY: as above.
-        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-        let capacity = match (set, size) {
-            (_, n) if n > 0 => n as usize,
-            (n, _) if n > 0 => n as usize,
-            _ => 4096,
-        };
+        let mut size =
+            unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as i32) };
+        if size <= 0 {
+            // SAFETY: as above.
+            size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        }
+        let capacity = usize::try_from(size).unwrap_or(0).max(4096);
         Ok(Pipe {
             read,
             write,
