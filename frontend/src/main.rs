@@ -62,7 +62,7 @@ fn main() {
         });
     }
     if cli.print_default_config {
-        print!("{}", edge_core::config::DEFAULT_CONFIG);
+        print_out(edge_core::config::DEFAULT_CONFIG);
         return;
     }
     let resolved = match load_config(cli.config.as_deref(), &cli.overrides()) {
@@ -75,12 +75,13 @@ fn main() {
         }
     };
     if cli.check {
-        print!("{}", resolved.config.to_toml());
+        let mut out = resolved.config.to_toml();
         // The compiled routes as TOML comments, so the output still reads back as the config.
-        println!("\n# Routes in match order (DESIGN.md \"Routing\"):");
+        out.push_str("\n# Routes in match order (DESIGN.md \"Routing\"):\n");
         for line in resolved.routes.listing().lines() {
-            println!("# {line}");
+            out.push_str(&format!("# {line}\n"));
         }
+        print_out(&out);
         for warning in resolved.routes.warnings() {
             eprintln!("edge: warning: {warning}");
         }
@@ -97,4 +98,20 @@ fn main() {
         overrides: cli.overrides(),
     };
     std::process::exit(edge_frontend::start(resolved, source, cli.upgrade));
+}
+
+/// Writes `text` to standard output. A reader that stops early (`edge --check | head`) closes the pipe:
+/// that is not an error of the command, whose verdict goes to standard error, so a broken pipe ends the
+/// output quietly instead of panicking as `print!` does.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("edge: writing to standard output: {e}");
+        }
+    }
 }

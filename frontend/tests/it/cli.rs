@@ -8,6 +8,38 @@ fn edge_cmd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_edge"))
 }
 
+/// A standard output whose reader is already gone: the write end of a pipe whose read end is closed.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are open and owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write.into()
+}
+
+#[test]
+fn check_and_the_default_config_end_quietly_when_their_reader_stops() {
+    // `edge --check | head`: the reader closes the pipe; the check's verdict still stands.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/edge.toml");
+    for args in [
+        &["--check", "--config", path][..],
+        &["--print-default-config"],
+    ] {
+        let out = edge_cmd()
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn check_passes_on_the_default_config_file() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/edge.toml");
