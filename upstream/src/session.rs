@@ -39,7 +39,7 @@ use std::{future::Future, net::SocketAddr, time::Duration};
 use edge_core::{
     buf::RecvBuf,
     http::head::{Fields, ResponseHead},
-    io::body::BodySource,
+    io::body::{BodySource, RequestSink},
 };
 use monoio::{
     buf::{IoBuf, IoVecBuf},
@@ -118,7 +118,7 @@ pub trait UpstreamSession: Sized {
 
     /// The request-body side of a full-duplex session, taken apart from it
     /// ([`UpstreamSession::take_body_sink`]); [`NoSink`] for a half-duplex one.
-    type BodySink: AsyncWriteRent;
+    type BodySink: RequestSink;
 
     /// Whether the exchange is full duplex: the upstream keeps taking request body bytes after its
     /// response head, and both directions go on together until each ends (gRPC client and
@@ -388,6 +388,8 @@ pub enum Finish {
 /// The [`UpstreamSession::BodySink`] of a half-duplex session: there is none (uninhabited).
 #[derive(Debug)]
 pub enum NoSink {}
+
+impl RequestSink for NoSink {}
 
 impl AsyncWriteRent for NoSink {
     async fn write<T: IoBuf>(&mut self, _: T) -> BufResult<usize, T> {

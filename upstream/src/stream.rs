@@ -2,9 +2,13 @@
 //! with `tls = true` (DESIGN.md "TLS", origination). One enum, so pools, the HTTP/1.1 client and tunnels
 //! stay one monomorphised type; each operation is one `match`, no trait object.
 
-use std::{io, os::fd::RawFd};
+use std::{
+    io,
+    os::fd::{AsRawFd, RawFd},
+};
 
 use edge_core::io::{
+    body::RequestSink,
     tls::{Tls, TlsReadHalf, TlsWriteHalf},
     Plain, Transport,
 };
@@ -103,6 +107,31 @@ macro_rules! write_rent {
             }
         }
     };
+}
+
+/// A plain connection's write half offers its socket to a spliced request body; a TLS one none (its
+/// bytes are encrypted on the way).
+impl RequestSink for UpstreamWriteHalf {
+    fn splice_socket(&self) -> Option<RawFd> {
+        match self {
+            Self::Plain(w) => {
+                // SAFETY: monoio's split halves share the stream through this cell, each borrowing it
+                // for its own operations on the one thread (as `OwnedWriteHalf::write` does); the
+                // descriptor is only read.
+                Some(unsafe { &*w.0.get() }.as_raw_fd())
+            }
+            Self::Tls(_) => None,
+        }
+    }
+
+    async fn socket_writable(&mut self) -> io::Result<()> {
+        match self {
+            // SAFETY: as above; the wait submits a readiness poll on the shared descriptor and neither
+            // reads nor writes the stream's state.
+            Self::Plain(w) => unsafe { &*w.0.get() }.writable(false).await,
+            Self::Tls(_) => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
 }
 
 read_rent!(UpstreamStream);

@@ -8,7 +8,7 @@
 //! when the head says `Transfer-Encoding: chunked`): the protocol-neutral form every upstream session
 //! takes, as the head is.
 
-use std::{future::Future, io, time::Duration};
+use std::{future::Future, io, os::fd::RawFd, time::Duration};
 
 use monoio::io::AsyncWriteRent;
 
@@ -27,11 +27,36 @@ pub trait BodySource {
     ///
     /// # Cancel safety
     /// Dropped only when the upstream answered early; the client connection then closes.
-    fn forward_rest<W: AsyncWriteRent>(
+    fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         write_timeout: Duration,
     ) -> impl Future<Output = Result<(), SendBodyError<Self::Error>>>;
+}
+
+/// Where a request body goes: the upstream connection's write half, or an HTTP/2 upstream stream's DATA
+/// sink. Besides its writes, a sink on a plain TCP socket offers that socket, so a body of declared
+/// length can go from the client's socket to it by splice ([`super::splice`]; DESIGN.md "Memory under
+/// slow readers and large bodies").
+pub trait RequestSink: AsyncWriteRent {
+    /// The plain TCP socket under the sink, when bytes may be spliced into it: nothing buffered in the
+    /// sink, no framing or encryption added on the way. `None` (the default) for any other sink.
+    fn splice_socket(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Waits until [`RequestSink::splice_socket`] has room for more bytes, holding no buffer
+    /// ([`super::Transport::writable`]). Called only on a sink that offers its socket; the default, for
+    /// sinks that offer none, answers `Unsupported`.
+    ///
+    /// # Errors
+    /// The wait's error (the connection is unusable).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: no byte is written.
+    fn socket_writable(&mut self) -> impl Future<Output = io::Result<()>> {
+        std::future::ready(Err(io::ErrorKind::Unsupported.into()))
+    }
 }
 
 /// Why forwarding the request body stopped.

@@ -104,6 +104,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Response bodies whose rest went from the upstream's socket to the client's by splice(2), with no copy through a relay buffer.",
     ),
     (
+        "edge_request_spliced_total",
+        "Request bodies whose rest went from the client's socket to the upstream's by splice(2), with no copy through a buffer.",
+    ),
+    (
         "edge_access_log_dropped_total",
         "Access lines dropped because the access-log writer was behind (or could not write), by worker.",
     ),

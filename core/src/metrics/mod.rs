@@ -353,6 +353,9 @@ pub struct WorkerMetrics {
     /// `edge_relay_spliced_total{worker}`: response bodies whose rest went from the upstream's socket
     /// to the client's by splice, with no copy through a relay buffer ([`crate::io::splice`]).
     pub relay_spliced: Counter,
+    /// `edge_request_spliced_total{worker}`: request bodies whose rest went from the client's socket to
+    /// the upstream's by splice ([`crate::io::splice`]).
+    pub request_spliced: Counter,
     /// `edge_upstream_tls_handshakes_total{worker,result}`, in [`TlsResult::ALL`] order; shared with the
     /// worker's upstreams, which count their handshakes into it.
     pub upstream_tls_handshakes: Arc<[Counter; 4]>,
@@ -417,6 +420,7 @@ impl WorkerMetrics {
             relay_bytes: LocalGauge::new(gauge!("edge_relay_buffer_bytes", "worker" => w.clone())),
             relay_waits: counter!("edge_relay_buffer_waits_total", "worker" => w.clone()),
             relay_spliced: counter!("edge_relay_spliced_total", "worker" => w.clone()),
+            request_spliced: counter!("edge_request_spliced_total", "worker" => w.clone()),
             http2_resets: by("edge_http2_resets_total", "side", ResetSide::NAMES),
             http2_goaways: by("edge_http2_goaways_total", "reason", GoawayReason::NAMES),
             upstream_tls_handshakes: Arc::new(
@@ -453,6 +457,7 @@ impl WorkerMetrics {
             &m.panics,
             &m.relay_waits,
             &m.relay_spliced,
+            &m.request_spliced,
             &m.access_log_dropped,
         ];
         for c in counters.chain(singles) {

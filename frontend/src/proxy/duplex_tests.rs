@@ -22,10 +22,10 @@ use edge_core::{
         head::{parse_request, Field, Fields, RequestHead, ResponseHead},
         view::{RequestView, ResponseView, Version},
     },
-    io::body::{BodySource, SendBodyError, SinkError},
+    io::body::{BodySource, RequestSink, SendBodyError, SinkError},
 };
 use edge_upstream::UpstreamErrorKind;
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
+use monoio::io::AsyncWriteRentExt;
 
 use super::{
     exchange, failed,
@@ -63,7 +63,7 @@ struct ClientBody {
 impl BodySource for ClientBody {
     type Error = BodyFailure;
 
-    async fn forward_rest<W: AsyncWriteRent>(
+    async fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         _: Duration,
@@ -190,7 +190,7 @@ impl DuplexClient {
 impl BodySource for DuplexClient {
     type Error = BodyFailure;
 
-    async fn forward_rest<W: AsyncWriteRent>(
+    async fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         write_timeout: Duration,

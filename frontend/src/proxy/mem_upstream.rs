@@ -15,7 +15,7 @@ use std::{
 use edge_core::{
     buf::RecvBuf,
     http::head::{parse_response, Fields, ResponseHead},
-    io::body::{BodySource, SendBodyError},
+    io::body::{BodySource, RequestSink, SendBodyError},
 };
 use edge_upstream::{
     received::MAX_RESPONSE_HEAD,
@@ -385,6 +385,8 @@ pub(super) struct MemSink<'a> {
     fails: bool,
 }
 
+impl RequestSink for MemSink<'_> {}
+
 impl AsyncWriteRent for MemSink<'_> {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         if self.fails {
@@ -431,6 +433,8 @@ impl UpstreamTunnel for MemTunnel {
 
 /// Bytes written, kept.
 pub(super) struct Sink(pub(super) Vec<u8>);
+
+impl RequestSink for Sink {}
 
 impl AsyncWriteRent for Sink {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {

@@ -286,7 +286,7 @@ async fn exchange<S: Session, O: Open>(
                         }
                         None => {
                             let write_timeout = req.upstream.config.write_timeout.0;
-                            let (u, r) = stream_body_in_slot(s, up, fields, write_timeout).await;
+                            let (u, r) = stream_body_in_slot(w, s, up, fields, write_timeout).await;
                             up = u;
                             r.map(|early| (early, true))
                         }
@@ -294,7 +294,7 @@ async fn exchange<S: Session, O: Open>(
                 }
                 Ok(Sent::BodyPending) => {
                     let write_timeout = req.upstream.config.write_timeout.0;
-                    let (u, r) = stream_body_in_slot(s, up, fields, write_timeout).await;
+                    let (u, r) = stream_body_in_slot(w, s, up, fields, write_timeout).await;
                     up = u;
                     r.map(|early| (early, true))
                 }
@@ -470,13 +470,18 @@ async fn send_request<S: Session, E: UpstreamSession>(
 /// HTTP/2 stream task, for the requests without a body too (bench/README.md "Large bodies after the
 /// slow-reader work"). Steady uploads reuse the slot: no allocation per request.
 async fn stream_body_in_slot<S: Session, E: UpstreamSession>(
+    w: &Worker,
     s: &mut S,
     up: E,
     fields: &mut Fields,
     write_timeout: Duration,
 ) -> (E, Result<bool, Stop<E::Tunnel>>) {
     let mut held = edge_core::slot::Held::default();
-    edge_core::slot::run_in(&mut held.0, stream_body(s, up, fields, write_timeout)).await
+    let end = edge_core::slot::run_in(&mut held.0, stream_body(s, up, fields, write_timeout)).await;
+    if s.body_spliced() {
+        w.metrics.request_spliced.increment(1);
+    }
+    end
 }
 
 /// Streams the rest of the request body on `up` while watching for an early answer; `Ok(early)` when

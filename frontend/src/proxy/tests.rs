@@ -20,11 +20,11 @@ use edge_core::{
         head::{parse_request, Field, Fields, RequestHead, ResponseHead},
         view::{RequestView, ResponseView, Version},
     },
-    io::body::{BodySource, SendBodyError, SinkError},
+    io::body::{BodySource, RequestSink, SendBodyError, SinkError},
     runtime::{block_on, IoDriver, Shared},
 };
 use edge_upstream::UpstreamErrorKind;
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
+use monoio::io::AsyncWriteRentExt;
 
 use super::{run, Admitted, Outcome};
 use crate::{context::Live, log::RequestLog};
@@ -101,7 +101,7 @@ impl MemSession {
 impl BodySource for MemSession {
     type Error = BodyFailure;
 
-    async fn forward_rest<W: AsyncWriteRent>(
+    async fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         _write_timeout: Duration,

@@ -97,6 +97,12 @@ pub trait Session: BodySource<Error = BodyFailure> + Respond {
     /// far, for the access line (chunk framing not counted).
     fn body_bytes(&self) -> (u64, u64);
 
+    /// Whether the request body went upstream by splice, from socket to socket
+    /// (`edge_request_spliced_total`). `false` (the default) where the session never splices.
+    fn body_spliced(&self) -> bool {
+        false
+    }
+
     /// The session's two directions as two disjoint borrows, for a full-duplex exchange
     /// ([`crate::proxy::duplex`]): the request body read from the client while the response is
     /// written to it, in one task. From the split on, the client `request` deadline of the body counts

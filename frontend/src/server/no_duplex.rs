@@ -10,9 +10,8 @@ use edge_core::{
         head::{Field, ResponseHead},
         view::ResponseView,
     },
-    io::body::{BodySource, SendBodyError},
+    io::body::{BodySource, RequestSink, SendBodyError},
 };
-use monoio::io::AsyncWriteRent;
 
 use super::{BodyFailure, RelayError, Respond, Started};
 use crate::respond::SendFailure;
@@ -24,7 +23,7 @@ pub enum NoDuplex {}
 impl BodySource for NoDuplex {
     type Error = BodyFailure;
 
-    async fn forward_rest<W: AsyncWriteRent>(
+    async fn forward_rest<W: RequestSink>(
         &mut self,
         _: &mut W,
         _: Duration,

@@ -57,6 +57,7 @@ mod rules_requests;
 mod slow_readers;
 mod smuggling;
 mod splice;
+mod splice_uploads;
 mod strictness;
 mod tls;
 mod tls_cli;

@@ -16,7 +16,11 @@ use std::{
 };
 
 use bytes::Bytes;
-use edge_core::{clock::timeout_at, http::chunked::ChunkedDecoder, io::body::SinkError};
+use edge_core::{
+    clock::timeout_at,
+    http::chunked::ChunkedDecoder,
+    io::body::{RequestSink, SinkError},
+};
 use h2::{client::ResponseFuture, RecvStream, SendStream};
 use monoio::{
     buf::{IoBuf, IoVecBuf},
@@ -240,6 +244,9 @@ impl H2BodySink {
     }
 }
 
+/// HTTP/2 DATA frames: never spliced.
+impl RequestSink for H2BodySink {}
+
 impl AsyncWriteRent for H2BodySink {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         DataSink::new(&mut self.side, None, self.write_timeout)
@@ -261,6 +268,9 @@ impl AsyncWriteRent for H2BodySink {
         Ok(())
     }
 }
+
+/// HTTP/2 DATA frames: never spliced.
+impl RequestSink for DataSink<'_> {}
 
 impl AsyncWriteRent for DataSink<'_> {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {

@@ -41,6 +41,17 @@ impl RequestBody {
         self.scan.payload()
     }
 
+    /// For a body of declared length within `max`: the bytes still to come
+    /// ([`BodyScanner::length_left`]). `None` for any other body.
+    pub fn length_left(&self) -> Option<u64> {
+        self.scan.length_left()
+    }
+
+    /// Counts `n` body bytes that went upstream by splice; returns whether the body is complete.
+    pub fn skip(&mut self, n: u64) -> bool {
+        self.scan.skip(n)
+    }
+
     /// How many bytes at the start of `data` belong to the body. On an error none of `data` may go
     /// upstream.
     ///

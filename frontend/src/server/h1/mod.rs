@@ -1,6 +1,6 @@
 //! HTTP/1.1 downstream (RFC 9112): the per-connection keep-alive loop with its inbound deadlines
 //! ([`conn`]) and its waits between requests (`idle`), the requests it answers itself ([`local`]),
-//! the body pumps with their re-framing ([`body`]), and [`session::H1Session`], one request as a
+//! the body pumps with their re-framing ([`body`]) and the request body by splice ([`upload`]), and [`session::H1Session`], one request as a
 //! [`Session`](super::Session) for the orchestrator.
 
 pub mod answer;
@@ -12,6 +12,7 @@ pub mod linger;
 mod local;
 pub mod session;
 mod sniff;
+pub mod upload;
 
 pub use conn::{serve, Accepted};
 pub(crate) use idle::{trim_spare_vectors, trim_spare_vectors_idle};

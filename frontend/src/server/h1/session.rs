@@ -15,13 +15,16 @@ use edge_core::{
         view::{RequestView, ResponseView, Version},
     },
     io::{
-        body::{BodySource, SendBodyError, SinkError},
+        body::{BodySource, RequestSink, SendBodyError, SinkError},
         Transport,
     },
 };
-use monoio::{io::AsyncWriteRent, time::Instant};
+use monoio::time::Instant;
 
-use super::encode::{self, OutFraming};
+use super::{
+    encode::{self, OutFraming},
+    upload,
+};
 use crate::server::send::within_send;
 use crate::{
     request::ResponseFields,
@@ -43,6 +46,8 @@ pub struct H1Session<'c, T: Transport> {
     send: Duration,
     deadline: Instant,
     worker: usize,
+    /// Whether the request body went upstream by splice ([`upload`]).
+    spliced: bool,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
     added: ResponseFields<'c>,
 }
@@ -74,6 +79,7 @@ impl<'c, T: Transport> H1Session<'c, T> {
             send,
             deadline,
             worker,
+            spliced: false,
             added: ResponseFields::default(),
         }
     }
@@ -119,24 +125,34 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
 
     /// Client reads under the `request` deadline, sink writes under `write_timeout`; chunked framing
     /// and `max_body_bytes` are checked before bytes go on.
-    async fn forward_rest<W: AsyncWriteRent>(
+    async fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         write_timeout: Duration,
     ) -> Result<(), SendBodyError<BodyFailure>> {
         let source = |f| SendBodyError::Source(f);
+        // Splice is asked once, the first time the receive buffer runs dry: what it refuses then
+        // (framing, transports, a short rest) it refuses for the rest of the body.
+        let mut ask_splice = true;
         while !self.body.done() {
             if self.rb.is_empty() {
+                let splice = std::mem::take(&mut ask_splice)
+                    .then(|| upload::Upload::start(&*self.stream, &self.body, sink))
+                    .flatten();
+                if let Some(splice) = splice {
+                    self.spliced = true;
+                    let client = upload::Client {
+                        stream: &mut *self.stream,
+                        deadline: self.deadline,
+                        worker: self.worker,
+                    };
+                    return splice
+                        .run(client, &mut self.body, sink, write_timeout)
+                        .await;
+                }
                 match timeout_at(self.deadline, self.rb.fill_relay(self.stream)).await {
                     Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
-                    Ok(Ok(0)) | Ok(Err(_)) => {
-                        tracing::debug!(
-                            event = "request.aborted",
-                            worker = self.worker,
-                            cause = "client closed during the request body"
-                        );
-                        return Err(source(BodyFailure::ClientGone));
-                    }
+                    Ok(Ok(0)) | Ok(Err(_)) => return Err(source(upload::client_gone(self.worker))),
                     Ok(Ok(_)) => {}
                 }
             }
@@ -193,6 +209,10 @@ impl<T: Transport> Session for H1Session<'_, T> {
 
     fn body_bytes(&self) -> (u64, u64) {
         (self.body.payload(), self.relay.payload())
+    }
+
+    fn body_spliced(&self) -> bool {
+        self.spliced
     }
 }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use edge_core::{
     buf,
     clock::{timeout, timeout_at},
-    io::body::{BodySource, SendBodyError, SinkError},
+    io::body::{BodySource, RequestSink, SendBodyError, SinkError},
     metrics::InvalidReason,
 };
 use h2::RecvStream;
@@ -92,7 +92,7 @@ impl BodySource for H2Body {
     /// each wait ends at the later of that deadline and `request` after the wait began), each written
     /// upstream under `write_timeout`, then its flow-control capacity released (RFC 9113 §6.9): the
     /// client sends more only as fast as the upstream takes it.
-    async fn forward_rest<W: AsyncWriteRent>(
+    async fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         write_timeout: Duration,

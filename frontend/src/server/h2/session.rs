@@ -15,11 +15,11 @@ use edge_core::{
         head::{Field, Fields, RequestHead, ResponseHead},
         view::{RequestView, ResponseView, Version},
     },
-    io::body::{BodySource, SendBodyError},
+    io::body::{BodySource, RequestSink, SendBodyError},
     pace::RelayBudget,
 };
 use h2::{server::SendResponse, RecvStream};
-use monoio::{io::AsyncWriteRent, time::Instant};
+use monoio::time::Instant;
 
 pub use super::body::H2Body;
 pub use super::chunk::Chunk;
@@ -168,7 +168,7 @@ impl BodySource for H2Session<'_> {
     type Error = BodyFailure;
 
     /// See [`H2Body`].
-    fn forward_rest<W: AsyncWriteRent>(
+    fn forward_rest<W: RequestSink>(
         &mut self,
         sink: &mut W,
         write_timeout: Duration,

@@ -1,0 +1,144 @@
+//! The rest of a request body by splice: from the client's socket through a pipe to the upstream's,
+//! with no copy into user space ([`edge_core::io::splice`]; DESIGN.md "Memory under slow readers and
+//! large bodies"). The upload counterpart of the response relay's splice (`proxy::splice`).
+//!
+//! Which bodies: a body of declared length (`Content-Length`, within `max_body_bytes`), which goes
+//! upstream unchanged, with both sockets plain TCP ([`Transport::raw_socket`],
+//! [`RequestSink::splice_socket`]), nothing of it left in the connection's receive buffer, and at least
+//! [`MIN_SPLICE`] of it still to come. Chunked bodies (their framing is checked on the way), TLS on
+//! either side and HTTP/2 go by copy.
+//!
+//! The deadlines are the copy's: the client's `request` deadline while waiting for its bytes, and
+//! `write_timeout` (time without progress) while waiting for room in the upstream's socket. The
+//! upstream's early answer is watched beside this, as for the copy
+//! (`edge_upstream`'s `send_body_watching_response`): when it wins, this future is dropped and the pipe,
+//! still holding bytes, closes with it.
+
+use std::{os::fd::RawFd, time::Duration};
+
+use edge_core::{
+    buf::LARGE_BUF_SIZE,
+    clock::{timeout, timeout_at},
+    io::{
+        body::{RequestSink, SendBodyError, SinkError},
+        splice::{set_nonblocking, Moved, Pipe},
+        Transport,
+    },
+};
+use monoio::time::Instant;
+
+use super::body::RequestBody;
+use crate::{respond::Failure, server::BodyFailure};
+
+/// The least of a body still to come for it to go by splice: below it the copy takes a read or two,
+/// and taking a pipe would cost as much as it saves.
+pub const MIN_SPLICE: u64 = LARGE_BUF_SIZE as u64;
+
+/// Where the body comes from and the deadline of its reads.
+pub(super) struct Client<'a, T: Transport> {
+    /// The client's connection.
+    pub stream: &'a mut T,
+    /// The client's `request` deadline.
+    pub deadline: Instant,
+    /// The worker, for the log line of a client that leaves.
+    pub worker: usize,
+}
+
+/// A request body on its way by splice: the pipe and the two sockets.
+pub(super) struct Upload {
+    pipe: Pipe,
+    /// The client's socket.
+    from: RawFd,
+    /// The upstream's socket.
+    to: RawFd,
+}
+
+impl Upload {
+    /// The splice of the rest of `body` from `client` to `sink`, when both sides allow it (see the
+    /// module doc); `None` when they do not, or no pipe could be opened (out of descriptors), and the
+    /// caller copies.
+    pub(super) fn start<T: Transport, W: RequestSink>(
+        client: &T,
+        body: &RequestBody,
+        sink: &W,
+    ) -> Option<Upload> {
+        body.length_left().filter(|&l| l >= MIN_SPLICE)?;
+        let from = client.raw_socket()?;
+        let to = sink.splice_socket()?;
+        if set_nonblocking(from).is_err() || set_nonblocking(to).is_err() {
+            return None;
+        }
+        match Pipe::take() {
+            Ok(pipe) => Some(Upload { pipe, from, to }),
+            Err(e) => {
+                tracing::debug!(event = "upload.splice_unavailable", error = %e, "copying instead");
+                None
+            }
+        }
+    }
+
+    /// Moves the rest of `body`: fills the pipe from the client with what its socket has (up to the
+    /// body's end), then drains it into the upstream's socket, waiting for either side as the copy
+    /// would. The pipe goes back to the worker's pool when the body is through.
+    ///
+    /// # Errors
+    /// As [`edge_core::io::body::BodySource::forward_rest`].
+    ///
+    /// # Cancel safety
+    /// Dropped only when the upstream answered early; the client connection then closes, and so does
+    /// the pipe with what it holds.
+    pub(super) async fn run<T: Transport, W: RequestSink>(
+        mut self,
+        client: Client<'_, T>,
+        body: &mut RequestBody,
+        sink: &mut W,
+        write_timeout: Duration,
+    ) -> Result<(), SendBodyError<BodyFailure>> {
+        let source = |f| SendBodyError::Source(f);
+        let pipe = &mut self.pipe;
+        loop {
+            if pipe.held() == 0 {
+                let Some(left) = body.length_left() else {
+                    self.pipe.give();
+                    return Ok(());
+                };
+                match pipe.fill(self.from, usize::try_from(left).unwrap_or(usize::MAX)) {
+                    Ok(Moved::Bytes(n)) => {
+                        body.skip(n as u64);
+                    }
+                    Ok(Moved::WouldBlock) => {
+                        let readable = client.stream.readable(false);
+                        match timeout_at(client.deadline, readable).await {
+                            Err(_) => {
+                                return Err(source(BodyFailure::Client(Failure::RequestTimeout)))
+                            }
+                            Ok(Ok(())) => continue,
+                            Ok(Err(_)) => return Err(source(client_gone(client.worker))),
+                        }
+                    }
+                    Ok(Moved::Eof) | Err(_) => return Err(source(client_gone(client.worker))),
+                }
+            }
+            match pipe.drain(self.to) {
+                Ok(Moved::Bytes(_)) => {}
+                Ok(_) => match timeout(write_timeout, sink.socket_writable()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(SendBodyError::Sink(SinkError::Io(e))),
+                    Err(_) => return Err(SendBodyError::Sink(SinkError::Timeout)),
+                },
+                Err(e) => return Err(SendBodyError::Sink(SinkError::Io(e))),
+            }
+        }
+    }
+}
+
+/// The client closed its connection (or it failed) before its whole body arrived: logged, and the
+/// exchange ends without an answer (there is no one to send it to).
+pub(super) fn client_gone(worker: usize) -> BodyFailure {
+    tracing::debug!(
+        event = "request.aborted",
+        worker,
+        cause = "client closed during the request body"
+    );
+    BodyFailure::ClientGone
+}
