@@ -304,6 +304,13 @@ pub struct Upstream {
     /// Whether received bytes count as activity for zombie detection.
     #[serde(default = "yes")]
     pub zombie_counts_received: bool,
+    /// Move the rest of a large HTTP/1.1 `Content-Length` request body from the client's socket to
+    /// this upstream's with `splice(2)`, with no copy through edge (both connections plain TCP). Off by
+    /// default: it takes the copy off edge's CPU and leaves the upstream reading pages nobody touched
+    /// recently, which pays when the upstream runs on another host and costs a co-located one more than
+    /// edge saves (bench/README.md "Request bodies by splice").
+    #[serde(default)]
+    pub splice_request_bodies: bool,
     /// Start each new upstream connection with a PROXY protocol header ([`SendProxyProtocol`]).
     #[serde(default)]
     pub send_proxy_protocol: SendProxyProtocol,
@@ -382,6 +389,7 @@ impl Upstream {
             max_inactive: d10s(),
             max_inactive_cap: d60s(),
             zombie_counts_received: true,
+            splice_request_bodies: false,
             send_proxy_protocol: SendProxyProtocol::Off,
             protocol: UpstreamProtocol::Http1,
             max_streams_per_connection: upstream_protocol::max_streams_default(),

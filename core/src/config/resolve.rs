@@ -286,6 +286,12 @@ fn resolve_upstream(
             "must be greater than zero",
         );
     }
+    if u.splice_request_bodies && (u.tls || u.protocol == super::UpstreamProtocol::H2) {
+        p.add(
+            format!("upstreams[{i}].splice_request_bodies"),
+            "needs a plain HTTP/1.1 upstream (tls = false, protocol \"http1\" or \"auto\"): encrypted or HTTP/2-framed bytes cannot be spliced",
+        );
+    }
     if u.max_streams_per_connection == 0 {
         p.add(
             format!("upstreams[{i}].max_streams_per_connection"),

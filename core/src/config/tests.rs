@@ -327,3 +327,29 @@ fn grpc_service_needs_an_http2_upstream() {
     c.upstreams[0].protocol = UpstreamProtocol::H2;
     assert!(c.resolve("g.toml").is_ok());
 }
+
+#[test]
+fn splice_request_bodies_is_off_by_default_and_needs_a_plain_http1_upstream() {
+    let mut c = Config::parse(DEFAULT_CONFIG, "d").unwrap();
+    assert!(!c.upstreams[0].splice_request_bodies);
+    c.upstreams[0].splice_request_bodies = true;
+    assert!(c.clone().resolve("s.toml").is_ok());
+    c.upstreams[0].protocol = UpstreamProtocol::Auto;
+    assert!(
+        c.clone().resolve("s.toml").is_ok(),
+        "plain auto is HTTP/1.1"
+    );
+    let key = "upstreams[0].splice_request_bodies";
+    for (tls, protocol) in [
+        (false, UpstreamProtocol::H2),
+        (true, UpstreamProtocol::Http1),
+    ] {
+        let mut c = c.clone();
+        c.upstreams[0].tls = tls;
+        c.upstreams[0].protocol = protocol;
+        let errors = c.resolve("s.toml").unwrap_err();
+        let e = errors.iter().find(|e| e.key == key).expect("named");
+        assert!(e.reason.contains("plain HTTP/1.1"), "{e}");
+        assert_eq!(e.file, "s.toml");
+    }
+}

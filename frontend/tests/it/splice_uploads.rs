@@ -1,6 +1,7 @@
-//! Request bodies by splice (DESIGN.md "Memory under slow readers and large bodies"): the rest of a plain
-//! HTTP/1.1 `Content-Length` upload goes from the client's socket to the upstream's through a pipe
-//! (`edge_request_spliced_total`). It arrives whole and byte-exact, both connections stay usable
+//! Request bodies by splice (DESIGN.md "Memory under slow readers and large bodies"): to an upstream with
+//! `splice_request_bodies = true`, the rest of a plain HTTP/1.1 `Content-Length` upload goes from the
+//! client's socket to the upstream's through a pipe (`edge_request_spliced_total`); without it (the
+//! default) it goes by copy. It arrives whole and byte-exact, both connections stay usable
 //! afterwards, and its failures are answered as the copy's are: a client that stalls gets 408 at
 //! `request`, a client that leaves ends the exchange and its upstream connection, an upstream that
 //! answers early has its answer relayed.
@@ -47,6 +48,11 @@ fn checking_origin() -> Origin {
     })
 }
 
+/// The config of these tests: the origin's upstream splices request bodies.
+fn splicing(d: crate::harness::Driver, origin: &Origin) -> Cfg {
+    Cfg::new(d, origin.addr).upstream_field("splice_request_bodies", true)
+}
+
 fn spliced(edge: &Edge) -> f64 {
     edge.metric("edge_request_spliced_total", &[])
 }
@@ -55,7 +61,7 @@ both_drivers!(
     large_uploads_go_by_splice_whole_on_kept_alive_connections,
     |d| {
         let origin = checking_origin();
-        let edge = Edge::start(&Cfg::new(d, origin.addr));
+        let edge = Edge::start(&splicing(d, &origin));
         let body = std::sync::Arc::new(pattern(BODY));
         let clients: Vec<_> = (0..4)
             .map(|_| {
@@ -98,7 +104,7 @@ both_drivers!(
 
 both_drivers!(a_stalled_spliced_upload_gets_408_at_request, |d| {
     let origin = checking_origin();
-    let edge = Edge::start(&Cfg::new(d, origin.addr).timeout("request", "2s"));
+    let edge = Edge::start(&splicing(d, &origin).timeout("request", "2s"));
     let mut c = Client::connect(edge.addr);
     c.send(&post_head(BODY));
     c.send(&pattern(1 << 20));
@@ -126,7 +132,7 @@ both_drivers!(a_stalled_spliced_upload_gets_408_at_request, |d| {
 
 both_drivers!(a_client_leaving_mid_spliced_upload_ends_the_exchange, |d| {
     let origin = checking_origin();
-    let edge = Edge::start(&Cfg::new(d, origin.addr));
+    let edge = Edge::start(&splicing(d, &origin));
     let mut s = TcpStream::connect(edge.addr).unwrap();
     s.write_all(&post_head(BODY)).unwrap();
     s.write_all(&pattern(2 << 20)).unwrap();
@@ -171,7 +177,7 @@ both_drivers!(an_upstream_answering_mid_spliced_upload_is_relayed, |d| {
         }
         let _ = tx.send(got);
     });
-    let edge = Edge::start(&Cfg::new(d, origin.addr));
+    let edge = Edge::start(&splicing(d, &origin));
     let mut c = Client::connect(edge.addr);
     c.send(&post_head(64 << 20));
     // The body goes from a thread of its own: edge stops taking it once the answer is relayed.
@@ -198,5 +204,17 @@ both_drivers!(an_upstream_answering_mid_spliced_upload_is_relayed, |d| {
     sender.join().unwrap();
     assert_eq!(spliced(&edge), 1.0);
     assert_eq!(edge.metric("edge_requests_total", &["status=\"413\""]), 1.0);
+    edge.assert_upstream_settled();
+});
+
+both_drivers!(uploads_go_by_copy_without_splice_request_bodies, |d| {
+    let origin = checking_origin();
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
+    let mut c = Client::connect(edge.addr);
+    c.send(&post_head(BODY));
+    c.send(&pattern(BODY));
+    let r = c.read_response(false).expect("a response");
+    assert_eq!((r.status, r.text()), (200, format!("{BODY} {BODY}")));
+    assert_eq!(spliced(&edge), 0.0, "spliced without being asked to");
     edge.assert_upstream_settled();
 });

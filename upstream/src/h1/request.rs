@@ -1,23 +1,27 @@
 //! Sending the request: the head (with the body bytes that came with it) under `write_timeout`, then the
 //! rest of the body, streamed from a [`BodySource`] while the upstream is watched for an early answer.
 
-use std::{future::Future, pin::pin, task::Poll, time::Duration};
+use std::{future::Future, io, os::fd::RawFd, pin::pin, task::Poll, time::Duration};
 
 use edge_core::{
     clock::timeout,
     http::head::Fields,
     io::{
-        body::{BodySource, SendBodyError},
+        body::{BodySource, RequestSink, SendBodyError},
         Transport,
     },
 };
-use monoio::{buf::IoBuf, io::AsyncWriteRentExt};
+use monoio::{
+    buf::{IoBuf, IoVecBuf},
+    io::{AsyncWriteRent, AsyncWriteRentExt},
+    BufResult,
+};
 
 use super::H1Exchange;
 use crate::{
     received::only_interim,
     session::{BodyEnd, BodyError},
-    stream::UpstreamStream,
+    stream::{UpstreamStream, UpstreamWriteHalf},
     UpstreamConn, UpstreamError, UpstreamErrorKind,
 };
 
@@ -80,7 +84,11 @@ pub(super) async fn send_body_watching_response<'u, S: BodySource>(
     }
     let H1Exchange { conn, up } = ex;
     let (stream, mut parts) = conn.into_parts();
-    let (mut rd, mut wr) = stream.split();
+    let (mut rd, wr) = stream.split();
+    let mut wr = Gated {
+        half: wr,
+        splice: up.config.splice_request_bodies,
+    };
     let end = {
         let mut send = pin!(src.forward_rest(&mut wr, write_timeout));
         loop {
@@ -116,6 +124,41 @@ pub(super) async fn send_body_watching_response<'u, S: BodySource>(
             }
         }
     };
-    let conn = parts.join(UpstreamStream::unsplit(rd, wr));
+    let conn = parts.join(UpstreamStream::unsplit(rd, wr.half));
     (H1Exchange { conn, up }, end)
+}
+
+/// The write half as a request body's sink, offering its socket for splice only where the upstream's
+/// `splice_request_bodies` allows it.
+struct Gated {
+    half: UpstreamWriteHalf,
+    splice: bool,
+}
+
+impl RequestSink for Gated {
+    fn splice_socket(&self) -> Option<RawFd> {
+        self.splice.then(|| self.half.splice_socket()).flatten()
+    }
+
+    fn socket_writable(&mut self) -> impl Future<Output = io::Result<()>> {
+        self.half.socket_writable()
+    }
+}
+
+impl AsyncWriteRent for Gated {
+    fn write<T: IoBuf>(&mut self, buf: T) -> impl Future<Output = BufResult<usize, T>> {
+        self.half.write(buf)
+    }
+
+    fn writev<T: IoVecBuf>(&mut self, buf: T) -> impl Future<Output = BufResult<usize, T>> {
+        self.half.writev(buf)
+    }
+
+    fn flush(&mut self) -> impl Future<Output = io::Result<()>> {
+        self.half.flush()
+    }
+
+    fn shutdown(&mut self) -> impl Future<Output = io::Result<()>> {
+        self.half.shutdown()
+    }
 }

@@ -2,8 +2,10 @@
 //! with no copy into user space ([`edge_core::io::splice`]; DESIGN.md "Memory under slow readers and
 //! large bodies"). The upload counterpart of the response relay's splice (`proxy::splice`).
 //!
-//! Which bodies: a body of declared length (`Content-Length`, within `max_body_bytes`), which goes
-//! upstream unchanged, with both sockets plain TCP ([`Transport::raw_socket`],
+//! Only to an upstream with `splice_request_bodies = true` (off by default: the upstream then reads pages
+//! nobody touched recently, which costs a co-located upstream more than edge saves; bench/README.md
+//! "Request bodies by splice"). Which bodies: a body of declared length (`Content-Length`, within
+//! `max_body_bytes`), which goes upstream unchanged, with both sockets plain TCP ([`Transport::raw_socket`],
 //! [`RequestSink::splice_socket`]), nothing of it left in the connection's receive buffer, and at least
 //! [`MIN_SPLICE`] of it still to come. Chunked bodies (their framing is checked on the way), TLS on
 //! either side and HTTP/2 go by copy.
@@ -24,6 +26,7 @@ use edge_core::{
         splice::{set_nonblocking, Moved, Pipe},
         Transport,
     },
+    runtime::listen::NOTSENT_LOWAT,
 };
 use monoio::time::Instant;
 
@@ -68,6 +71,11 @@ impl Upload {
         if set_nonblocking(from).is_err() || set_nonblocking(to).is_err() {
             return None;
         }
+        // The upstream's socket queues at most this much unsent (as a client's does): spliced pages
+        // are ahead of the upstream's window by a bounded amount, so each of its window updates moves
+        // a bounded amount and edge's own loop keeps feeding it (bench/README.md "Request bodies by
+        // splice").
+        bound_unsent(to);
         match Pipe::take() {
             Ok(pipe) => Some(Upload { pipe, from, to }),
             Err(e) => {
@@ -130,6 +138,14 @@ impl Upload {
             }
         }
     }
+}
+
+/// Sets `TCP_NOTSENT_LOWAT` ([`NOTSENT_LOWAT`]) on the socket `fd`; best effort (a socket without it
+/// still works, with a deeper unsent queue).
+fn bound_unsent(fd: RawFd) {
+    // SAFETY: the caller keeps the descriptor open for the call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let _ = socket2::SockRef::from(&fd).set_tcp_notsent_lowat(NOTSENT_LOWAT);
 }
 
 /// The client closed its connection (or it failed) before its whole body arrived: logged, and the
