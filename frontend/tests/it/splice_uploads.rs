@@ -91,12 +91,21 @@ both_drivers!(
         // The second upload of each client reused the upstream connection of its first: a spliced body
         // leaves nothing behind on either connection.
         assert_eq!(origin.accepted(), 4);
-        // A short upload stays on the copy.
+        // A short upload and a chunked one (its framing is checked on the way) stay on the copy.
         let mut c = Client::connect(edge.addr);
         c.send(&post_head(1000));
         c.send(&pattern(1000));
         let r = c.read_response(false).expect("a response");
         assert_eq!((r.status, r.text()), (200, "1000 1000".to_string()));
+        c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+        for chunk in body.chunks(1 << 20) {
+            c.send(format!("{:x}\r\n", chunk.len()).as_bytes());
+            c.send(chunk);
+            c.send(b"\r\n");
+        }
+        c.send(b"0\r\n\r\n");
+        let r = c.read_response(false).expect("a response");
+        assert_eq!((r.status, r.text()), (200, format!("{BODY} {BODY}")));
         assert_eq!(spliced(&edge), 8.0);
         edge.assert_upstream_settled();
     }

@@ -1,7 +1,7 @@
 //! HTTP/1.1 downstream (RFC 9112): the per-connection keep-alive loop with its inbound deadlines
 //! ([`conn`]) and its waits between requests (`idle`), the requests it answers itself ([`local`]),
-//! the body pumps with their re-framing ([`body`]) and the request body by splice ([`upload`]), and [`session::H1Session`], one request as a
-//! [`Session`](super::Session) for the orchestrator.
+//! the body pumps with their re-framing ([`body`]) and the request body by splice ([`upload`]), and
+//! [`session::H1Session`], one request as a [`Session`](super::Session) for the orchestrator.
 
 pub mod answer;
 pub mod body;

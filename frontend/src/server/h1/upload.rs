@@ -102,15 +102,31 @@ impl Upload {
         sink: &mut W,
         write_timeout: Duration,
     ) -> Result<(), SendBodyError<BodyFailure>> {
+        let end = self.relay(client, body, sink, write_timeout).await;
+        // Back to the pool when empty (a body through, or a failure between two fills); closed when
+        // it still holds bytes.
+        self.pipe.give();
+        end
+    }
+
+    /// The loop of [`Upload::run`].
+    async fn relay<T: Transport, W: RequestSink>(
+        &mut self,
+        client: Client<'_, T>,
+        body: &mut RequestBody,
+        sink: &mut W,
+        write_timeout: Duration,
+    ) -> Result<(), SendBodyError<BodyFailure>> {
         let source = |f| SendBodyError::Source(f);
-        let pipe = &mut self.pipe;
         loop {
-            if pipe.held() == 0 {
+            if self.pipe.held() == 0 {
                 let Some(left) = body.length_left() else {
-                    self.pipe.give();
                     return Ok(());
                 };
-                match pipe.fill(self.from, usize::try_from(left).unwrap_or(usize::MAX)) {
+                match self
+                    .pipe
+                    .fill(self.from, usize::try_from(left).unwrap_or(usize::MAX))
+                {
                     Ok(Moved::Bytes(n)) => {
                         body.skip(n as u64);
                     }
@@ -127,7 +143,7 @@ impl Upload {
                     Ok(Moved::Eof) | Err(_) => return Err(source(client_gone(client.worker))),
                 }
             }
-            match pipe.drain(self.to) {
+            match self.pipe.drain(self.to) {
                 Ok(Moved::Bytes(_)) => {}
                 Ok(_) => match timeout(write_timeout, sink.socket_writable()).await {
                     Ok(Ok(())) => {}
