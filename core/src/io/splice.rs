@@ -92,6 +92,18 @@ impl Pipe {
         })
     }
 
+    /// A pipe for a splice from the socket `from` to the socket `to`: both sockets made non-blocking
+    /// ([`set_nonblocking`]), which every [`Pipe::fill`] and [`Pipe::drain`] needs, then
+    /// [`Pipe::take`].
+    ///
+    /// # Errors
+    /// `fcntl(2)`'s, or [`Pipe::take`]'s (out of descriptors); the caller then copies instead.
+    pub fn between(from: RawFd, to: RawFd) -> io::Result<Pipe> {
+        set_nonblocking(from)?;
+        set_nonblocking(to)?;
+        Pipe::take()
+    }
+
     /// Bytes the pipe can hold.
     pub fn capacity(&self) -> usize {
         self.capacity

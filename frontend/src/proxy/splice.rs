@@ -47,11 +47,7 @@ pub(super) async fn rest<S: Respond, E: UpstreamSession>(
 ) -> Option<Spliced> {
     let (client, left) = s.splice_sink()?;
     let source = up.splice_source()?;
-    let nonblocking = edge_core::io::splice::set_nonblocking;
-    if nonblocking(client).is_err() || nonblocking(source).is_err() {
-        return None;
-    }
-    let mut pipe = match Pipe::take() {
+    let mut pipe = match Pipe::between(source, client) {
         Ok(p) => p,
         Err(e) => {
             tracing::debug!(event = "relay.splice_unavailable", error = %e, "copying instead");

@@ -23,7 +23,7 @@ use edge_core::{
     clock::{timeout, timeout_at},
     io::{
         body::{RequestSink, SendBodyError, SinkError},
-        splice::{set_nonblocking, Moved, Pipe},
+        splice::{Moved, Pipe},
         Transport,
     },
     runtime::listen::NOTSENT_LOWAT,
@@ -68,21 +68,19 @@ impl Upload {
         body.length_left().filter(|&l| l >= MIN_SPLICE)?;
         let from = client.raw_socket()?;
         let to = sink.splice_socket()?;
-        if set_nonblocking(from).is_err() || set_nonblocking(to).is_err() {
-            return None;
-        }
+        let pipe = match Pipe::between(from, to) {
+            Ok(pipe) => pipe,
+            Err(e) => {
+                tracing::debug!(event = "upload.splice_unavailable", error = %e, "copying instead");
+                return None;
+            }
+        };
         // The upstream's socket queues at most this much unsent (as a client's does): spliced pages
         // are ahead of the upstream's window by a bounded amount, so each of its window updates moves
         // a bounded amount and edge's own loop keeps feeding it (bench/README.md "Request bodies by
         // splice").
         bound_unsent(to);
-        match Pipe::take() {
-            Ok(pipe) => Some(Upload { pipe, from, to }),
-            Err(e) => {
-                tracing::debug!(event = "upload.splice_unavailable", error = %e, "copying instead");
-                None
-            }
-        }
+        Some(Upload { pipe, from, to })
     }
 
     /// Moves the rest of `body`: fills the pipe from the client with what its socket has (up to the
