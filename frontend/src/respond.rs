@@ -2,15 +2,15 @@
 //! response head reached the client ([`Failure::status`], [`Failure::closes`] and [`Failure::record`]
 //! decide the status, whether the connection closes, the counter and the log event);
 //! [`record_truncation`], [`record_upstream_mid_body`] and [`record_client_gone`] are the failures after
-//! it. [`Failure::grpc_code`] and [`Failure::grpc_message`] are the answer to a gRPC call. How each
-//! protocol writes the answer is its session's job (`crate::server::h1::answer`, the h2
-//! session's `answer`).
+//! it, and [`client_left`] the end of a request whose client went away. [`Failure::grpc_code`] and
+//! [`Failure::grpc_message`] are the answer to a gRPC call. How each protocol writes the answer is its
+//! session's job (`crate::server::h1::answer`, the h2 session's `answer`).
 
 use std::{fmt, net::SocketAddr};
 
 use edge_core::{
     http::grpc::Code,
-    metrics::{InboundPhase, InvalidReason, UpstreamPhase},
+    metrics::{ClientClosedPhase, InboundPhase, InvalidReason, UpstreamPhase},
 };
 use edge_upstream::{Counted, UpstreamError, UpstreamErrorKind};
 
@@ -349,6 +349,26 @@ impl fmt::Display for EndpointField {
             None => f.write_str("-"),
         }
     }
+}
+
+/// The status an access line and `edge_requests_total` carry for a request whose client closed its
+/// connection (or reset its stream) before edge had an answer: nginx's "client closed request". It is
+/// never sent (there is no one to send it to).
+pub const CLIENT_CLOSED_REQUEST: u16 = 499;
+
+/// A request whose client went away ([`crate::proxy::Outcome::ClientGone`]): a close or reset counts
+/// `edge_requests_client_closed_total{phase}` (a `send` timeout is counted where it expired). Returns
+/// the status its access line carries: edge's answer, or [`CLIENT_CLOSED_REQUEST`] when the client
+/// left first.
+pub fn client_left(w: &Worker, status: Option<u16>, closed: bool) -> u16 {
+    if closed {
+        let phase = match status {
+            None => ClientClosedPhase::Request,
+            Some(_) => ClientClosedPhase::Response,
+        };
+        w.metrics.client_closed(phase).increment(1);
+    }
+    status.unwrap_or(CLIENT_CLOSED_REQUEST)
 }
 
 /// Why bytes could not be delivered to the client.

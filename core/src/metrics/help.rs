@@ -51,6 +51,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Client-side deadlines that expired, by phase.",
     ),
     (
+        "edge_requests_client_closed_total",
+        "Requests whose client closed its connection (or reset its HTTP/2 stream) before the response was complete, by phase: request (before edge had an answer; logged as 499), response.",
+    ),
+    (
         "edge_upstream_requests_total",
         "Requests sent to upstreams (attempts, retries included).",
     ),

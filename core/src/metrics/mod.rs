@@ -202,6 +202,17 @@ label_enum!(
 );
 
 label_enum!(
+    /// `phase` of `edge_requests_client_closed_total`: when the client closed its connection (or reset
+    /// its HTTP/2 stream) during a request.
+    ClientClosedPhase {
+        /// Before edge had an answer (mid-body, or while the upstream worked): logged with status 499.
+        Request = "request",
+        /// After edge had an answer, while the response went out.
+        Response = "response",
+    }
+);
+
+label_enum!(
     /// `result` of `edge_tls_handshakes_total` and `edge_upstream_tls_handshakes_total`.
     TlsResult {
         /// A full handshake.
@@ -323,6 +334,7 @@ pub struct WorkerMetrics {
     /// `edge_connection_panics_total{worker}`
     pub panics: Counter,
     inbound_timeouts: Vec<Counter>,
+    client_closed: Vec<Counter>,
     /// `edge_upstream_connections{worker,state="idle",protocol="http1"}`
     pub upstream_idle: Gauge,
     /// `edge_upstream_connections{worker,state="active",protocol="http1"}`: one per HTTP/1.1 upstream
@@ -401,6 +413,11 @@ impl WorkerMetrics {
             evicted: counter!("edge_connections_evicted_total", "worker" => w.clone()),
             panics: counter!("edge_connection_panics_total", "worker" => w.clone()),
             inbound_timeouts: by("edge_inbound_timeouts_total", "phase", InboundPhase::NAMES),
+            client_closed: by(
+                "edge_requests_client_closed_total",
+                "phase",
+                ClientClosedPhase::NAMES,
+            ),
             upstream_idle: gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "idle", "protocol" => "http1"),
             upstream_active: LocalGauge::new(
                 gauge!("edge_upstream_connections", "worker" => w.clone(), "state" => "active", "protocol" => "http1"),
@@ -443,7 +460,8 @@ impl WorkerMetrics {
             .iter()
             .chain(&m.requests_shed)
             .chain(&m.connections_shed)
-            .chain(&m.inbound_timeouts);
+            .chain(&m.inbound_timeouts)
+            .chain(&m.client_closed);
         let counters = counters
             .chain(&m.tls_handshakes)
             .chain(&m.connections_total)
@@ -544,6 +562,11 @@ impl WorkerMetrics {
     /// `edge_inbound_timeouts_total{worker,phase}`
     pub fn inbound_timeout(&self, p: InboundPhase) -> &Counter {
         &self.inbound_timeouts[p as usize]
+    }
+
+    /// `edge_requests_client_closed_total{worker,phase}`
+    pub fn client_closed(&self, p: ClientClosedPhase) -> &Counter {
+        &self.client_closed[p as usize]
     }
 }
 

@@ -226,7 +226,10 @@ fn ended<U>(
             Outcome::Failed { failure, .. } => failed(failure, false),
             o => o,
         }),
-        End::ClientGone => closed(Outcome::ClientGone),
+        End::ClientGone => closed(Outcome::ClientGone {
+            status: head,
+            closed: true,
+        }),
         End::Client(f) => match head {
             None => closed(failed(f, false)),
             Some(status) => {

@@ -453,7 +453,13 @@ fn a_client_reset_mid_stream_cancels_the_upstream() {
     ];
     let mut s = DuplexClient::new(&steps, &trace);
     let out = run_on(&mut s, &up, Some(Duration::from_secs(5)));
-    assert!(matches!(out, Outcome::ClientGone));
+    assert!(matches!(
+        out,
+        Outcome::ClientGone {
+            status: Some(200),
+            closed: true
+        }
+    ));
     assert_eq!(starting(&up.events(), "finish"), ["finish Close"]);
 }
 

@@ -50,8 +50,16 @@ impl Interim {
 }
 
 /// The client went away while edge wrote to it: a `send` timeout is counted (inbound timeout and
-/// truncation) and logged at warn; a close at debug.
-pub fn client_gone<U>(w: &Worker, log: &RequestLog<'_>, e: SendFailure) -> Outcome<U> {
+/// truncation) and logged at warn; a close at debug. `status`: edge's answer, once it had one.
+pub fn client_gone<U>(
+    w: &Worker,
+    log: &RequestLog<'_>,
+    e: SendFailure,
+    status: Option<u16>,
+) -> Outcome<U> {
     crate::respond::record_client_gone(w, log, e);
-    Outcome::ClientGone
+    Outcome::ClientGone {
+        status,
+        closed: e == SendFailure::Closed,
+    }
 }

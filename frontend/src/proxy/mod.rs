@@ -87,8 +87,14 @@ pub enum Outcome<U = Tunnel> {
         /// Status that was sent.
         status: u16,
     },
-    /// The client went away (closed, reset, or stopped reading past `send`); already counted and logged.
-    ClientGone,
+    /// The client went away (closed, reset, or stopped reading past `send`); already logged, and a
+    /// `send` deadline already counted. The caller writes the access line ([`respond::client_left`]).
+    ClientGone {
+        /// The status of edge's answer, once it had one; `None` when the client left first.
+        status: Option<u16>,
+        /// The client closed its connection or reset its stream; `false`: the `send` deadline ran out.
+        closed: bool,
+    },
     /// The upstream answered `101 Switching Protocols` to an upgrade request and the 101 head reached the
     /// client: the caller tunnels bytes between the two connections ([`tunnel::tunnel`]). Bytes the
     /// upstream sent after its head are still in the tunnel.
@@ -449,7 +455,7 @@ async fn send_request<S: Session, E: UpstreamSession>(
             Ok(expect::End::SendBody) => {}
             Ok(expect::End::Final) => return Ok(Sent::Whole { early: true }),
             Err(expect::Failed::Client(e)) => {
-                return Err(Stop::End(interim::client_gone(w, &req.log, e)))
+                return Err(Stop::End(interim::client_gone(w, &req.log, e, None)))
             }
             Err(expect::Failed::Upstream(e)) if on.may_retry && e.retry_safe => {
                 return Err(Stop::Retry(e.kind))
@@ -500,11 +506,21 @@ async fn stream_body<S: Session, E: UpstreamSession>(
         Ok(BodyEnd::Sent) => Ok(false),
         Ok(BodyEnd::Early) => Ok(true),
         Err(BodyError::Source(BodyFailure::Client(f))) => end(failed(f, false)),
-        Err(BodyError::Source(BodyFailure::ClientGone)) => end(Outcome::ClientGone),
+        Err(BodyError::Source(BodyFailure::ClientGone)) => end(Outcome::ClientGone {
+            status: None,
+            closed: true,
+        }),
         Err(BodyError::Upstream(e)) => end(failed(Failure::Upstream(e), false)),
     };
     (up, r)
 }
+
+/// How long an HTTP/1.1 upstream may work on a request before edge watches its client for a close.
+/// A client that leaves a slow request is noticed within this: its upstream connection is closed and
+/// the request logged as 499 ([`crate::respond::CLIENT_CLOSED_REQUEST`]), as nginx does by default
+/// (`proxy_ignore_client_abort off`). Not at once, because watching an HTTP/1.1 client costs a
+/// readiness wait (an io_uring poll and its cancel) that every fast request would pay.
+pub const WATCH_CLIENT_AFTER: Duration = Duration::from_secs(1);
 
 /// Reads the response head under `request_timeout` (`None`: none; the duplex phase runs it itself) and
 /// the zombie clock, handing interim heads to the session. `early`: the upstream answered before the
@@ -533,11 +549,10 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     let received = !up.received().is_empty();
     let mut clock = ActivityClock::started(now, received, cfg.zombie_counts_received, threshold);
     let head_deadline = request_timeout.map(|t| now + t);
-    // A client that abandons the request meanwhile ends the exchange at once: dropping the session
-    // resets an HTTP/2 upstream stream (RST_STREAM CANCEL). Watched for HTTP/2 upstream streams (an
-    // HTTP/1.1 client's close costs a readiness wait per request to notice; an HTTP/1.1 upstream
-    // learns of it when its answer finds the client gone, as before).
-    let watch_client = up.duplex();
+    // A client that abandons the request meanwhile ends the exchange: dropping the session resets an
+    // HTTP/2 upstream stream (RST_STREAM CANCEL) and closes an HTTP/1.1 upstream connection. Watched
+    // at once for HTTP/2 upstream streams, after [`WATCH_CLIENT_AFTER`] for HTTP/1.1 upstreams.
+    let watch_now = up.duplex();
     // A stream of a multiplexed client connection reads its head into a head buffer: the body bytes
     // that come with it wait there for the connection's other streams.
     let buffer = match s.relay_share() {
@@ -546,22 +561,27 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     };
     loop {
         let gone = async {
-            match watch_client {
-                true => s.client_gone().await,
-                false => std::future::pending().await,
+            if !watch_now {
+                monoio::time::sleep(WATCH_CLIENT_AFTER).await;
             }
+            s.client_gone().await
         };
         let head = monoio::select! {
             h = up.read_head(fields, &mut clock, head_deadline, buffer) => h,
             () = gone => {
-                return Err(Stop::End(interim::client_gone(w, &req.log, SendFailure::Closed)));
+                return Err(Stop::End(interim::client_gone(
+                    w,
+                    &req.log,
+                    SendFailure::Closed,
+                    None,
+                )));
             }
         };
         match head {
             Ok(h) if is_interim(h.status) => {
                 let started = coarse_now();
                 if let Err(e) = interim.forward(s, up.received_mut(), &h, fields).await {
-                    return Err(Stop::End(interim::client_gone(w, &req.log, e)));
+                    return Err(Stop::End(interim::client_gone(w, &req.log, e, None)));
                 }
                 clock.pause(coarse_now() - started);
             }

@@ -70,7 +70,7 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
     {
         Ok(started) => started,
         Err(RelayError::BadBody) => return dropped(bad_response(!early)),
-        Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
+        Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e, Some(status))),
     };
     let mut complete = started.complete;
     if complete {
@@ -91,7 +91,9 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
             match super::splice::rest(w, s, up, &mut clock).await {
                 None => {}
                 Some(Spliced::Complete) => break,
-                Some(Spliced::Client(e)) => return dropped(client_gone(w, &req.log, e)),
+                Some(Spliced::Client(e)) => {
+                    return dropped(client_gone(w, &req.log, e, Some(status)))
+                }
                 Some(Spliced::Upstream(kind)) => {
                     if kind == UpstreamErrorKind::Zombie {
                         log_zombie(w, &req.log, endpoint, &clock, req.request_timeout);
@@ -109,7 +111,7 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
             Err(e) => return dropped(mid_body(e.kind, "upstream reset during the body")),
             Ok(BodyRead::Eof) if upstream_body == Body::CloseDelimited => {
                 if let Err(e) = s.end_body().await {
-                    return dropped(client_gone(w, &req.log, e));
+                    return dropped(client_gone(w, &req.log, e, Some(status)));
                 }
                 complete = true;
             }
@@ -130,11 +132,13 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
                             "malformed chunked body from upstream",
                         ))
                     }
-                    Err(RelayError::Client(e)) => return dropped(client_gone(w, &req.log, e)),
+                    Err(RelayError::Client(e)) => {
+                        return dropped(client_gone(w, &req.log, e, Some(status)))
+                    }
                 }
                 let paced = after_chunk(s, &mut hold, up.received_mut(), complete, (len, t)).await;
                 if let Err(e) = paced {
-                    return dropped(client_gone(w, &req.log, e));
+                    return dropped(client_gone(w, &req.log, e, Some(status)));
                 }
                 clock.pause(coarse_now() - started);
             }

@@ -60,7 +60,7 @@ pub(crate) async fn switch<S: Session, E: UpstreamSession>(
         return bad_response(true);
     }
     if let Err(e) = s.send_switching(&view).await {
-        return client_gone(w, &req.log, e);
+        return client_gone(w, &req.log, e, Some(101));
     }
     up.received_mut().consume(head.len);
     Outcome::Upgraded {

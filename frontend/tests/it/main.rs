@@ -29,6 +29,7 @@ mod admin_api;
 mod balancing;
 mod capacity;
 mod cli;
+mod client_closed;
 mod conformance;
 mod deadlines;
 mod deploy;

@@ -488,7 +488,15 @@ async fn conclude<T: Transport>(
             finish(w, c, status, started);
             Next::Close
         }
-        Outcome::ClientGone => Next::Close,
+        Outcome::ClientGone { status, closed } => {
+            finish(
+                w,
+                c,
+                crate::respond::client_left(w, status, closed),
+                started,
+            );
+            Next::Close
+        }
         Outcome::Upgraded { tunnel } => {
             finish(w, c, 101, started);
             Next::Tunnel(tunnel)

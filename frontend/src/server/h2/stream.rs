@@ -286,7 +286,16 @@ async fn forward(w: &Worker, s: &mut H2Session<'_>, req: Admitted<'_>, started: 
             finish(w, &log, facts, peer, 200, started);
             super::tunnel::run(w, s, tunnel).await;
         }
-        Outcome::ClientGone => w.metrics.http2_reset(ResetSide::Client).increment(1),
+        Outcome::ClientGone { status, closed } => {
+            // A stream past its `send` deadline is reset by edge when the session drops it.
+            let side = match closed {
+                true => ResetSide::Client,
+                false => ResetSide::Edge,
+            };
+            w.metrics.http2_reset(side).increment(1);
+            let status = crate::respond::client_left(w, status, closed);
+            finish(w, &log, facts, peer, status, started)
+        }
         Outcome::Failed { failure, .. } => fail(w, s, failure, &log, facts, peer, started).await,
     }
 }

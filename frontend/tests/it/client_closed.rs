@@ -1,0 +1,283 @@
+//! A client that leaves mid-request (DESIGN.md "Status codes", "Observability"): the request is not
+//! lost silently. Its access line carries 499 (nginx's "client closed request") when the client left
+//! before edge had an answer, or the answer's status when it left mid-response; it counts in
+//! `edge_requests_total{status}` and `edge_requests_client_closed_total{phase}`, and its upstream
+//! connection is closed, also while an HTTP/1.1 upstream is still working on it (noticed after
+//! `proxy::WATCH_CLIENT_AFTER`).
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use crate::harness::*;
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// The request head and the part of its body the clients send before they leave.
+const HEAD: &str = "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n";
+const PART: usize = 1000;
+
+/// An origin that reads what arrives and never answers, counting the bytes: `got` says how far the
+/// request came; the connection ends when edge closes it (`Origin::closed`).
+fn counting_origin() -> (Origin, Arc<AtomicUsize>) {
+    let got = Arc::new(AtomicUsize::new(0));
+    let total = got.clone();
+    let origin = Origin::script(move |mut s: TcpStream, _| {
+        let _ = s.set_read_timeout(Some(60 * SEC));
+        let mut b = [0u8; 65536];
+        while let Ok(n @ 1..) = s.read(&mut b) {
+            total.fetch_add(n, Ordering::SeqCst);
+        }
+    });
+    (origin, got)
+}
+
+/// Edge with JSON access lines written to a file in `dir`, h2c on.
+fn start(d: Driver, origin: &Origin, dir: &TempDir, send: &str) -> (Edge, PathBuf) {
+    let path = dir.0.join("access.log");
+    let edge = Edge::start(
+        &Cfg::new(d, origin.addr)
+            .server("h2c", true)
+            .timeout("send", send)
+            .log("access", true)
+            .log("access_format", "json")
+            .log("access_path", path.to_str().unwrap()),
+    );
+    (edge, path)
+}
+
+/// The one access line in `path` (5 s max), parsed.
+fn access_line(path: &Path) -> serde_json::Value {
+    let mut text = String::new();
+    let ok = wait_until(5 * SEC, || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        !text.is_empty()
+    });
+    assert!(ok, "no access line in {}", path.display());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    serde_json::from_str(lines[0]).expect(lines[0])
+}
+
+/// The client-closed counters: `edge_requests_client_closed_total` once it reaches `want` in `phase`,
+/// and the other phase.
+fn closed_counts(edge: &Edge, phase: &str, other: &str) -> (f64, f64) {
+    let label = format!("phase=\"{phase}\"");
+    let n = edge.wait_metric("edge_requests_client_closed_total", &[&label], 1.0);
+    let other = format!("phase=\"{other}\"");
+    (
+        n,
+        edge.metric("edge_requests_client_closed_total", &[&other]),
+    )
+}
+
+/// What every test ends in: nothing in flight, no client connection open.
+fn assert_settled(edge: &Edge) {
+    assert_eq!(edge.wait_metric("edge_requests_in_flight", &[], 0.0), 0.0);
+    assert_eq!(edge.wait_metric("edge_connections_active", &[], 0.0), 0.0);
+}
+
+both_drivers!(
+    an_http1_client_that_leaves_mid_upload_is_logged_as_499,
+    |d| {
+        let (origin, got) = counting_origin();
+        let dir = TempDir::new();
+        let (edge, path) = start(d, &origin, &dir, "10s");
+        let mut c = Client::connect(edge.addr);
+        c.send(HEAD.as_bytes());
+        c.send(&[b'a'; PART]);
+        // The head and the part reached the origin: edge is mid-body when the client leaves.
+        assert!(
+            wait_until(5 * SEC, || got.load(Ordering::SeqCst) >= HEAD.len() + PART),
+            "the origin got {} bytes",
+            got.load(Ordering::SeqCst)
+        );
+        drop(c);
+
+        let line = access_line(&path);
+        assert_eq!(line["status"], 499, "{line}");
+        assert_eq!(line["protocol"], "http1", "{line}");
+        assert_eq!(line["method"], "POST", "{line}");
+        assert_eq!(
+            edge.wait_metric("edge_requests_total", &["status=\"499\""], 1.0),
+            1.0
+        );
+        assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+        assert!(
+            origin.wait_until(5 * SEC, |o| o.closed() == 1),
+            "edge kept the upstream connection of the abandoned upload open"
+        );
+        assert_settled(&edge);
+    }
+);
+
+both_drivers!(
+    an_http1_client_that_leaves_mid_response_is_logged_with_the_answer,
+    |d| {
+        const BIG: usize = 16 << 20;
+        let big: &'static [u8] = Box::leak(vec![b'x'; BIG].into_boxed_slice());
+        let origin = Origin::start(move |_| Reply::ok(big));
+        let dir = TempDir::new();
+        let (edge, path) = start(d, &origin, &dir, "10s");
+        // A small receive buffer: most of the body is still to come when the client leaves.
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_recv_buffer_size(4096).unwrap();
+        s.connect(&edge.addr.into()).unwrap();
+        let mut s: TcpStream = s.into();
+        s.set_read_timeout(Some(5 * SEC)).unwrap();
+        s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut head = [0u8; 1024];
+        let n = s.read(&mut head).unwrap();
+        assert!(head[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &head[..n]);
+        // Closing with unread bytes resets the connection: edge's next write fails.
+        drop(s);
+
+        let line = access_line(&path);
+        assert_eq!(line["status"], 200, "{line}");
+        let sent = line["response_bytes"].as_u64().expect("response_bytes");
+        assert!(sent < BIG as u64, "the whole body counted as sent: {line}");
+        assert_eq!(closed_counts(&edge, "response", "request"), (1.0, 0.0));
+        assert_eq!(edge.metric("edge_requests_total", &["status=\"499\""]), 0.0);
+        // Not edge's failure: no truncation, no send timeout.
+        assert_eq!(edge.metric("edge_responses_truncated_total", &[]), 0.0);
+        assert_eq!(
+            edge.metric("edge_inbound_timeouts_total", &["phase=\"send\""]),
+            0.0
+        );
+        assert_settled(&edge);
+    }
+);
+
+both_drivers!(an_h2_stream_reset_mid_upload_is_logged_as_499, |d| {
+    let (origin, got) = counting_origin();
+    let dir = TempDir::new();
+    let (edge, path) = start(d, &origin, &dir, "10s");
+    let authority = edge.addr.to_string();
+    block_on(async {
+        let c = h2_connect(edge.addr).await;
+        let req = http::Request::post(format!("http://{authority}/up"))
+            .header("content-length", "100000")
+            .body(())
+            .unwrap();
+        let mut send = c.clone().ready().await.unwrap();
+        let (_resp, mut body) = send.send_request(req, false).unwrap();
+        send_all(&mut body, &[b'a'; PART], false).await.unwrap();
+        let until = std::time::Instant::now() + 5 * SEC;
+        while got.load(Ordering::SeqCst) < PART {
+            assert!(
+                std::time::Instant::now() < until,
+                "the part never reached the origin"
+            );
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        body.send_reset(h2::Reason::CANCEL);
+        // The connection stays open (its task sends the RST_STREAM) until edge has counted the reset.
+        let reset = ["side=\"client\""];
+        let until = std::time::Instant::now() + 5 * SEC;
+        while edge.metric("edge_http2_resets_total", &reset) < 1.0 {
+            assert!(
+                std::time::Instant::now() < until,
+                "edge never saw the reset"
+            );
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+
+    let line = access_line(&path);
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["protocol"], "h2", "{line}");
+    assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+    assert!(
+        origin.wait_until(5 * SEC, |o| o.closed() >= 1),
+        "edge kept the upstream connection of the reset stream open"
+    );
+});
+
+both_drivers!(
+    an_http1_client_that_leaves_a_slow_request_closes_its_upstream_connection,
+    |d| {
+        let (origin, got) = counting_origin();
+        let dir = TempDir::new();
+        let (edge, path) = start(d, &origin, &dir, "10s");
+        let mut c = Client::connect(edge.addr);
+        let get = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+        c.send(get.as_bytes());
+        assert!(
+            wait_until(5 * SEC, || got.load(Ordering::SeqCst) >= get.len()),
+            "the request never reached the origin"
+        );
+        let left = std::time::Instant::now();
+        drop(c);
+
+        // Noticed after WATCH_CLIENT_AFTER (1 s), well before the upstream's request timeout (30 s)
+        // and its zombie verdict (10 s).
+        assert!(
+            origin.wait_until(8 * SEC, |o| o.closed() == 1),
+            "edge kept the upstream connection of the abandoned request open"
+        );
+        assert_about(
+            "the abandoned request's upstream close",
+            left.elapsed(),
+            SEC,
+            3 * SEC,
+        );
+        let line = access_line(&path);
+        assert_eq!(line["status"], 499, "{line}");
+        assert_eq!(line["path"], "/slow", "{line}");
+        assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+        assert_eq!(edge.metric("edge_upstream_timeouts_total", &[]), 0.0);
+        assert_settled(&edge);
+    }
+);
+
+both_drivers!(
+    an_h2_stream_reset_while_its_upstream_works_is_logged_as_499,
+    |d| {
+        let (origin, got) = counting_origin();
+        let dir = TempDir::new();
+        let (edge, path) = start(d, &origin, &dir, "10s");
+        let authority = edge.addr.to_string();
+        block_on(async {
+            let c = h2_connect(edge.addr).await;
+            let req = http::Request::get(format!("http://{authority}/slow"))
+                .body(())
+                .unwrap();
+            let mut send = c.clone().ready().await.unwrap();
+            let (_resp, mut body) = send.send_request(req, true).unwrap();
+            let until = std::time::Instant::now() + 5 * SEC;
+            while got.load(Ordering::SeqCst) == 0 {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "the request never reached the origin"
+                );
+                monoio::time::sleep(Duration::from_millis(10)).await;
+            }
+            body.send_reset(h2::Reason::CANCEL);
+            // The connection stays open (its task sends the RST_STREAM) until edge has let go upstream.
+            let until = std::time::Instant::now() + 8 * SEC;
+            while origin.closed() == 0 {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "the upstream connection stayed open"
+                );
+                monoio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        let line = access_line(&path);
+        assert_eq!(line["status"], 499, "{line}");
+        assert_eq!(line["protocol"], "h2", "{line}");
+        assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+        assert_eq!(
+            edge.metric("edge_http2_resets_total", &["side=\"client\""]),
+            1.0
+        );
+    }
+);
