@@ -78,6 +78,16 @@ fn closed_counts(edge: &Edge, phase: &str, other: &str) -> (f64, f64) {
     )
 }
 
+/// Polls `done` every 10 ms on the client's runtime, so its HTTP/2 connection task goes on running
+/// (a blocking wait would stall it), until it holds; fails with `what` after `limit`.
+async fn settle(limit: Duration, what: &str, done: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < until, "{what}");
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// What every test ends in: nothing in flight, no client connection open.
 fn assert_settled(edge: &Edge) {
     assert_eq!(edge.wait_metric("edge_requests_in_flight", &[], 0.0), 0.0);
@@ -156,51 +166,6 @@ both_drivers!(
     }
 );
 
-both_drivers!(an_h2_stream_reset_mid_upload_is_logged_as_499, |d| {
-    let (origin, got) = counting_origin();
-    let dir = TempDir::new();
-    let (edge, path) = start(d, &origin, &dir, "10s");
-    let authority = edge.addr.to_string();
-    block_on(async {
-        let c = h2_connect(edge.addr).await;
-        let req = http::Request::post(format!("http://{authority}/up"))
-            .header("content-length", "100000")
-            .body(())
-            .unwrap();
-        let mut send = c.clone().ready().await.unwrap();
-        let (_resp, mut body) = send.send_request(req, false).unwrap();
-        send_all(&mut body, &[b'a'; PART], false).await.unwrap();
-        let until = std::time::Instant::now() + 5 * SEC;
-        while got.load(Ordering::SeqCst) < PART {
-            assert!(
-                std::time::Instant::now() < until,
-                "the part never reached the origin"
-            );
-            monoio::time::sleep(Duration::from_millis(10)).await;
-        }
-        body.send_reset(h2::Reason::CANCEL);
-        // The connection stays open (its task sends the RST_STREAM) until edge has counted the reset.
-        let reset = ["side=\"client\""];
-        let until = std::time::Instant::now() + 5 * SEC;
-        while edge.metric("edge_http2_resets_total", &reset) < 1.0 {
-            assert!(
-                std::time::Instant::now() < until,
-                "edge never saw the reset"
-            );
-            monoio::time::sleep(Duration::from_millis(10)).await;
-        }
-    });
-
-    let line = access_line(&path);
-    assert_eq!(line["status"], 499, "{line}");
-    assert_eq!(line["protocol"], "h2", "{line}");
-    assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
-    assert!(
-        origin.wait_until(5 * SEC, |o| o.closed() >= 1),
-        "edge kept the upstream connection of the reset stream open"
-    );
-});
-
 both_drivers!(
     an_http1_client_that_leaves_a_slow_request_closes_its_upstream_connection,
     |d| {
@@ -238,46 +203,59 @@ both_drivers!(
     }
 );
 
+/// An HTTP/2 client resets its stream mid-upload (`upload`: a POST of which [`PART`] bytes reached the
+/// origin) or while the origin works on a GET: either way before edge had an answer, so the stream is
+/// logged as 499, counted as a client reset and a client close, and its upstream connection closed.
+fn h2_stream_reset_is_logged_as_499(d: Driver, upload: bool) {
+    let (origin, got) = counting_origin();
+    let dir = TempDir::new();
+    let (edge, path) = start(d, &origin, &dir, "10s");
+    let authority = edge.addr.to_string();
+    block_on(async {
+        let c = h2_connect(edge.addr).await;
+        let req = match upload {
+            true => http::Request::post(format!("http://{authority}/up"))
+                .header("content-length", "100000"),
+            false => http::Request::get(format!("http://{authority}/slow")),
+        };
+        let mut send = c.clone().ready().await.unwrap();
+        let (_resp, mut body) = send.send_request(req.body(()).unwrap(), !upload).unwrap();
+        let reached = match upload {
+            true => PART,
+            false => 1,
+        };
+        if upload {
+            send_all(&mut body, &[b'a'; PART], false).await.unwrap();
+        }
+        settle(5 * SEC, "the request never reached the origin", || {
+            got.load(Ordering::SeqCst) >= reached
+        })
+        .await;
+        body.send_reset(h2::Reason::CANCEL);
+        // The connection stays open (its task sends the RST_STREAM) until edge has let go upstream:
+        // mid-upload at once, while the origin works after WATCH_CLIENT_AFTER (1 s).
+        settle(8 * SEC, "the upstream connection stayed open", || {
+            origin.closed() > 0
+        })
+        .await;
+    });
+    let line = access_line(&path);
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["protocol"], "h2", "{line}");
+    assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+    assert_eq!(
+        edge.metric("edge_http2_resets_total", &["side=\"client\""]),
+        1.0
+    );
+}
+
+both_drivers!(an_h2_stream_reset_mid_upload_is_logged_as_499, |d| {
+    h2_stream_reset_is_logged_as_499(d, true);
+});
+
 both_drivers!(
     an_h2_stream_reset_while_its_upstream_works_is_logged_as_499,
     |d| {
-        let (origin, got) = counting_origin();
-        let dir = TempDir::new();
-        let (edge, path) = start(d, &origin, &dir, "10s");
-        let authority = edge.addr.to_string();
-        block_on(async {
-            let c = h2_connect(edge.addr).await;
-            let req = http::Request::get(format!("http://{authority}/slow"))
-                .body(())
-                .unwrap();
-            let mut send = c.clone().ready().await.unwrap();
-            let (_resp, mut body) = send.send_request(req, true).unwrap();
-            let until = std::time::Instant::now() + 5 * SEC;
-            while got.load(Ordering::SeqCst) == 0 {
-                assert!(
-                    std::time::Instant::now() < until,
-                    "the request never reached the origin"
-                );
-                monoio::time::sleep(Duration::from_millis(10)).await;
-            }
-            body.send_reset(h2::Reason::CANCEL);
-            // The connection stays open (its task sends the RST_STREAM) until edge has let go upstream.
-            let until = std::time::Instant::now() + 8 * SEC;
-            while origin.closed() == 0 {
-                assert!(
-                    std::time::Instant::now() < until,
-                    "the upstream connection stayed open"
-                );
-                monoio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
-        let line = access_line(&path);
-        assert_eq!(line["status"], 499, "{line}");
-        assert_eq!(line["protocol"], "h2", "{line}");
-        assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
-        assert_eq!(
-            edge.metric("edge_http2_resets_total", &["side=\"client\""]),
-            1.0
-        );
+        h2_stream_reset_is_logged_as_499(d, false);
     }
 );
