@@ -515,13 +515,6 @@ async fn stream_body<S: Session, E: UpstreamSession>(
     (up, r)
 }
 
-/// How long an HTTP/1.1 upstream may work on a request before edge watches its client for a close.
-/// A client that leaves a slow request is noticed within this: its upstream connection is closed and
-/// the request logged as 499 ([`crate::respond::CLIENT_CLOSED_REQUEST`]), as nginx does by default
-/// (`proxy_ignore_client_abort off`). Not at once, because watching an HTTP/1.1 client costs a
-/// readiness wait (an io_uring poll and its cancel) that every fast request would pay.
-pub const WATCH_CLIENT_AFTER: Duration = Duration::from_secs(1);
-
 /// Reads the response head under `request_timeout` (`None`: none; the duplex phase runs it itself) and
 /// the zombie clock, handing interim heads to the session. `early`: the upstream answered before the
 /// whole body was sent. A retry-safe failure (no response byte arrived) is retried when `retry` allows
@@ -551,8 +544,9 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     let head_deadline = request_timeout.map(|t| now + t);
     // A client that abandons the request meanwhile ends the exchange: dropping the session resets an
     // HTTP/2 upstream stream (RST_STREAM CANCEL) and closes an HTTP/1.1 upstream connection. Watched
-    // at once for HTTP/2 upstream streams, after [`WATCH_CLIENT_AFTER`] for HTTP/1.1 upstreams.
-    let watch_now = up.duplex();
+    // for HTTP/2 upstream streams (DESIGN.md "HTTP/2 and gRPC upstreams"), and for any upstream where
+    // the client's word is certain (an HTTP/2 stream's reset, [`Respond::abandonment_is_certain`]).
+    let watch_client = up.duplex() || s.abandonment_is_certain();
     // A stream of a multiplexed client connection reads its head into a head buffer: the body bytes
     // that come with it wait there for the connection's other streams.
     let buffer = match s.relay_share() {
@@ -561,10 +555,10 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     };
     loop {
         let gone = async {
-            if !watch_now {
-                monoio::time::sleep(WATCH_CLIENT_AFTER).await;
+            match watch_client {
+                true => s.client_gone().await,
+                false => std::future::pending().await,
             }
-            s.client_gone().await
         };
         let head = monoio::select! {
             h = up.read_head(fields, &mut clock, head_deadline, buffer) => h,

@@ -211,6 +211,16 @@ pub trait Respond {
         std::future::pending()
     }
 
+    /// Whether [`Respond::client_gone`] is watched while any upstream works on the request, not only
+    /// an HTTP/2 upstream stream: where it resolving means the client abandoned the request beyond
+    /// doubt and waiting on it costs no io operation, as an HTTP/2 stream's reset (RST_STREAM). `false`
+    /// (the default) for an HTTP/1.1 client: its EOF may be a half-close after a whole request, which
+    /// is still answered (DESIGN.md "Fault matrix", a.), and watching its socket costs a readiness
+    /// wait per request.
+    fn abandonment_is_certain(&self) -> bool {
+        false
+    }
+
     /// The relay-memory share of the client connection the response goes out on, where several
     /// responses share one connection (HTTP/2: [`crate::server::h2`]'s streams): the relay takes its
     /// chunks from it as well as from the worker's budget. `None` (the default): the worker's budget

@@ -463,6 +463,12 @@ impl Respond for H2Reply<'_> {
         let _ = poll_fn(|cx| self.respond.poll_reset(cx)).await;
     }
 
+    /// A stream's reset is the client's unambiguous word, and waiting for it is a poll of the stream
+    /// state.
+    fn abandonment_is_certain(&self) -> bool {
+        true
+    }
+
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {
         if self.relay.passthrough() {
             return self.send_passthrough(rest).await;

@@ -277,6 +277,10 @@ impl Respond for H2Session<'_> {
         self.reply.client_gone()
     }
 
+    fn abandonment_is_certain(&self) -> bool {
+        self.reply.abandonment_is_certain()
+    }
+
     fn send_body(
         &mut self,
         rest: &mut RecvBuf,
