@@ -96,9 +96,10 @@ pub fn record_undelivered(w: &Worker, log: &RequestLog<'_>, status: u16, cause: 
 }
 
 /// The client went away while edge wrote to it: no progress within `send` counts an inbound `send`
-/// timeout and a truncation (warn); a closed connection is logged at debug (`response.undelivered`),
-/// nothing to count.
-pub fn record_client_gone(w: &Worker, log: &RequestLog<'_>, e: SendFailure) {
+/// timeout and a truncation (warn); a closed connection is logged at debug (`response.undelivered`,
+/// with `status` or 499 as the access line will have it) and counted at the request's end
+/// ([`client_left`]).
+pub fn record_client_gone(w: &Worker, log: &RequestLog<'_>, e: SendFailure, status: Option<u16>) {
     match e {
         SendFailure::Timeout => {
             w.metrics.inbound_timeout(InboundPhase::Send).increment(1);
@@ -110,7 +111,10 @@ pub fn record_client_gone(w: &Worker, log: &RequestLog<'_>, e: SendFailure) {
                 cause = "client stopped reading (send deadline)"
             );
         }
-        SendFailure::Closed => record_undelivered(w, log, 0, "client closed the connection"),
+        SendFailure::Closed => {
+            let status = status.unwrap_or(CLIENT_CLOSED_REQUEST);
+            record_undelivered(w, log, status, "client closed the connection")
+        }
     }
 }
 

@@ -57,7 +57,7 @@ pub fn client_gone<U>(
     e: SendFailure,
     status: Option<u16>,
 ) -> Outcome<U> {
-    crate::respond::record_client_gone(w, log, e);
+    crate::respond::record_client_gone(w, log, e, status);
     Outcome::ClientGone {
         status,
         closed: e == SendFailure::Closed,
