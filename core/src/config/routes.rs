@@ -58,6 +58,11 @@ pub struct Route {
     /// Overrides `server.timeouts.request` once the route is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_timeout: Option<Dur>,
+    /// An HTTP/1.1 client's close (or half-close) while the upstream works ends the exchange: the
+    /// upstream connection is closed and the request logged as 499, as nginx does by default. Off by
+    /// default: a half-close after a whole request is answered (DESIGN.md "Fault matrix", a.).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandon_on_client_close: bool,
     /// `[[rate_limits]]` names; each must admit the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<LimitNames>,
@@ -103,6 +108,7 @@ impl Route {
             upstreams: Vec::new(),
             request_timeout: None,
             client_request_timeout: None,
+            abandon_on_client_close: false,
             rate_limit: None,
             redirect: None,
             respond: None,
@@ -150,6 +156,9 @@ pub struct ResolvedRoute {
     pub request_timeout: Option<Limit>,
     /// Route override of the inbound `request` deadline.
     pub client_request_timeout: Option<Duration>,
+    /// `abandon_on_client_close`: an HTTP/1.1 client's close while the upstream works ends the
+    /// exchange (watched at once, a readiness wait per request).
+    pub abandon_on_client_close: bool,
     /// The traffic rules (DESIGN.md "Request pipeline and traffic rules").
     pub rules: RouteRules,
 }
@@ -189,6 +198,7 @@ pub(super) fn resolve_routes(
             },
             request_timeout: r.request_timeout,
             client_request_timeout: r.client_request_timeout.map(|d| d.0),
+            abandon_on_client_close: r.abandon_on_client_close,
             rules,
         };
         specs.push((spec, resolved));

@@ -41,6 +41,7 @@ query = [{ name = "v", value = "2" }]
 upstream = "b"
 request_timeout = "600s"
 client_request_timeout = "10m"
+abandon_on_client_close = true
 
 [[routes]]
 path_exact = "/login"
@@ -57,6 +58,11 @@ fn every_route_key_parses_prints_back_and_compiles() {
     let (label, api) = r.routes.get(1).unwrap();
     assert_eq!((label, api.upstream, api.index), ("api", Some(1), 1));
     assert_eq!(api.client_request_timeout, Some(Duration::from_secs(600)));
+    assert!(api.abandon_on_client_close);
+    assert!(
+        !r.routes.get(0).unwrap().1.abandon_on_client_close,
+        "off by default"
+    );
     assert_eq!(find(&r, "GET", "x", "/login").map(|r| r.index), Some(2));
     assert_eq!(find(&r, "GET", "x", "/login/").map(|r| r.index), Some(0));
     assert_eq!(r.routes.get(0).unwrap().0, "0");

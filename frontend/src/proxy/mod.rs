@@ -544,9 +544,11 @@ async fn response_head<S: Respond, E: UpstreamSession>(
     let head_deadline = request_timeout.map(|t| now + t);
     // A client that abandons the request meanwhile ends the exchange: dropping the session resets an
     // HTTP/2 upstream stream (RST_STREAM CANCEL) and closes an HTTP/1.1 upstream connection. Watched
-    // for HTTP/2 upstream streams (DESIGN.md "HTTP/2 and gRPC upstreams"), and for any upstream where
-    // the client's word is certain (an HTTP/2 stream's reset, [`Respond::abandonment_is_certain`]).
-    let watch_client = up.duplex() || s.abandonment_is_certain();
+    // for HTTP/2 upstream streams (DESIGN.md "HTTP/2 and gRPC upstreams"), for any upstream where
+    // the client's word is certain (an HTTP/2 stream's reset, [`Respond::abandonment_is_certain`]),
+    // and where the route takes an HTTP/1.1 client's close for abandonment (`abandon_on_client_close`).
+    let watch_client =
+        up.duplex() || s.abandonment_is_certain() || req.route.abandon_on_client_close;
     // A stream of a multiplexed client connection reads its head into a head buffer: the body bytes
     // that come with it wait there for the connection's other streams.
     let buffer = match s.relay_share() {

@@ -189,6 +189,43 @@ both_drivers!(
     }
 );
 
+// A route that takes nginx's side: the close (a half-close too) while the upstream works ends the
+// exchange at once.
+both_drivers!(
+    a_route_with_abandon_on_client_close_closes_the_upstream_when_the_client_leaves,
+    |d| {
+        let (origin, got) = counting_origin();
+        let dir = TempDir::new();
+        let path = dir.0.join("access.log");
+        let edge = Edge::start(
+            &Cfg::new(d, origin.addr)
+                .route_field("abandon_on_client_close", true)
+                .log("access", true)
+                .log("access_format", "json")
+                .log("access_path", path.to_str().unwrap()),
+        );
+        let mut c = Client::connect(edge.addr);
+        let get = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+        c.send(get.as_bytes());
+        assert!(
+            wait_until(5 * SEC, || got.load(Ordering::SeqCst) >= get.len()),
+            "the request never reached the origin"
+        );
+        c.s.shutdown(std::net::Shutdown::Write).unwrap();
+        // Well before the upstream's zombie verdict (10 s) and request timeout (30 s).
+        assert!(
+            origin.wait_until(5 * SEC, |o| o.closed() == 1),
+            "edge kept the upstream connection of the abandoned request open"
+        );
+        assert!(c.closed_by_peer(), "edge kept the client connection open");
+        let line = access_line(&path);
+        assert_eq!(line["status"], 499, "{line}");
+        assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+        assert_eq!(edge.metric("edge_upstream_timeouts_total", &[]), 0.0);
+        assert_settled(&edge);
+    }
+);
+
 /// An HTTP/2 client resets its stream mid-upload (`upload`: a POST of which [`PART`] bytes reached the
 /// origin) or while the origin works on a GET: either way before edge had an answer, so the stream is
 /// logged as 499, counted as a client reset and a client close, and its upstream connection closed.
