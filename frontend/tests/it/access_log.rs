@@ -3,29 +3,12 @@
 //! context (`log.traceparent`), X-Request-Id on every response, and the `route` label of
 //! `edge_requests_total`.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use crate::harness::*;
 
 const SEC: Duration = Duration::from_secs(1);
 const VALID_TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-/// The lines of the file at `path` once it has at least `n` of them (5 s max).
-fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    let ok = wait_until(5 * SEC, || {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        lines = text.lines().map(str::to_string).collect();
-        lines.len() >= n
-    });
-    assert!(
-        ok,
-        "{} has {} lines, want {n}: {lines:?}",
-        path.display(),
-        lines.len()
-    );
-    lines
-}
 
 /// Edge with the access log on in `format` to a file in `dir`, h2c on, the route named `api`.
 fn start(d: Driver, origin: &Origin, dir: &TempDir, format: &str) -> (Edge, std::path::PathBuf) {

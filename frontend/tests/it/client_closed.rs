@@ -39,13 +39,12 @@ fn counting_origin() -> (Origin, Arc<AtomicUsize>) {
     (origin, got)
 }
 
-/// Edge with JSON access lines written to a file in `dir`, h2c on.
-fn start(d: Driver, origin: &Origin, dir: &TempDir, send: &str) -> (Edge, PathBuf) {
+/// Edge on `cfg` with h2c on, `send` at 10 s and JSON access lines written to a file in `dir`.
+fn start(cfg: Cfg, dir: &TempDir) -> (Edge, PathBuf) {
     let path = dir.0.join("access.log");
     let edge = Edge::start(
-        &Cfg::new(d, origin.addr)
-            .server("h2c", true)
-            .timeout("send", send)
+        &cfg.server("h2c", true)
+            .timeout("send", "10s")
             .log("access", true)
             .log("access_format", "json")
             .log("access_path", path.to_str().unwrap()),
@@ -55,15 +54,9 @@ fn start(d: Driver, origin: &Origin, dir: &TempDir, send: &str) -> (Edge, PathBu
 
 /// The one access line in `path` (5 s max), parsed.
 fn access_line(path: &Path) -> serde_json::Value {
-    let mut text = String::new();
-    let ok = wait_until(5 * SEC, || {
-        text = std::fs::read_to_string(path).unwrap_or_default();
-        !text.is_empty()
-    });
-    assert!(ok, "no access line in {}", path.display());
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = wait_lines(path, 1);
     assert_eq!(lines.len(), 1, "{lines:?}");
-    serde_json::from_str(lines[0]).expect(lines[0])
+    serde_json::from_str(&lines[0]).expect(&lines[0])
 }
 
 /// The client-closed counters: `edge_requests_client_closed_total` once it reaches `want` in `phase`,
@@ -99,7 +92,7 @@ both_drivers!(
     |d| {
         let (origin, got) = counting_origin();
         let dir = TempDir::new();
-        let (edge, path) = start(d, &origin, &dir, "10s");
+        let (edge, path) = start(Cfg::new(d, origin.addr), &dir);
         let mut c = Client::connect(edge.addr);
         c.send(HEAD.as_bytes());
         c.send(&[b'a'; PART]);
@@ -135,7 +128,7 @@ both_drivers!(
         let big: &'static [u8] = Box::leak(vec![b'x'; BIG].into_boxed_slice());
         let origin = Origin::start(move |_| Reply::ok(big));
         let dir = TempDir::new();
-        let (edge, path) = start(d, &origin, &dir, "10s");
+        let (edge, path) = start(Cfg::new(d, origin.addr), &dir);
         // A small receive buffer: most of the body is still to come when the client leaves.
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         s.set_recv_buffer_size(4096).unwrap();
@@ -174,7 +167,7 @@ both_drivers!(
     |d| {
         let origin = Origin::start(|_| Reply::ok(b"late").delayed(3 * SEC / 2));
         let dir = TempDir::new();
-        let (edge, path) = start(d, &origin, &dir, "10s");
+        let (edge, path) = start(Cfg::new(d, origin.addr), &dir);
         let mut c = Client::connect(edge.addr);
         c.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
         c.s.shutdown(std::net::Shutdown::Write).unwrap();
@@ -196,14 +189,8 @@ both_drivers!(
     |d| {
         let (origin, got) = counting_origin();
         let dir = TempDir::new();
-        let path = dir.0.join("access.log");
-        let edge = Edge::start(
-            &Cfg::new(d, origin.addr)
-                .route_field("abandon_on_client_close", true)
-                .log("access", true)
-                .log("access_format", "json")
-                .log("access_path", path.to_str().unwrap()),
-        );
+        let cfg = Cfg::new(d, origin.addr).route_field("abandon_on_client_close", true);
+        let (edge, path) = start(cfg, &dir);
         let mut c = Client::connect(edge.addr);
         let get = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
         c.send(get.as_bytes());
@@ -232,7 +219,7 @@ both_drivers!(
 fn h2_stream_reset_is_logged_as_499(d: Driver, upload: bool) {
     let (origin, got) = counting_origin();
     let dir = TempDir::new();
-    let (edge, path) = start(d, &origin, &dir, "10s");
+    let (edge, path) = start(Cfg::new(d, origin.addr), &dir);
     let authority = edge.addr.to_string();
     block_on(async {
         let c = h2_connect(edge.addr).await;

@@ -1,7 +1,9 @@
 //! Checks shared by many tests: bounded polling ([`wait_until`]), a duration near its target
-//! ([`assert_about`]) and the shape every error response shares ([`assert_error_response`]).
+//! ([`assert_about`]), the shape every error response shares ([`assert_error_response`]) and a log
+//! file's lines once written ([`wait_lines`]).
 
 use std::{
+    path::Path,
     thread,
     time::{Duration, Instant},
 };
@@ -63,4 +65,21 @@ pub fn assert_error_response(what: &str, r: &Response, status: u16, close: bool)
         "{what}: Connection: close expected {close}, headers {:?}",
         r.headers
     );
+}
+
+/// The lines of the file at `path` once it has at least `n` of them (5 s max).
+pub fn wait_lines(path: &Path, n: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let ok = wait_until(Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        lines = text.lines().map(str::to_string).collect();
+        lines.len() >= n
+    });
+    assert!(
+        ok,
+        "{} has {} lines, want {n}: {lines:?}",
+        path.display(),
+        lines.len()
+    );
+    lines
 }
