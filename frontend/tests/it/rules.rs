@@ -252,7 +252,7 @@ both_drivers!(
             .add_route(Route::new("/", "origin").set("rate_limit", "per-client"));
         let edge = Edge::start(&cfg);
         // 8 threads, each with 8 keep-alive connections (so both workers serve this one client), send as
-        // fast as they are answered for 2 s.
+        // fast as they are answered until `until`. Each thread notes when it sent its first request.
         let addr = edge.addr;
         let started = std::time::Instant::now();
         let until = started + Duration::from_secs(2);
@@ -261,33 +261,48 @@ both_drivers!(
                 std::thread::spawn(move || {
                     let mut conns: Vec<Client> = (0..8).map(|_| Client::connect(addr)).collect();
                     let (mut ok, mut limited) = (0u64, 0u64);
+                    let first_sent = std::time::Instant::now();
                     let mut i = 0;
                     while std::time::Instant::now() < until {
-                        match get(&mut conns[i % 8], "/", "").0 {
-                            200 => ok += 1,
-                            429 => limited += 1,
-                            s => panic!("status {s}"),
+                        match get(&mut conns[i % 8], "/", "") {
+                            (200, ..) => ok += 1,
+                            (429, ..) => limited += 1,
+                            (s, _, body) => panic!("status {s}: {body}"),
                         }
                         i += 1;
                     }
-                    (ok, limited)
+                    (ok, limited, first_sent)
                 })
             })
             .collect();
-        let (ok, limited) = threads
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (mut ok, mut limited, mut first_sent) = (0, 0, until);
+        for t in threads {
+            let (o, l, f) = t.join().unwrap();
+            (ok, limited, first_sent) = (ok + o, limited + l, first_sent.min(f));
+        }
         let elapsed = started.elapsed().as_secs_f64();
-        // rate × time + burst (+ the one request GCRA admits at once besides the burst).
-        let expected = 100.0 * elapsed + 21.0;
         assert!(
             limited > ok,
             "the client sent well over its rate: {ok} admitted, {limited} limited"
         );
+        // GCRA admits at most rate × t + burst + 1 over any time t (see `Gcra`), and every admission
+        // of this test falls between `started` and now; one more for the race of two cores placing
+        // the same new key at once (`KeyTable`'s docs), one for the coarse clock's lead.
+        let most = 100.0 * elapsed + 23.0;
         assert!(
-            (ok as f64 - expected).abs() <= 0.05 * expected,
-            "{ok} admitted in {elapsed:.2} s, expected {expected:.0} within 5 %"
+            ok as f64 <= most,
+            "{ok} admitted in {elapsed:.2} s: the limit is not shared exactly (at most {most:.0})"
+        );
+        // From the first request sent until `until` the client always had requests waiting, so the
+        // limit admitted its whole rate then; a stall of the client or of edge longer than the burst
+        // (0.2 s) would lose some, hence the 10 % (a limit counted per worker would be 2x off, one
+        // counted twice 0.5x).
+        let sending = until.saturating_duration_since(first_sent).as_secs_f64();
+        let least = 0.9 * (100.0 * sending + 21.0);
+        assert!(
+            ok as f64 >= least,
+            "{ok} admitted while sending for {sending:.2} s: the limit admitted less than its rate \
+             (at least {least:.0})"
         );
         // Both workers served the client (the exactness is across cores, not within one).
         let per_worker =
