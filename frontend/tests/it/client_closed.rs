@@ -121,6 +121,46 @@ both_drivers!(
     }
 );
 
+both_drivers!(an_http1_client_that_leaves_mid_head_is_logged_as_499, |d| {
+    let (origin, got) = counting_origin();
+    let dir = TempDir::new();
+    let (edge, path) = start(Cfg::new(d, origin.addr), &dir);
+    // No request: a close before any byte (a TCP health check), and one after the empty lines a
+    // server ignores before a request line (RFC 9112 §2.2).
+    drop(TcpStream::connect(edge.addr).unwrap());
+    let mut empty = TcpStream::connect(edge.addr).unwrap();
+    empty.write_all(b"\r\n\r\n").unwrap();
+    drop(empty);
+    assert_eq!(
+        edge.wait_metric("edge_connections_total", &[], 2.0),
+        2.0,
+        "both connections accepted"
+    );
+    assert_settled(&edge);
+    // Part of a head, then a close: a request the client left before an answer.
+    let mut partial = TcpStream::connect(edge.addr).unwrap();
+    partial
+        .write_all(b"GET /partial HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    drop(partial);
+
+    let line = access_line(&path);
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["protocol"], "http1", "{line}");
+    assert!(
+        line["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{line}"
+    );
+    assert_eq!(closed_counts(&edge, "request", "response"), (1.0, 0.0));
+    assert_eq!(
+        edge.metric("edge_requests_total", &[]),
+        1.0,
+        "the two connections without a request count no request"
+    );
+    assert_eq!(got.load(Ordering::SeqCst), 0, "nothing reached the origin");
+    assert_settled(&edge);
+});
+
 both_drivers!(
     an_http1_client_that_leaves_mid_response_is_logged_with_the_answer,
     |d| {

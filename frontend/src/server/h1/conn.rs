@@ -14,17 +14,14 @@ use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering};
 use edge_core::io::Transport;
 use edge_core::{
     buf::{RecvBuf, SendBuf},
-    clock::timeout_at,
-    http::{
-        framing::{request_info, Body, FramingError},
-        head::{parse_request, request_line_complete, Fields, HeadError, RequestHead},
-    },
-    metrics::{InvalidReason, Protocol, ShedReason},
+    http::framing::Body,
+    metrics::{Protocol, ShedReason},
     slot::{self, Held},
 };
 use monoio::time::Instant;
 
 use super::{
+    head::{check_head, read_head, HeadRead},
     idle::{fast_wait, read_after_idle, wait_idle, FastWait, Vectors},
     local,
     session::H1Session,
@@ -283,87 +280,6 @@ async fn active<T: Transport>(w: &Worker, c: &mut Conn<T>, woke: Option<Instant>
     }
 }
 
-/// Reads a whole request head under `deadline`.
-pub(super) async fn read_head<T: Transport>(
-    w: &Worker,
-    c: &mut Conn<T>,
-    limits: &edge_core::config::Limits,
-    deadline: Instant,
-) -> Result<Option<RequestHead>, Failure> {
-    let max_head = limits.max_head_bytes.0 as usize;
-    loop {
-        if c.refuse_proxy_header {
-            match crate::accept::proxy_protocol::refuse_header(w, c.peer, c.rb.data()) {
-                Some(true) => return Ok(None),
-                Some(false) => c.refuse_proxy_header = false,
-                None => {}
-            }
-        }
-        match parse_request(c.rb.data(), limits.max_headers, &mut c.v.get().fields) {
-            Ok(Some(h)) if h.len > max_head => {
-                return Err(over_head_limit(&c.rb.data()[..max_head]))
-            }
-            Ok(Some(h)) => return Ok(Some(h)),
-            Ok(None) if c.rb.len() >= max_head => {
-                return Err(over_head_limit(&c.rb.data()[..max_head]))
-            }
-            Ok(None) => {}
-            Err(HeadError::Invalid) => return Err(Failure::Invalid(InvalidReason::BadHead)),
-            Err(HeadError::TooManyFields) => {
-                return Err(Failure::Invalid(InvalidReason::HeadTooLarge))
-            }
-        }
-        match timeout_at(deadline, c.rb.fill(&mut c.stream)).await {
-            Err(_) => return Err(Failure::RequestTimeout),
-            Ok(Ok(0)) | Ok(Err(_)) => {
-                tracing::debug!(event = "request.aborted", worker = w.id, peer = %c.peer, cause = "client closed during the head");
-                return Ok(None);
-            }
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
-/// A head over `max_head_bytes` (`within` is its first `max_head_bytes`): 414 when the request line alone
-/// does not fit (RFC 9112 §3), else 431.
-fn over_head_limit(within: &[u8]) -> Failure {
-    Failure::Invalid(if request_line_complete(within) {
-        InvalidReason::HeadTooLarge
-    } else {
-        InvalidReason::UriTooLong
-    })
-}
-
-fn framing_failure(e: FramingError) -> Failure {
-    Failure::Invalid(match e {
-        FramingError::BadFraming => InvalidReason::BadFraming,
-        FramingError::BadHost => InvalidReason::BadHost,
-        FramingError::TransferCoding => InvalidReason::TransferCoding,
-        FramingError::BodyTooLarge => InvalidReason::BodyTooLarge,
-    })
-}
-
-/// The checks a parsed head must pass before anything else happens: CONNECT is refused (edge is not a
-/// forward proxy), framing is decided (RFC 9112 §6.3), and a declared Content-Length over
-/// `max_body_bytes` is 413 before any body byte is read.
-fn check_head(
-    buf: &[u8],
-    head: &RequestHead,
-    fields: &Fields,
-    limits: &edge_core::config::Limits,
-) -> Result<edge_core::http::framing::RequestInfo, Failure> {
-    if &buf[head.method.clone()] == b"CONNECT" {
-        return Err(Failure::Invalid(InvalidReason::Method));
-    }
-    let info = request_info(buf, head, fields).map_err(framing_failure)?;
-    if let (Body::Length(n), Some(max)) = (info.body, limits.max_body_bytes.0) {
-        if n > max {
-            return Err(Failure::Invalid(InvalidReason::BodyTooLarge));
-        }
-    }
-    Ok(info)
-}
-
 /// Reads one request, admits it ([`request::admit`]) and answers or forwards it.
 async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let started = Instant::now();
@@ -377,8 +293,12 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     let server = &live.cfg.config.server;
     let deadline = started + server.timeouts.request.0;
     let head = match read_head(w, c, &server.limits, deadline).await {
-        Ok(Some(h)) => h,
-        Ok(None) => return Next::Close,
+        Ok(HeadRead::Head(h)) => h,
+        Ok(HeadRead::Nothing) => return Next::Close,
+        Ok(HeadRead::Left) => {
+            left_mid_head(w, c, started);
+            return Next::Close;
+        }
         Err(f) => return fail(w, c, f, started).await,
     };
     let buf = c.rb.data();
@@ -514,6 +434,14 @@ pub(super) fn finish<T: Transport>(w: &Worker, c: &Conn<T>, status: u16, started
         let log = RequestLog::new(c.v.log_line(), c.v.log_id()).traced(facts.trace_id());
         crate::log::finish_request(w, Protocol::Http1, &log, facts, c.peer, status, started);
     });
+}
+
+/// A client that closed with part of a request head sent ([`HeadRead::Left`]): logged and counted as a
+/// request it left before an answer (499, `edge_requests_client_closed_total{phase="request"}`); nginx
+/// logs the same connection with 400. Its access line has no method or path (none was read).
+fn left_mid_head<T: Transport>(w: &Worker, c: &mut Conn<T>, started: Instant) {
+    w.generate_request_id(&mut c.v.get().log_id);
+    finish(w, c, respond::client_left(w, None, true), started);
 }
 
 /// A failure found while reading or checking the head, before any body was read: answer it and close.

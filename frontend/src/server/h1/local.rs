@@ -10,7 +10,10 @@ use edge_core::{
 };
 use monoio::time::Instant;
 
-use super::conn::{finish, read_head, Conn, Next};
+use super::{
+    conn::{finish, Conn, Next},
+    head::{read_head, HeadRead},
+};
 use crate::{context::Worker, request::Local};
 
 /// Most unread request body edge discards to keep a connection after an error response.
@@ -127,7 +130,7 @@ pub(super) async fn shed<T: Transport>(w: &Worker, mut c: Conn<T>, reason: ShedR
         read_head(w, &mut c, &server.limits, deadline)
             .await
             .ok()
-            .flatten()
+            .and_then(HeadRead::head)
     } else {
         None
     };

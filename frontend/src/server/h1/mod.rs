@@ -7,6 +7,7 @@ pub mod answer;
 pub mod body;
 pub mod conn;
 pub mod encode;
+mod head;
 mod idle;
 pub mod linger;
 mod local;
