@@ -83,7 +83,10 @@ pub(super) async fn read_head<T: Transport>(
                 tracing::debug!(event = "request.aborted", worker = w.id, peer = %c.peer, cause = "client closed during the head");
                 return Ok(HeadRead::Left);
             }
-            Ok(Ok(0)) | Ok(Err(_)) => return Ok(HeadRead::Nothing),
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                tracing::debug!(event = "connection.closed", worker = w.id, peer = %c.peer, why = "closed before a request");
+                return Ok(HeadRead::Nothing);
+            }
             Ok(Ok(_)) => {}
         }
     }
