@@ -148,6 +148,9 @@ impl Edge {
     }
 }
 
+/// Lines of edge's log printed when a test fails.
+const LOG_TAIL: usize = 50;
+
 impl Drop for Edge {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -156,9 +159,20 @@ impl Drop for Edge {
             // The reader thread sees EOF once the process is gone; collect what it still had in flight.
             let rx = self.log_rx.lock().unwrap();
             while rx.recv_timeout(Duration::from_secs(2)).is_ok() {}
+            // The last lines only, so a test that logs thousands (a rate limit's 429s) does not push
+            // its panic message, printed just before, out of a CI log's tail; all of them go to a file.
+            let lines = self.log();
+            let path = std::env::temp_dir().join(format!("edge-it-{}.log", self.child.id()));
+            let saved = match std::fs::write(&path, lines.join("\n")) {
+                Ok(()) => format!(", all of them in {}", path.display()),
+                Err(_) => String::new(),
+            };
+            let skip = lines.len().saturating_sub(LOG_TAIL);
             eprintln!(
-                "--- edge log ---\n{}\n--- end of edge log ---",
-                self.log().join("\n")
+                "--- edge log: the last {} of {} lines{saved} ---\n{}\n--- end of edge log ---",
+                lines.len() - skip,
+                lines.len(),
+                lines[skip..].join("\n")
             );
         }
     }
