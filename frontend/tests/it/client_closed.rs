@@ -71,16 +71,6 @@ fn closed_counts(edge: &Edge, phase: &str, other: &str) -> (f64, f64) {
     )
 }
 
-/// Polls `done` every 10 ms on the client's runtime, so its HTTP/2 connection task goes on running
-/// (a blocking wait would stall it), until it holds; fails with `what` after `limit`.
-async fn settle(limit: Duration, what: &str, done: impl Fn() -> bool) {
-    let until = std::time::Instant::now() + limit;
-    while !done() {
-        assert!(std::time::Instant::now() < until, "{what}");
-        monoio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// What every test ends in: nothing in flight, no client connection open.
 fn assert_settled(edge: &Edge) {
     assert_eq!(edge.wait_metric("edge_requests_in_flight", &[], 0.0), 0.0);

@@ -9,7 +9,8 @@
 use std::{process::Command, time::Duration};
 
 use crate::harness::{
-    block_on, check_config, h2_connect, h2_request, Cfg, Driver, Edge, Origin, Reply, Site, TempDir,
+    block_on, check_config, h2_connect, h2_request, settle, Cfg, Driver, Edge, Origin, Reply, Site,
+    TempDir,
 };
 
 /// Whether curl runs here and speaks HTTP/2; prints why a test is skipped when not.
@@ -378,19 +379,6 @@ fn slow_origin(delay: Duration) -> Origin {
     })
 }
 
-/// Waits (at most 5 s) on the client's runtime until the origin has seen `n` requests.
-async fn origin_saw(origin: &Origin, n: usize) {
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while origin.seen_count() < n {
-        assert!(
-            std::time::Instant::now() < until,
-            "origin saw {}",
-            origin.seen_count()
-        );
-        monoio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 both_drivers!(
     goaway_after_max_requests_per_connection_lets_open_streams_finish,
     |d| {
@@ -447,7 +435,10 @@ both_drivers!(sigterm_drains_h2_streams_then_exits_0, |d| {
         let (c2, a) = (c.clone(), authority.clone());
         let slow =
             monoio::spawn(async move { h2_request(&c2, "GET", "/slow", &a, &[], b"").await });
-        origin_saw(&origin, 1).await;
+        settle(Duration::from_secs(5), "the origin saw no request", || {
+            origin.seen_count() >= 1
+        })
+        .await;
         edge.signal(libc::SIGTERM);
         assert!(edge
             .wait_log("server.draining", Duration::from_secs(2))

@@ -5,7 +5,9 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
-use crate::harness::{block_on, h2_connect, h2_request, Cfg, Client, Driver, Edge, H2Origin};
+use crate::harness::{
+    block_on, h2_connect, h2_request, settle, Cfg, Client, Driver, Edge, H2Origin,
+};
 
 /// An edge (one worker, h2c on its listener) whose upstream is `origin` over h2c; `set` adds upstream
 /// fields.
@@ -313,15 +315,15 @@ both_drivers!(a_client_that_goes_away_resets_the_upstream_stream, |d| {
             .body(())
             .unwrap();
         let (_resp, mut stream) = send.send_request(req, true).unwrap();
-        let until = std::time::Instant::now() + Duration::from_secs(5);
-        while origin.seen().len() < 2 && std::time::Instant::now() < until {
-            monoio::time::sleep(Duration::from_millis(10)).await;
-        }
+        settle(Duration::from_secs(5), "the origin saw two streams", || {
+            origin.seen().len() >= 2
+        })
+        .await;
         stream.send_reset(h2::Reason::CANCEL);
-        let until = std::time::Instant::now() + Duration::from_secs(5);
-        while origin.state.resets.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < until {
-            monoio::time::sleep(Duration::from_millis(10)).await;
-        }
+        settle(Duration::from_secs(5), "the origin saw two resets", || {
+            origin.state.resets.load(Ordering::SeqCst) >= 2
+        })
+        .await;
     });
     assert_eq!(
         origin.state.resets.load(Ordering::SeqCst),

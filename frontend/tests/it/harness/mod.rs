@@ -24,7 +24,7 @@ mod tls_origin;
 mod wire;
 mod ws_origin;
 
-pub use asserts::{assert_about, assert_error_response, wait_lines, wait_until};
+pub use asserts::{assert_about, assert_error_response, settle, wait_lines, wait_until};
 pub use certs::{Ca, Pem};
 pub use client::{Client, Response};
 pub use config::{Cfg, Route, Upstream, Value};
