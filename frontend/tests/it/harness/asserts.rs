@@ -1,7 +1,6 @@
-//! Checks shared by many tests: bounded polling ([`wait_until`], and [`settle`] on a client's runtime), a
-//! duration near its target
-//! ([`assert_about`]), the shape every error response shares ([`assert_error_response`]) and a log
-//! file's lines once written ([`wait_lines`]).
+//! Checks shared by many tests: bounded polling ([`wait_until`], and [`settle`] on a client's runtime),
+//! a duration near its target ([`assert_about`]), the shape every error response shares
+//! ([`assert_error_response`]) and a log file's lines once written ([`wait_lines`]).
 
 use std::{
     path::Path,
@@ -88,9 +87,9 @@ pub fn wait_lines(path: &Path, n: usize) -> Vec<String> {
 /// Polls `done` every 10 ms on the client's runtime, so its HTTP/2 connection task goes on running
 /// (a blocking wait would stall it), until it holds; fails with `what` after `limit`.
 pub async fn settle(limit: Duration, what: &str, done: impl Fn() -> bool) {
-    let until = std::time::Instant::now() + limit;
+    let until = Instant::now() + limit;
     while !done() {
-        assert!(std::time::Instant::now() < until, "{what}");
+        assert!(Instant::now() < until, "{what}");
         monoio::time::sleep(Duration::from_millis(10)).await;
     }
 }
