@@ -352,6 +352,29 @@ impl RecvBuf {
         self.fill(io).await
     }
 
+    /// Receives once from the socket `sock` without waiting, into a pooled relay-sized buffer as
+    /// [`RecvBuf::fill_relay`] does: `Some(n)` bytes appended (0: the peer closed), `None` when nothing
+    /// is there yet (wait for readiness, then call again). With [`crate::io::send_now`] right after, a
+    /// chunk is received and sent back to back while it is in the CPU's cache, as a readiness driver
+    /// does; through io_uring's receive the copy into the buffer runs as task work, often a batch of
+    /// other connections' receives before the send (bench/README.md "Request bodies by copy").
+    ///
+    /// # Errors
+    /// The receive's error.
+    pub fn fill_now(&mut self, sock: std::os::fd::RawFd) -> io::Result<Option<usize>> {
+        if self.storage.capacity() < RELAY_BUF_SIZE {
+            move_to(&mut self.storage, self.pos, take_relay());
+            self.pos = 0;
+        }
+        self.prepare();
+        let got = crate::io::recv_now(sock, self.storage.spare_capacity_mut())?;
+        if let Some(n) = got {
+            // SAFETY: recv initialised `n` bytes of the spare capacity.
+            unsafe { self.storage.set_len(self.storage.len() + n) };
+        }
+        Ok(got)
+    }
+
     /// Like [`RecvBuf::fill`], into a pooled buffer of the size class of `size` ([`size_class`]): the
     /// response relay's reads, sized by the client's pace ([`crate::pace::RelayPace`]). Storage of
     /// another class is swapped for one of this class (its unconsumed bytes carried over, when they

@@ -109,10 +109,14 @@ macro_rules! write_rent {
     };
 }
 
-/// A plain connection's write half offers its socket to a spliced request body; a TLS one none (its
-/// bytes are encrypted on the way).
+/// A plain connection's write half offers its socket to a spliced request body and to the body copy's
+/// non-blocking sends; a TLS one none (its bytes are encrypted on the way).
 impl RequestSink for UpstreamWriteHalf {
     fn splice_socket(&self) -> Option<RawFd> {
+        self.write_socket()
+    }
+
+    fn write_socket(&self) -> Option<RawFd> {
         match self {
             Self::Plain(w) => {
                 // SAFETY: monoio's split halves share the stream through this cell, each borrowing it

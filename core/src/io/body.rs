@@ -45,6 +45,14 @@ pub trait RequestSink: AsyncWriteRent {
         None
     }
 
+    /// The plain TCP socket under the sink, when bytes written straight to it with a non-blocking send
+    /// ([`super::send_now`]) reach the upstream as written: nothing buffered in the sink, no framing
+    /// or encryption added on the way. Unlike [`RequestSink::splice_socket`], offered whatever the
+    /// upstream's `splice_request_bodies`. `None` (the default) for any other sink.
+    fn write_socket(&self) -> Option<RawFd> {
+        None
+    }
+
     /// Waits until [`RequestSink::splice_socket`] has room for more bytes, holding no buffer
     /// ([`super::Transport::writable`]). Called only on a sink that offers its socket; the default, for
     /// sinks that offer none, answers `Unsupported`.

@@ -121,13 +121,55 @@ pub trait Transport:
 /// # Errors
 /// The send's error other than `EAGAIN`/`EINTR` (the peer reset or closed: `EPIPE`, `ECONNRESET`).
 pub fn send_ahead(sock: RawFd, bytes: &[u8]) -> io::Result<usize> {
-    if bytes.is_empty() || !monoio::utils::is_legacy() {
+    if !monoio::utils::is_legacy() {
+        return Ok(0);
+    }
+    send_now(sock, bytes)
+}
+
+/// Sends what `sock` takes of `bytes` now, on either driver, with one non-blocking `sendmsg(2)`
+/// ([`DontWait`]): the byte count, 0 when the socket has no room (`EAGAIN`) or `bytes` is empty. For a
+/// copy that should leave while it is still in the CPU's cache: the request body's copy sends each
+/// chunk right after receiving it ([`crate::buf::RecvBuf::fill_now`]).
+///
+/// # Errors
+/// The send's error other than `EAGAIN`/`EINTR` (the peer reset or closed: `EPIPE`, `ECONNRESET`).
+pub fn send_now(sock: RawFd, bytes: &[u8]) -> io::Result<usize> {
+    if bytes.is_empty() {
         return Ok(0);
     }
     match std::io::Write::write(&mut DontWait(sock), bytes) {
         Err(e) if is_full(&e) => Ok(0),
         sent => sent,
     }
+}
+
+/// Receives into `spare` with one non-blocking `recv(2)` (`MSG_DONTWAIT`): `Some(n)` bytes (0: the peer
+/// closed), `None` when nothing is there yet (`EAGAIN`, `EINTR`).
+///
+/// # Errors
+/// The receive's error (the connection failed).
+pub(crate) fn recv_now(
+    sock: RawFd,
+    spare: &mut [std::mem::MaybeUninit<u8>],
+) -> io::Result<Option<usize>> {
+    // SAFETY: `spare` is writable for its length for the call; recv writes at most that many bytes.
+    let n = unsafe {
+        libc::recv(
+            sock,
+            spare.as_mut_ptr().cast(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match is_full(&e) {
+            true => Ok(None),
+            false => Err(e),
+        };
+    }
+    Ok(Some(n as usize))
 }
 
 /// What a one-byte non-blocking peek at a socket shows ([`peek`]).

@@ -140,6 +140,10 @@ impl RequestSink for Gated {
         self.splice.then(|| self.half.splice_socket()).flatten()
     }
 
+    fn write_socket(&self) -> Option<RawFd> {
+        self.half.write_socket()
+    }
+
     fn socket_writable(&mut self) -> impl Future<Output = io::Result<()>> {
         self.half.socket_writable()
     }

@@ -134,6 +134,9 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
         // Splice is asked once, the first time the receive buffer runs dry: what it refuses then
         // (framing, transports, a short rest) it refuses for the rest of the body.
         let mut ask_splice = true;
+        // Between two plain sockets each chunk is received and sent back to back, while it is in the
+        // CPU's cache ([`upload::Direct`]).
+        let direct = upload::Direct::between(&*self.stream, sink);
         while !self.body.done() {
             if self.rb.is_empty() {
                 let splice = std::mem::take(&mut ask_splice)
@@ -150,16 +153,36 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
                         .run(client, &mut self.body, sink, write_timeout)
                         .await;
                 }
-                match timeout_at(self.deadline, self.rb.fill_relay(self.stream)).await {
-                    Err(_) => return Err(source(BodyFailure::Client(Failure::RequestTimeout))),
-                    Ok(Ok(0)) | Ok(Err(_)) => return Err(source(upload::client_gone(self.worker))),
-                    Ok(Ok(_)) => {}
+                let filled = match &direct {
+                    Some(d) => d.fill(self.stream, self.rb, self.deadline).await,
+                    None => timeout_at(self.deadline, self.rb.fill_relay(self.stream))
+                        .await
+                        .map_err(|_| upload::Stop::Deadline)
+                        .and_then(|r| r.map_err(|_| upload::Stop::Gone)),
+                };
+                match filled {
+                    Err(upload::Stop::Deadline) => {
+                        return Err(source(BodyFailure::Client(Failure::RequestTimeout)))
+                    }
+                    Ok(0) | Err(upload::Stop::Gone) => {
+                        return Err(source(upload::client_gone(self.worker)))
+                    }
+                    Ok(_) => {}
                 }
             }
-            let n = self
+            let mut n = self
                 .body
                 .scan(self.rb.data())
                 .map_err(|f| source(BodyFailure::Client(f)))?;
+            if let Some(d) = &direct {
+                let sent = d.send(&self.rb.data()[..n]);
+                let sent = sent.map_err(|e| SendBodyError::Sink(SinkError::Io(e)))?;
+                self.rb.consume(sent);
+                n -= sent;
+                if n == 0 {
+                    continue;
+                }
+            }
             match timeout(write_timeout, self.rb.write_prefix(sink, n)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(SendBodyError::Sink(SinkError::Io(e))),
