@@ -156,13 +156,15 @@ impl Upload {
     }
 }
 
-/// The body's copy between two plain TCP sockets: each chunk is received with a non-blocking `recv(2)`
-/// once the client's socket is readable and sent at once with a non-blocking send, on either driver.
-/// Back to back, the send copies bytes the receive has just left in the CPU's cache. Through io_uring's
-/// own receive the kernel copies into the buffer as task work, often in a batch with other connections'
-/// receives, and the send that follows copies from memory: about a tenth more CPU per 1 MiB upload
-/// (bench/README.md "Request bodies by copy"). What a send leaves (a full socket) goes the driver's way
-/// under `write_timeout`, as any copy does.
+/// The body's copy between two plain TCP sockets on io_uring: each chunk is received with a
+/// non-blocking `recv(2)` once the client's socket is readable and sent at once with a non-blocking
+/// send. Back to back, the send copies bytes the receive has just left in the CPU's cache. Through
+/// io_uring's own receive the kernel copies into the buffer as task work, often in a batch with other
+/// connections' receives, and the send that follows copies from memory: about a seventh more CPU per
+/// 1 MiB upload (bench/README.md "Request bodies by copy"). On the readiness (epoll) driver the
+/// driver's own read and write already are those system calls back to back, and this would only add a
+/// readiness check per wait. What a send leaves (a full socket) goes the driver's way under
+/// `write_timeout`, as any copy does.
 pub(super) struct Direct {
     /// The client's socket.
     from: RawFd,
@@ -179,9 +181,13 @@ pub(super) enum Stop {
 }
 
 impl Direct {
-    /// The copy between `client` and `sink` when both are plain TCP sockets; `None` otherwise (TLS on
-    /// either side, an HTTP/2 upstream stream), and the copy goes through the driver.
+    /// The copy between `client` and `sink` when both are plain TCP sockets on io_uring; `None`
+    /// otherwise (the epoll driver, TLS on either side, an HTTP/2 upstream stream), and the copy goes
+    /// through the driver.
     pub(super) fn between<T: Transport, W: RequestSink>(client: &T, sink: &W) -> Option<Direct> {
+        if monoio::utils::is_legacy() {
+            return None;
+        }
         Some(Direct {
             from: client.raw_socket()?,
             to: sink.write_socket()?,
