@@ -160,10 +160,10 @@ impl Upload {
 /// non-blocking `recv(2)` once the client's socket is readable and sent at once with a non-blocking
 /// send. Back to back, the send copies bytes the receive has just left in the CPU's cache. Through
 /// io_uring's own receive the kernel copies into the buffer as task work, often in a batch with other
-/// connections' receives, and the send that follows copies from memory: about a seventh more CPU per
-/// 1 MiB upload (bench/README.md "Request bodies by copy"). On the readiness (epoll) driver the
-/// driver's own read and write already are those system calls back to back, and this would only add a
-/// readiness check per wait. What a send leaves (a full socket) goes the driver's way under
+/// connections' receives, and the send that follows copies from memory: about a fifth more time on
+/// edge's CPU per 1 MiB upload (bench/README.md "Request bodies by copy"). On the readiness (epoll)
+/// driver the driver's own read and write already are those system calls back to back, and this would
+/// only add a readiness check per wait. What a send leaves (a full socket) goes the driver's way under
 /// `write_timeout`, as any copy does.
 pub(super) struct Direct {
     /// The client's socket.
