@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{Cfg, Client, Edge, Origin, Reply, Route, Upstream};
+use crate::harness::{read_request, Cfg, Client, Edge, Origin, Reply, Route, Upstream};
 
 both_drivers!(get_round_trips, |d| {
     let origin = Origin::fixed(b"hello, world\n");
@@ -41,6 +41,54 @@ both_drivers!(post_content_length_body_is_byte_exact, |d| {
     assert_eq!(r.header("x-method"), Some("POST"));
     assert!(r.body == body, "echoed body differs");
     assert_eq!(origin.last().header("content-length"), Some("300000"));
+});
+
+/// A reader that takes at most 32 KiB per read and waits a millisecond before each: an upstream that
+/// reads a body slower than the client sends it.
+struct Slowly<R>(R);
+
+impl<R: std::io::Read> std::io::Read for Slowly<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::thread::sleep(Duration::from_millis(1));
+        let n = buf.len().min(32 * 1024);
+        self.0.read(&mut buf[..n])
+    }
+}
+
+// The upstream takes the body slower than the client sends it, through a small receive buffer, and the
+// body is larger than edge's send buffer toward it can grow (Linux's default `tcp_wmem` ceiling is
+// 4 MiB): edge's sends fill the upstream's socket part way again and again (on io_uring a non-blocking
+// send takes part of a chunk and the driver writes the rest), and every byte arrives once and in order.
+both_drivers!(an_upload_to_an_upstream_reading_slowly_is_byte_exact, |d| {
+    let origin = Origin::script(|mut s, _| {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+        socket2::SockRef::from(&s)
+            .set_recv_buffer_size(32 * 1024)
+            .unwrap();
+        let mut buf = Vec::new();
+        let Some((seen, _)) = read_request(&mut Slowly(&mut s), &mut buf) else {
+            return;
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            seen.body.len()
+        );
+        let _ = s.write_all(head.as_bytes());
+        let _ = s.write_all(&seen.body);
+    });
+    let edge = Edge::start(&Cfg::new(d, origin.addr));
+    let body: Vec<u8> = (0..16_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let mut c = Client::connect(edge.addr);
+    let head = format!(
+        "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.send(head.as_bytes());
+    c.send(&body);
+    let r = c.read_response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len());
+    assert!(r.body == body, "the body the upstream read differs");
 });
 
 both_drivers!(chunked_request_body_of_several_mib_is_streamed, |d| {
