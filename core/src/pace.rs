@@ -24,6 +24,25 @@ use crate::buf::{BUF_SIZE, LARGE_BUF_SIZE, RELAY_BUF_SIZE};
 pub const KEPT_UP: Duration = Duration::from_millis(10);
 /// A chunk that took this long or longer to write: the next is smaller.
 pub const SLOW: Duration = Duration::from_millis(50);
+/// A client whose socket sends on at least this many bytes a second keeps up, however long each
+/// write waits (bytes/s; [`drains_fast`]): at this pace a [`RELAY_BUF_SIZE`] chunk leaves in 25 ms,
+/// half of [`SLOW`], so a relay that grew for it does not shrink again.
+pub const FAST_DRAIN: u64 = 10 << 20;
+
+/// Whether a client's socket sent on at least [`FAST_DRAIN`] between the ends of two chunks `over`
+/// apart: `len` bytes were written in between, and `unsent_before` and `unsent_after` bytes sat in
+/// the kernel's unsent queue at the two ends (`SIOCOUTQNSD`), so `len + unsent_before -
+/// unsent_after` left it.
+///
+/// A write that waits proves nothing by its length: with `TCP_NOTSENT_LOWAT` the socket takes bytes
+/// only as its queue drains, so a client that reads steadily at tens of MB/s, but slower than the
+/// worker can write (a busy client, a long path), makes every chunk wait for it, and a chunk of a
+/// socket that always holds a queue looks unsent. What left the queue over time tells such a
+/// client from a slow one; a client that reads nothing drains nothing.
+pub fn drains_fast(len: usize, unsent_before: usize, unsent_after: usize, over: Duration) -> bool {
+    let left = (len + unsent_before).saturating_sub(unsent_after) as u128;
+    left * 1_000_000_000 >= u128::from(FAST_DRAIN) * over.as_nanos()
+}
 
 /// The size of a relay's next upstream read, bytes: one of the pool's size classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,9 +86,12 @@ impl RelayPace {
     /// Records that a chunk of `len` bytes took `took` to write to the client, of which `unsent` bytes
     /// were still in the kernel's unsent queue right after (0 when unknown). A chunk the socket took at
     /// once but could not send on (the client's window closed: a client that does not read yet, whose
-    /// socket buffers absorbed it) does not grow the next one.
-    pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize) {
-        if self.would_grow(len, took) && unsent * 2 <= len {
+    /// socket buffers absorbed it) does not grow the next one. `fast`: the client's socket has been
+    /// sending on at least [`FAST_DRAIN`] ([`drains_fast`]), which grows a full chunk however long its
+    /// write waited.
+    pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize, fast: bool) {
+        let full = len * 2 >= self.size && self.size < RELAY_BUF_SIZE;
+        if (self.would_grow(len, took) && unsent * 2 <= len) || (full && fast) {
             self.size = match self.size {
                 BUF_SIZE => LARGE_BUF_SIZE,
                 _ => RELAY_BUF_SIZE,
@@ -262,29 +284,29 @@ mod tests {
     fn a_client_that_keeps_up_grows_the_chunk_to_the_relay_size() {
         let mut p = RelayPace::new();
         assert_eq!(p.size(), BUF_SIZE, "a relay starts small");
-        p.wrote(BUF_SIZE, FAST, 0);
+        p.wrote(BUF_SIZE, FAST, 0, false);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, FAST, 0);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0, false);
         assert_eq!(p.size(), RELAY_BUF_SIZE);
-        p.wrote(RELAY_BUF_SIZE, FAST, 0);
+        p.wrote(RELAY_BUF_SIZE, FAST, 0, false);
         assert_eq!(p.size(), RELAY_BUF_SIZE, "no larger than the relay size");
     }
 
     #[test]
     fn a_slow_client_shrinks_it_to_the_small_size_and_stays_there() {
         let mut p = RelayPace::with_size(LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, FAST, 0);
-        p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0, false);
+        p.wrote(RELAY_BUF_SIZE, BEHIND, 0, false);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
-        p.wrote(LARGE_BUF_SIZE, BEHIND, 0);
+        p.wrote(LARGE_BUF_SIZE, BEHIND, 0, false);
         assert_eq!(p.size(), BUF_SIZE);
-        p.wrote(BUF_SIZE, BEHIND, 0);
+        p.wrote(BUF_SIZE, BEHIND, 0, false);
         assert_eq!(p.size(), BUF_SIZE, "no smaller than the small size");
         // Between the two bounds: unchanged.
-        p.wrote(BUF_SIZE, Duration::from_millis(20), 0);
+        p.wrote(BUF_SIZE, Duration::from_millis(20), 0, false);
         assert_eq!(p.size(), BUF_SIZE);
         // A slow reader that catches up grows again.
-        p.wrote(BUF_SIZE, FAST, 0);
+        p.wrote(BUF_SIZE, FAST, 0, false);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
     }
 
@@ -292,17 +314,49 @@ mod tests {
     fn a_chunk_left_unsent_proves_nothing() {
         // Taken at once by a socket whose client does not read: it sits unsent.
         let mut p = RelayPace::new();
-        p.wrote(BUF_SIZE, FAST, BUF_SIZE);
+        p.wrote(BUF_SIZE, FAST, BUF_SIZE, false);
         assert_eq!(p.size(), BUF_SIZE);
-        p.wrote(BUF_SIZE, FAST, 1000);
+        p.wrote(BUF_SIZE, FAST, 1000, false);
         assert_eq!(p.size(), LARGE_BUF_SIZE);
+    }
+
+    #[test]
+    fn a_client_that_drains_fast_grows_it_even_when_each_write_waits() {
+        // Each write waits for the socket's queue to drain: not kept up by its time alone.
+        let waited = Duration::from_millis(20);
+        let mut p = RelayPace::new();
+        p.wrote(BUF_SIZE, waited, 128 << 10, false);
+        assert_eq!(p.size(), BUF_SIZE);
+        p.wrote(BUF_SIZE, waited, 128 << 10, true);
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        p.wrote(LARGE_BUF_SIZE, waited, 128 << 10, true);
+        assert_eq!(p.size(), RELAY_BUF_SIZE);
+        // A short chunk proves nothing, fast or not.
+        let mut p = RelayPace::new();
+        p.wrote(100, waited, 0, true);
+        assert_eq!(p.size(), BUF_SIZE);
+    }
+
+    #[test]
+    fn the_drain_counts_what_left_the_unsent_queue_over_time() {
+        let ms = Duration::from_millis;
+        // 64 KiB written, the queue steady at 128 KiB: 64 KiB left in 5 ms (12.8 MiB/s).
+        assert!(drains_fast(64 << 10, 128 << 10, 128 << 10, ms(5)));
+        // The same in 10 ms: 6.4 MiB/s.
+        assert!(!drains_fast(64 << 10, 128 << 10, 128 << 10, ms(10)));
+        // A client that reads nothing: the chunk only grew the queue.
+        assert!(!drains_fast(64 << 10, 0, 64 << 10, ms(1)));
+        // The queue shrank as well: that left too.
+        assert!(drains_fast(64 << 10, 128 << 10, 64 << 10, ms(10)));
+        // At the threshold exactly: fast.
+        assert!(drains_fast(10 << 20, 0, 0, ms(1000)));
     }
 
     #[test]
     fn short_chunks_prove_nothing() {
         // An upstream that sends little at a time: a quick write of a few bytes does not grow the buffer.
         let mut p = RelayPace::new();
-        p.wrote(100, FAST, 0);
+        p.wrote(100, FAST, 0, false);
         assert_eq!(p.size(), BUF_SIZE);
     }
 
@@ -356,15 +410,15 @@ mod tests {
             "a new connection proves nothing yet"
         );
         let mut p = share.pace();
-        p.wrote(BUF_SIZE, FAST, 0);
-        p.wrote(LARGE_BUF_SIZE, FAST, 0);
+        p.wrote(BUF_SIZE, FAST, 0, false);
+        p.wrote(LARGE_BUF_SIZE, FAST, 0, false);
         share.set_pace(p);
         assert_eq!(
             share.pace().size(),
             RELAY_BUF_SIZE,
             "the next stream starts at it"
         );
-        p.wrote(RELAY_BUF_SIZE, BEHIND, 0);
+        p.wrote(RELAY_BUF_SIZE, BEHIND, 0, false);
         share.set_pace(p);
         assert_eq!(
             share.pace().size(),

@@ -1,12 +1,16 @@
 //! [`RelayHold`]: what one response relay holds of its worker's relay-memory budget, sized by the
 //! client's pace (DESIGN.md "Memory under slow readers and large bodies"; [`edge_core::pace`]).
 
-use std::{os::fd::RawFd, rc::Rc, time::Duration};
+use std::{
+    os::fd::RawFd,
+    rc::Rc,
+    time::{Duration, Instant},
+};
 
 use edge_core::{
-    buf::{RecvBuf, BUF_SIZE},
+    buf::{RecvBuf, BUF_SIZE, RELAY_BUF_SIZE},
     io::progress::{unsent, writable_now},
-    pace::{RelayBudget, RelayPace},
+    pace::{drains_fast, RelayBudget, RelayPace},
 };
 
 use crate::context::Worker;
@@ -29,6 +33,9 @@ pub(crate) struct RelayHold<'w> {
     conn: Option<Rc<RelayBudget>>,
     /// Bytes taken from `conn`'s share: `held` during the relay's turn, 0 outside it.
     conn_held: usize,
+    /// When the last chunk was out and what the client's socket then held unsent, while the relay
+    /// may still grow: the start of the next chunk's drain ([`drains_fast`]).
+    last: Option<(Instant, usize)>,
 }
 
 /// How long a multiplexed stream's chunk may wait for its client before the stream gives its
@@ -64,6 +71,7 @@ impl<'w> RelayHold<'w> {
             passthrough,
             conn,
             conn_held: 0,
+            last: None,
         };
         hold.resume().await;
         hold
@@ -81,16 +89,24 @@ impl<'w> RelayHold<'w> {
     /// Records that a chunk of `len` bytes took `took` to reach the client: the next read grows while
     /// the client keeps up and the budget has room, and shrinks for a slow client.
     /// `sock` is the client's socket where the session writes to it directly: before growing, the
-    /// relay checks that the chunk left it rather than sitting unsent.
+    /// relay checks that the chunk left it rather than sitting unsent, and, while the relay may
+    /// grow, how fast the socket sends on from one chunk to the next ([`drains_fast`]; one
+    /// `SIOCOUTQNSD` query per chunk below the relay size).
     pub(crate) fn wrote(&mut self, len: usize, took: Duration, sock: Option<RawFd>) {
         if !self.passthrough {
             return;
         }
-        let unsent = match self.pace.would_grow(len, took) {
-            true => sock.and_then(unsent).map_or(0, |n| n as usize),
-            false => 0,
+        let unsent = match (sock, self.pace.size() < RELAY_BUF_SIZE) {
+            (Some(s), true) => unsent(s).map(|n| n as usize),
+            _ => None,
         };
-        self.pace.wrote(len, took, unsent);
+        let now = Instant::now();
+        let fast = match (self.last, unsent) {
+            (Some((at, before)), Some(after)) => drains_fast(len, before, after, now - at),
+            _ => false,
+        };
+        self.last = unsent.map(|n| (now, n));
+        self.pace.wrote(len, took, unsent.unwrap_or(0), fast);
         if let Some(c) = &self.conn {
             // Taken at the relay's next turn ([`RelayHold::next_turn`]); the connection's next
             // streams start at it.
