@@ -29,6 +29,12 @@ pub const SLOW: Duration = Duration::from_millis(50);
 /// half of [`SLOW`], so a relay that grew for it does not shrink again.
 pub const FAST_DRAIN: u64 = 10 << 20;
 
+/// A write that took at least this long waited for the client's socket to drain; only such a write's
+/// drain counts ([`RelayPace::wrote`]). A write that did not wait may have gone into the client's
+/// open receive window, which a client that has stopped reading still offers once: a burst that
+/// looks fast over the microseconds between two chunks, from a client that reads nothing.
+pub const WAITED: Duration = Duration::from_millis(1);
+
 /// Whether a client's socket sent on at least [`FAST_DRAIN`] between the ends of two chunks `over`
 /// apart: `len` bytes were written in between, and `unsent_before` and `unsent_after` bytes sat in
 /// the kernel's unsent queue at the two ends (`SIOCOUTQNSD`), so `len + unsent_before -
@@ -87,11 +93,11 @@ impl RelayPace {
     /// were still in the kernel's unsent queue right after (0 when unknown). A chunk the socket took at
     /// once but could not send on (the client's window closed: a client that does not read yet, whose
     /// socket buffers absorbed it) does not grow the next one. `fast`: the client's socket has been
-    /// sending on at least [`FAST_DRAIN`] ([`drains_fast`]), which grows a full chunk however long its
-    /// write waited.
+    /// sending on at least [`FAST_DRAIN`] ([`drains_fast`]), which grows a full chunk whose write
+    /// waited ([`WAITED`]) however long it waited.
     pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize, fast: bool) {
         let full = len * 2 >= self.size && self.size < RELAY_BUF_SIZE;
-        if (self.would_grow(len, took) && unsent * 2 <= len) || (full && fast) {
+        if (self.would_grow(len, took) && unsent * 2 <= len) || (full && fast && took >= WAITED) {
             self.size = match self.size {
                 BUF_SIZE => LARGE_BUF_SIZE,
                 _ => RELAY_BUF_SIZE,
@@ -334,6 +340,11 @@ mod tests {
         // A short chunk proves nothing, fast or not.
         let mut p = RelayPace::new();
         p.wrote(100, waited, 0, true);
+        assert_eq!(p.size(), BUF_SIZE);
+        // Nor does a write that did not wait and was left unsent: the drain before it was a burst
+        // into the client's open window.
+        let mut p = RelayPace::new();
+        p.wrote(BUF_SIZE, FAST, BUF_SIZE, true);
         assert_eq!(p.size(), BUF_SIZE);
     }
 
