@@ -20,6 +20,7 @@
 //! end). Implementations keep that contract.
 
 pub mod body;
+pub mod coop;
 mod dont_wait;
 pub mod h2_stream;
 mod plain;

@@ -83,6 +83,7 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
     clock.pause(coarse_now() - write_started);
     let mut hold = RelayHold::start(w, s.passthrough(), s.relay_share(), up.received_mut()).await;
     let endpoint = up.endpoint();
+    let mut coop = edge_core::io::coop::Coop::default();
     while !complete {
         let mid_body =
             |kind, cause| upstream_failed_mid_body(w, &req.log, status, kind, endpoint, cause);
@@ -140,6 +141,7 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
                 if let Err(e) = paced {
                     return dropped(client_gone(w, &req.log, e, Some(status)));
                 }
+                coop.moved(len).await;
                 clock.pause(coarse_now() - started);
             }
         }

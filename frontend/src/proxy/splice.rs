@@ -71,6 +71,7 @@ async fn relay<S: Respond, E: UpstreamSession>(
     (source, client): (RawFd, RawFd),
     mut left: u64,
 ) -> Spliced {
+    let mut coop = edge_core::io::coop::Coop::default();
     loop {
         if pipe.held() == 0 {
             match pipe.fill(source, usize::try_from(left).unwrap_or(usize::MAX)) {
@@ -91,6 +92,7 @@ async fn relay<S: Respond, E: UpstreamSession>(
                 if s.spliced(n as u64) {
                     return Spliced::Complete;
                 }
+                coop.moved(n).await;
             }
             Ok(_) => {
                 let waited = coarse_now();

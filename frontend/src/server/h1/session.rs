@@ -137,6 +137,7 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
         // Between two plain sockets each chunk is received and sent back to back, while it is in the
         // CPU's cache ([`upload::Direct`]).
         let direct = upload::Direct::between(&*self.stream, sink);
+        let mut coop = edge_core::io::coop::Coop::default();
         while !self.body.done() {
             if self.rb.is_empty() {
                 let splice = std::mem::take(&mut ask_splice)
@@ -179,12 +180,13 @@ impl<T: Transport> BodySource for H1Session<'_, T> {
                 let sent = sent.map_err(|e| SendBodyError::Sink(SinkError::Io(e)))?;
                 self.rb.consume(sent);
                 n -= sent;
+                coop.moved(sent).await;
                 if n == 0 {
                     continue;
                 }
             }
             match timeout(write_timeout, self.rb.write_prefix(sink, n)).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => coop.moved(n).await,
                 Ok(Err(e)) => return Err(SendBodyError::Sink(SinkError::Io(e))),
                 Err(_) => return Err(SendBodyError::Sink(SinkError::Timeout)),
             }

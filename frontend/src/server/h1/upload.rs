@@ -24,6 +24,7 @@ use edge_core::{
     clock::{timeout, timeout_at},
     io::{
         body::{RequestSink, SendBodyError, SinkError},
+        coop::Coop,
         send_now,
         splice::{Moved, Pipe},
         Transport,
@@ -118,6 +119,7 @@ impl Upload {
         write_timeout: Duration,
     ) -> Result<(), SendBodyError<BodyFailure>> {
         let source = |f| SendBodyError::Source(f);
+        let mut coop = Coop::default();
         loop {
             if self.pipe.held() == 0 {
                 let Some(left) = body.length_left() else {
@@ -144,7 +146,7 @@ impl Upload {
                 }
             }
             match self.pipe.drain(self.to) {
-                Ok(Moved::Bytes(_)) => {}
+                Ok(Moved::Bytes(n)) => coop.moved(n).await,
                 Ok(_) => match timeout(write_timeout, sink.socket_writable()).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(SendBodyError::Sink(SinkError::Io(e))),
