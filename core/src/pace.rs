@@ -83,21 +83,18 @@ impl RelayPace {
         self.size
     }
 
-    /// Whether a chunk of `len` bytes written in `took` would let the next be larger: written at once,
-    /// and at least half the current size (a short chunk proves nothing).
-    pub fn would_grow(self, len: usize, took: Duration) -> bool {
-        took <= KEPT_UP && len * 2 >= self.size && self.size < RELAY_BUF_SIZE
-    }
-
     /// Records that a chunk of `len` bytes took `took` to write to the client, of which `unsent` bytes
-    /// were still in the kernel's unsent queue right after (0 when unknown). A chunk the socket took at
-    /// once but could not send on (the client's window closed: a client that does not read yet, whose
-    /// socket buffers absorbed it) does not grow the next one. `fast`: the client's socket has been
-    /// sending on at least [`FAST_DRAIN`] ([`drains_fast`]), which grows a full chunk whose write
-    /// waited ([`WAITED`]) however long it waited.
+    /// were still in the kernel's unsent queue right after (0 when unknown). The next chunk grows
+    /// after a chunk of at least half the current size (a short chunk proves nothing) that either
+    /// was written at once ([`KEPT_UP`]) and sent on, or waited ([`WAITED`]) for a client whose
+    /// socket has been sending on at least [`FAST_DRAIN`] (`fast`: [`drains_fast`]), however long it
+    /// waited. A chunk the socket took at once but could not send on (the client's window closed: a
+    /// client that does not read yet, whose socket buffers absorbed it) does not grow the next one.
     pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize, fast: bool) {
         let full = len * 2 >= self.size && self.size < RELAY_BUF_SIZE;
-        if (self.would_grow(len, took) && unsent * 2 <= len) || (full && fast && took >= WAITED) {
+        let kept_up = took <= KEPT_UP && unsent * 2 <= len;
+        let drained = fast && took >= WAITED;
+        if full && (kept_up || drained) {
             self.size = match self.size {
                 BUF_SIZE => LARGE_BUF_SIZE,
                 _ => RELAY_BUF_SIZE,
