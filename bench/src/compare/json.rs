@@ -44,6 +44,8 @@ fn sample_json(s: &Sample) -> Value {
         "runq_wait_share": s.wait_share(),
         "peak_rss_kib": s.rss_kib,
         "load_bound": s.load_bound(),
+        "cpu_quota_share": s.cpu_quota,
+        "throttled_share": s.throttled_share(),
     })
 }
 
@@ -158,6 +160,7 @@ pub fn document(info: &RunInfo, samples: &[Sample], date: &str, commit: &str) ->
         "placement": {
             "proxy_cpus": info.proxy_cpus,
             "load_cpus": info.load_cpus,
+            "proxy_cpu_quota_percent": info.cpu_quota,
             "detail": info.placement.lines().map(str::trim).collect::<Vec<_>>(),
         },
         "method": {
@@ -194,6 +197,7 @@ mod tests {
             connections: 64,
             proxy_cpus: "0".into(),
             load_cpus: "1".into(),
+            cpu_quota: None,
             placement: "CPU placement: x\n  origin: y\n".into(),
             versions: vec![("wrk".into(), "wrk 4.1.0".into())],
             closes: Vec::new(),

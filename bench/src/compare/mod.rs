@@ -133,6 +133,12 @@ pub struct Args {
     /// CPUs of wrk, the origin and edge-bench itself.
     #[arg(long, default_value = "1")]
     pub load_cpus: String,
+    /// Hold each proxy to this share of one CPU, in percent, with a cgroup CPU quota (CFS
+    /// bandwidth, 100 ms period) as ECS and Kubernetes CPU limits do; a round is then load-bound
+    /// under 85 % of the quota. Makes the proxy the bottleneck where the load CPUs cannot
+    /// saturate it (1 MiB bodies on 2 CPUs). Needs root and a cgroup cpu controller.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(1..))]
+    pub proxy_cpu_quota: Option<u32>,
     /// Unmeasured wrk run per target after it starts; 0s skips it.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub warmup: Duration,
@@ -183,6 +189,8 @@ pub struct RunInfo {
     pub proxy_cpus: String,
     /// CPUs of wrk, the origin and edge-bench.
     pub load_cpus: String,
+    /// The proxies' CPU quota, % of one CPU (`--proxy-cpu-quota`).
+    pub cpu_quota: Option<u32>,
     /// The placement text (pids and their actual CPU lists).
     pub placement: String,
     /// `name: version` lines.
@@ -286,6 +294,7 @@ pub fn run(args: &Args) -> io::Result<bool> {
         connections: args.connections,
         proxy_cpus: plan.proxy_list,
         load_cpus: plan.load_list,
+        cpu_quota: plan.cpu_quota,
         placement: placements,
         versions,
         closes,
@@ -383,7 +392,8 @@ fn print_summary(samples: &[Sample], ran: &[TargetKind], workloads: &[Workload])
     );
     println!(
         "\nCPU s/100k req = proxy CPU time (utime+stime, all threads; nginx master+worker) per 100 000 requests. \
-         CPU util = that time / wall time of the run; under {:.0} % of one CPU a round is load-bound. \
+         CPU util = that time / wall time of the run; under {:.0} % of one CPU (of the quota, with \
+         --proxy-cpu-quota) a round is load-bound. throttled = share of the run the quota held the proxy off its CPU. \
          runq wait = time the proxy was runnable but its CPU ran something else. peak RSS = VmHWM over the \
          run (nginx: master+worker). * = every round load-bound (medians over all rounds).",
         LOAD_BOUND_UTIL * 100.0

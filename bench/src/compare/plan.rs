@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::target::{Binaries, TargetKind};
 use super::workload::Workload;
 use super::Args;
+use crate::support::cgroup::CpuQuota;
 use crate::support::edge_proc::locate_edge_bin;
 use crate::support::host::{allowed_cpus, cpu_list, parse_cpus};
 
@@ -43,6 +44,8 @@ pub struct Plan {
     pub kinds: Vec<TargetKind>,
     /// Targets left out, with the reason.
     pub skipped: Vec<(TargetKind, String)>,
+    /// The proxies' CPU quota, % of one CPU (checked: a cgroup with it can be made).
+    pub cpu_quota: Option<u32>,
     /// The executables.
     pub bins: Binaries,
 }
@@ -127,7 +130,14 @@ impl Plan {
         if proxy_cpus.iter().any(|c| load_cpus.contains(c)) {
             println!("warning: proxy CPUs {proxy_list} overlap load CPUs {load_list}");
         }
+        if let Some(percent) = args.proxy_cpu_quota {
+            let probe = format!("edge-bench-{}-probe", std::process::id());
+            CpuQuota::create(&probe, percent).map_err(|e| {
+                io::Error::new(e.kind(), format!("--proxy-cpu-quota {percent}: {e}"))
+            })?;
+        }
         Ok(Plan {
+            cpu_quota: args.proxy_cpu_quota,
             proxy_cpus,
             load_cpus,
             proxy_list,

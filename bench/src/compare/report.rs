@@ -41,6 +41,10 @@ pub struct Sample {
     /// The HTTP/2-upstream workloads: the most ESTABLISHED connections to the origin seen during
     /// the run (see [`super::h2_upstream`]).
     pub upstream_conns: Option<u64>,
+    /// The share of one CPU the proxy's CPU quota allowed (`--proxy-cpu-quota`); `None`: no quota.
+    pub cpu_quota: Option<f64>,
+    /// Time the quota held the proxy off its CPU over the run.
+    pub throttled: Option<Duration>,
 }
 
 impl Sample {
@@ -72,9 +76,25 @@ impl Sample {
         self.cpu_us_per_req().map(per_100k)
     }
 
-    /// A proxy round where the proxy was not the bottleneck.
+    /// The CPU the proxy could use, in CPUs: its quota's share, else one CPU.
+    pub fn cpu_allowance(&self) -> f64 {
+        self.cpu_quota.unwrap_or(1.0)
+    }
+
+    /// A proxy round where the proxy was not the bottleneck: it used under [`LOAD_BOUND_UTIL`]
+    /// of its [allowance](Self::cpu_allowance).
     pub fn load_bound(&self) -> bool {
-        self.utilisation().is_some_and(|u| u < LOAD_BOUND_UTIL)
+        self.utilisation()
+            .is_some_and(|u| u < LOAD_BOUND_UTIL * self.cpu_allowance())
+    }
+
+    /// The quota's throttled time over wall time: the share of the run it held the proxy off
+    /// its CPU.
+    pub fn throttled_share(&self) -> Option<f64> {
+        let wall = self.wall.as_secs_f64();
+        self.throttled
+            .filter(|_| wall > 0.0)
+            .map(|t| t.as_secs_f64() / wall)
     }
 
     /// Counts as a result: requests completed and not load-bound.
@@ -402,6 +422,8 @@ pub(crate) mod tests {
             wait: cpu_ms.map(|_| Duration::ZERO),
             rss_kib: cpu_ms.map(|_| 4096),
             upstream_conns: None,
+            cpu_quota: None,
+            throttled: None,
         }
     }
 
@@ -410,6 +432,19 @@ pub(crate) mod tests {
         assert_eq!(median(&[]), None);
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+
+    /// Under a CPU quota the bar is 85 % of the quota, not of one CPU.
+    #[test]
+    fn a_quota_sets_the_load_bound_bar() {
+        let mut s = sample(1, TargetKind::EdgeUring, 20_000.0, Some(4_500)); // 45 % of one CPU
+        assert!(s.load_bound());
+        s.cpu_quota = Some(0.5);
+        assert!(!s.load_bound() && s.counted());
+        s.cpu = Some(Duration::from_millis(4_000)); // 40 %: under 85 % of 50 %
+        assert!(s.load_bound());
+        s.throttled = Some(Duration::from_secs(5));
+        assert_eq!(s.throttled_share(), Some(0.5));
     }
 
     #[test]

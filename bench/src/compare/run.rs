@@ -160,10 +160,12 @@ impl WorkloadRun<'_> {
                     continue;
                 }
                 let mut before = Ok(None);
+                let mut throttled_before = None;
                 let mut sampler = None;
                 let run = self.load_once(t, args.duration, || {
                     t.reset_peak_rss();
                     before = t.usage();
+                    throttled_before = t.throttled();
                     // The proxy's upstream connections; `direct` has none (its connections are
                     // the load generator's).
                     sampler = self
@@ -172,6 +174,10 @@ impl WorkloadRun<'_> {
                         .map(ConnSampler::start);
                 });
                 let after = t.usage();
+                let throttled = t
+                    .throttled()
+                    .zip(throttled_before)
+                    .map(|(a, b)| a.saturating_sub(b));
                 let upstream_conns = sampler.map(ConnSampler::finish);
                 let rss_kib = t.peak_rss_kib();
                 let sample = run.and_then(|run| {
@@ -194,6 +200,8 @@ impl WorkloadRun<'_> {
                         wait,
                         rss_kib,
                         upstream_conns,
+                        cpu_quota: t.cpu_share(),
+                        throttled,
                     })
                 });
                 match sample {

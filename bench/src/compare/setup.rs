@@ -247,7 +247,11 @@ pub fn start_targets(
                 tls,
             )
         };
-        match started {
+        let limited = started.and_then(|mut t| match plan.cpu_quota {
+            Some(percent) => t.limit_cpu(percent, tag).map(|()| t),
+            None => Ok(t),
+        });
+        match limited {
             Ok(t) => targets.push(t),
             Err(e) => {
                 eprintln!("{e}");
@@ -265,6 +269,9 @@ pub fn placement(targets: &[Target], proxy: &str, load: &str, origin: u32) -> St
         "CPU placement: proxy under test on CPU {proxy} (edge --workers 1, nginx worker_processes 1, \
          HAProxy nbthread 1); wrk -t1, the origin and edge-bench on CPU {load}\n  origin: pid {origin} on CPU {origin_cpus}\n"
     );
+    if let Some(q) = targets.iter().find_map(Target::quota_text) {
+        s.push_str(&format!("  CPU quota of each proxy: {q}\n"));
+    }
     for t in targets.iter().filter(|t| t.kind.is_proxy()) {
         let pids: Vec<String> = t
             .pids()

@@ -48,11 +48,14 @@ pub fn rounds_table(samples: &[Sample]) -> Table {
         let mut note = Vec::new();
         if s.load_bound() {
             let starved = s.utilisation().unwrap_or(0.0) + s.wait_share().unwrap_or(0.0);
-            note.push(if starved >= LOAD_BOUND_UTIL {
+            note.push(if starved >= LOAD_BOUND_UTIL * s.cpu_allowance() {
                 "load-bound (CPU shared: see runq wait)".to_string()
             } else {
                 "load-bound".to_string()
             });
+        }
+        if let Some(t) = s.throttled_share() {
+            note.push(format!("throttled {:.0} %", t * 100.0));
         }
         if s.wrk.errors() > 0 {
             note.push(format!("errors: {}", s.wrk.error_detail()));

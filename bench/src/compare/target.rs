@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use super::proxies::proxy_command;
 use crate::support::certs::CertFiles;
+use crate::support::cgroup::CpuQuota;
 use crate::support::edge_proc::{start_pinned_proxy, EdgeProcess};
 use crate::support::procfs::{children_of, proc_stat, run_wait_ns, status_kib};
 
@@ -147,6 +148,8 @@ pub struct Target {
     pub process: Option<EdgeProcess>,
     /// Scratch directory with configs, pid and logs (removed on drop).
     dir: Option<PathBuf>,
+    /// The CPU quota's cgroup the proxy runs in ([`Target::limit_cpu`]; removed on drop).
+    cgroup: Option<CpuQuota>,
 }
 
 impl Target {
@@ -159,6 +162,7 @@ impl Target {
             h2c_addr: Some(origin),
             process: None,
             dir: None,
+            cgroup: None,
         }
     }
 
@@ -203,6 +207,7 @@ impl Target {
             h2c_addr: None,
             process: None,
             dir: Some(dir.clone()),
+            cgroup: None,
         };
         let (bin, args) = proxy_command(kind, bins, &dir, listen, origin, tls_listen, h2)?;
         target.process = Some(start_pinned_proxy(
@@ -267,6 +272,7 @@ impl Target {
             h2c_addr: Some(h2c),
             process: None,
             dir: Some(dir.clone()),
+            cgroup: None,
         };
         let (bin, args) = match kind {
             TargetKind::Nginx => (
@@ -338,6 +344,7 @@ impl Target {
             h2c_addr: None,
             process: Some(process),
             dir: Some(dir),
+            cgroup: None,
         }
     }
 
@@ -397,6 +404,43 @@ impl Target {
             .sum()
     }
 
+    /// Holds the proxy (and its children, nginx's worker) to `percent` % of one CPU from now on,
+    /// in a cgroup of its own named after the run, the target and `tag`; `direct` is left alone.
+    ///
+    /// # Errors
+    /// Making the cgroup or moving a process into it ([`CpuQuota`]).
+    pub fn limit_cpu(&mut self, percent: u32, tag: &str) -> io::Result<()> {
+        if self.process.is_none() {
+            return Ok(());
+        }
+        let name = format!(
+            "edge-bench-{}-{}{tag}",
+            std::process::id(),
+            self.kind.name()
+        );
+        let quota = CpuQuota::create(&name, percent)?;
+        for pid in self.pids() {
+            quota.admit(pid)?;
+        }
+        self.cgroup = Some(quota);
+        Ok(())
+    }
+
+    /// The share of one CPU the proxy's quota allows (`None`: no quota).
+    pub fn cpu_share(&self) -> Option<f64> {
+        self.cgroup.as_ref().map(CpuQuota::share)
+    }
+
+    /// Total time the quota has held the proxy off its CPU (`None`: no quota, or unreadable).
+    pub fn throttled(&self) -> Option<Duration> {
+        self.cgroup.as_ref().and_then(CpuQuota::throttled)
+    }
+
+    /// The quota in words ([`CpuQuota::describe`]).
+    pub fn quota_text(&self) -> Option<String> {
+        self.cgroup.as_ref().map(CpuQuota::describe)
+    }
+
     /// Fails when the proxy has exited.
     ///
     /// # Errors
@@ -419,8 +463,9 @@ impl Target {
 
 impl Drop for Target {
     fn drop(&mut self) {
-        // Stop the process (EdgeProcess's own drop) before removing its directory.
+        // Stop the process (EdgeProcess's own drop) before removing its directory and cgroup.
         self.process = None;
+        self.cgroup = None;
         if let Some(dir) = self.dir.take() {
             let _ = fs::remove_dir_all(dir);
         }

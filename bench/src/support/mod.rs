@@ -4,6 +4,7 @@
 //! and result tables.
 
 pub mod certs;
+pub mod cgroup;
 pub mod edge_config;
 pub mod edge_proc;
 pub mod host;
