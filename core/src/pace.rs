@@ -78,6 +78,23 @@ impl RelayPace {
         }
     }
 
+    /// Where the next response on a keep-alive connection starts after a relay that ended at the
+    /// full pace ([`RelayPace::is_full`]): one size below it ([`LARGE_BUF_SIZE`]). That client has
+    /// read a whole body at the full pace on this connection, so its next relay skips the small
+    /// size's chunks (a system call each way and a `SIOCOUTQNSD` query per 16 KiB, bench/README.md
+    /// "Large bodies under a CPU quota"). One size below rather than the full pace: a client that
+    /// kept up before and stops reading now holds at most one large chunk until its pace shrinks.
+    pub const fn carried() -> RelayPace {
+        RelayPace {
+            size: LARGE_BUF_SIZE,
+        }
+    }
+
+    /// Whether a relay at this pace has reached the full size ([`RELAY_BUF_SIZE`]).
+    pub const fn is_full(self) -> bool {
+        self.size >= RELAY_BUF_SIZE
+    }
+
     /// The next read's size, bytes.
     pub const fn size(self) -> usize {
         self.size
@@ -282,6 +299,21 @@ mod tests {
 
     const FAST: Duration = Duration::from_micros(50);
     const BEHIND: Duration = Duration::from_millis(200);
+
+    /// A keep-alive connection's next relay starts one size below the full pace, and one chunk that
+    /// keeps up takes it there.
+    #[test]
+    fn a_carried_pace_is_one_size_below_the_full_pace() {
+        let mut p = RelayPace::carried();
+        assert_eq!(p.size(), LARGE_BUF_SIZE);
+        assert!(!p.is_full() && !RelayPace::new().is_full());
+        p.wrote(LARGE_BUF_SIZE, FAST, 0, false);
+        assert!(p.is_full() && p.size() == RELAY_BUF_SIZE);
+        // A client that stopped reading shrinks it as it would any relay.
+        let mut q = RelayPace::carried();
+        q.wrote(LARGE_BUF_SIZE, BEHIND, LARGE_BUF_SIZE, false);
+        assert_eq!(q.size(), BUF_SIZE);
+    }
 
     #[test]
     fn a_client_that_keeps_up_grows_the_chunk_to_the_relay_size() {

@@ -53,15 +53,18 @@ impl<'w> RelayHold<'w> {
     pub(crate) async fn start(
         w: &'w Worker,
         passthrough: bool,
-        conn: Option<Rc<RelayBudget>>,
+        (conn, carried): (Option<Rc<RelayBudget>>, Option<RelayPace>),
         rest: &mut RecvBuf,
     ) -> Self {
         if passthrough {
             rest.release();
         }
-        // A stream of a multiplexed connection starts at its connection's pace (RelayBudget::pace).
-        let pace = match (passthrough, &conn) {
-            (true, Some(c)) => c.pace(),
+        // A stream of a multiplexed connection starts at its connection's pace (RelayBudget::pace); a
+        // keep-alive connection's next response one size below the pace its last relay ended at
+        // (RelayPace::next_response).
+        let pace = match (passthrough, &conn, carried) {
+            (true, Some(c), _) => c.pace(),
+            (true, None, Some(p)) => p,
             _ => RelayPace::new(),
         };
         let mut hold = RelayHold {
@@ -75,6 +78,11 @@ impl<'w> RelayHold<'w> {
         };
         hold.resume().await;
         hold
+    }
+
+    /// The pace the relay is at.
+    pub(crate) fn pace(&self) -> RelayPace {
+        self.pace
     }
 
     /// The size of the next upstream read ([`edge_upstream::session::UpstreamSession::read_body`]): the

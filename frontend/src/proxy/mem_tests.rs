@@ -289,3 +289,31 @@ fn an_upstream_reset_mid_body_truncates_the_response() {
     assert_eq!(s.events, ["head 200", "body abc"]);
     assert_eq!(starting(&events, "finish"), ["finish Close"]);
 }
+
+/// A relay starts at the small size, or where the session says its connection's client has shown it
+/// keeps up (`Respond::relay_start`: an HTTP/1.1 keep-alive connection whose last relay ended at the
+/// full pace), and tells the session the pace it ended at for the connection's next response.
+#[test]
+fn a_relay_starts_where_its_connection_left_off_and_reports_where_it_ended() {
+    use edge_core::{buf::BUF_SIZE, pace::RelayPace};
+    let head = Reply::Bytes("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nab");
+    let rest = || vec![head, Reply::Bytes("cd"), Reply::Bytes("ef")];
+    let first_read = |events: &[String]| starting(events, "read ").first().cloned();
+
+    let mut fresh = MemSession::new(GET, "", Rest::Sent);
+    let (out, events) = exchange_with(&mut fresh, true, vec![Script::fresh(&rest())]);
+    assert!(matches!(out, Outcome::Done { status: 200, .. }));
+    assert_eq!(first_read(&events), Some(format!("read {BUF_SIZE}")));
+    // Short chunks prove nothing: the relay ended where it started, short of the full pace.
+    assert_eq!(fresh.pace.1, Some(RelayPace::new()));
+
+    let mut known = MemSession::new(GET, "", Rest::Sent);
+    known.pace.0 = Some(RelayPace::carried());
+    let (out, events) = exchange_with(&mut known, true, vec![Script::fresh(&rest())]);
+    assert!(matches!(out, Outcome::Done { status: 200, .. }));
+    let carried = RelayPace::carried().size();
+    assert!(carried > BUF_SIZE);
+    assert_eq!(first_read(&events), Some(format!("read {carried}")));
+    assert_eq!(known.events, ["head 200", "body ab", "body cd", "body ef"]);
+    assert!(known.pace.1.is_some_and(|p| !p.is_full()));
+}

@@ -317,8 +317,9 @@ impl<'a> UpstreamSession for MemExchange<'a> {
     async fn read_body(
         &mut self,
         clock: &mut ActivityClock,
-        _: usize,
+        size: usize,
     ) -> Result<BodyRead, UpstreamError> {
+        self.up.record(format!("read {size}"));
         match self.next(true).await {
             Ok(true) => {
                 clock.received();

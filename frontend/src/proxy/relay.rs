@@ -81,7 +81,8 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
     }
     // The upstream clocks run on only while body bytes are still to come from the upstream.
     clock.pause(coarse_now() - write_started);
-    let mut hold = RelayHold::start(w, s.passthrough(), s.relay_share(), up.received_mut()).await;
+    let from = (s.relay_share(), s.relay_start());
+    let mut hold = RelayHold::start(w, s.passthrough(), from, up.received_mut()).await;
     let endpoint = up.endpoint();
     let mut coop = edge_core::io::coop::Coop::default();
     while !complete {
@@ -145,6 +146,9 @@ pub(crate) async fn respond<S: Respond, E: UpstreamSession>(
                 clock.pause(coarse_now() - started);
             }
         }
+    }
+    if s.passthrough() {
+        s.relay_ended(hold.pace());
     }
     drop(hold);
     if let Some(t) = up.received_trailers() {

@@ -21,6 +21,7 @@ use edge_core::{
         view::{RequestView, ResponseView, Version},
     },
     io::body::{BodySource, RequestSink, SendBodyError, SinkError},
+    pace::RelayPace,
     runtime::{block_on, IoDriver, Shared},
 };
 use edge_upstream::UpstreamErrorKind;
@@ -63,6 +64,8 @@ pub(super) struct MemSession {
     pub(super) client_gone: bool,
     /// The client sent `Expect: 100-continue` and waits for the go-ahead.
     pub(super) expects_continue: bool,
+    /// Where the relay starts ([`Respond::relay_start`]), and where it ended.
+    pub(super) pace: (Option<RelayPace>, Option<RelayPace>),
 }
 
 impl MemSession {
@@ -81,6 +84,7 @@ impl MemSession {
             events: Vec::new(),
             client_gone: false,
             expects_continue: false,
+            pace: (None, None),
             buf,
             head,
             fields,
@@ -188,6 +192,14 @@ impl Respond for MemSession {
 
     fn passthrough(&self) -> bool {
         true
+    }
+
+    fn relay_start(&self) -> Option<RelayPace> {
+        self.pace.0
+    }
+
+    fn relay_ended(&mut self, pace: RelayPace) {
+        self.pace.1 = Some(pace);
     }
 
     async fn send_body(&mut self, rest: &mut RecvBuf) -> Result<bool, RelayError> {

@@ -221,6 +221,18 @@ pub trait Respond {
         false
     }
 
+    /// The pace the response's relay starts at where the client's connection has shown it already
+    /// ([`edge_core::pace::RelayPace::next_response`]: an HTTP/1.1 keep-alive connection whose last
+    /// relay ended at the full pace). `None` (the default): the small size, or the connection's
+    /// share's pace ([`Respond::relay_share`]).
+    fn relay_start(&self) -> Option<edge_core::pace::RelayPace> {
+        None
+    }
+
+    /// Tells the session the pace its relay ended at, after the whole body went out: the start of
+    /// the connection's next relay ([`Respond::relay_start`]). The default keeps nothing.
+    fn relay_ended(&mut self, _pace: edge_core::pace::RelayPace) {}
+
     /// The relay-memory share of the client connection the response goes out on, where several
     /// responses share one connection (HTTP/2: [`crate::server::h2`]'s streams): the relay takes its
     /// chunks from it as well as from the worker's budget. `None` (the default): the worker's budget

@@ -68,6 +68,9 @@ pub(super) struct Conn<T: Transport> {
     pub(super) refuse_proxy_header: bool,
     /// The connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+    /// Its last response's relay ended at the full pace: the next starts at
+    /// [`edge_core::pace::RelayPace::carried`].
+    fast_reader: bool,
 }
 
 /// What a connection's active phase (run in its slot) ends with.
@@ -140,6 +143,7 @@ pub fn serve<T: Transport>(
         cancel: None,
         refuse_proxy_header: false,
         https,
+        fast_reader: false,
     };
     // An async block, not an `async fn`: the arguments of an `async fn` stay in its state beside the
     // locals they are moved into, while a block's captures are used in place.
@@ -356,7 +360,8 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
         req.client_deadline,
         w.id,
     )
-    .adding(req.response);
+    .adding(req.response)
+    .pacing(c.fast_reader);
     // The upstream's index, not a reference: the admitted request also borrows this connection's log
     // buffers, which the answer after the exchange needs mutably.
     let upstream = req.upstream_index;
@@ -364,6 +369,7 @@ async fn request<T: Transport>(w: &Worker, c: &mut Conn<T>) -> Next {
     // answer.
     let rules = req.rewrite.response_span;
     let outcome = proxy::run(w, &mut session, req).await;
+    c.fast_reader = session.fast_reader();
     drop(session);
     w.metrics.in_flight.decrement(1.0);
     let tag = live.upstreams.get(upstream).map(UpstreamTag::of);

@@ -18,6 +18,7 @@ use edge_core::{
         body::{BodySource, RequestSink, SendBodyError, SinkError},
         Transport,
     },
+    pace::RelayPace,
 };
 use monoio::time::Instant;
 
@@ -50,6 +51,9 @@ pub struct H1Session<'c, T: Transport> {
     spliced: bool,
     /// The fields edge adds to the forwarded response's heads (phase 6 of the request pipeline).
     added: ResponseFields<'c>,
+    /// Whether the connection's last relay ended at the full pace; after this response's relay,
+    /// whether it did ([`Respond::relay_start`], [`Respond::relay_ended`]).
+    fast_reader: bool,
 }
 
 impl<'c, T: Transport> H1Session<'c, T> {
@@ -81,7 +85,21 @@ impl<'c, T: Transport> H1Session<'c, T> {
             worker,
             spliced: false,
             added: ResponseFields::default(),
+            fast_reader: false,
         }
+    }
+
+    /// The session of a connection whose last relay ended at the full pace (`fast_reader`): its
+    /// response's relay starts at [`RelayPace::carried`].
+    pub fn pacing(mut self, fast_reader: bool) -> Self {
+        self.fast_reader = fast_reader;
+        self
+    }
+
+    /// Whether the connection's next relay starts at [`RelayPace::carried`]: this response's relay
+    /// ended at the full pace (or, with no relay, the last one did).
+    pub fn fast_reader(&self) -> bool {
+        self.fast_reader
     }
 
     /// The session with the fields edge adds to the forwarded response's heads, as admission decided
@@ -368,6 +386,14 @@ impl<T: Transport> Respond for H1Session<'_, T> {
     async fn client_room(&mut self) -> Result<(), SendFailure> {
         let fd = self.stream.fd();
         within_send(self.send, fd, self.stream.writable(false)).await
+    }
+
+    fn relay_start(&self) -> Option<RelayPace> {
+        self.fast_reader.then(RelayPace::carried)
+    }
+
+    fn relay_ended(&mut self, pace: RelayPace) {
+        self.fast_reader = pace.is_full();
     }
 
     fn splice_sink(&self) -> Option<(std::os::fd::RawFd, u64)> {
