@@ -133,10 +133,12 @@ pub struct Args {
     /// CPUs of wrk, the origin and edge-bench itself.
     #[arg(long, default_value = "1")]
     pub load_cpus: String,
-    /// Hold each proxy to this share of one CPU, in percent, with a cgroup CPU quota (CFS
-    /// bandwidth, 100 ms period) as ECS and Kubernetes CPU limits do; a round is then load-bound
-    /// under 85 % of the quota. Makes the proxy the bottleneck where the load CPUs cannot
-    /// saturate it (1 MiB bodies on 2 CPUs). Needs root and a cgroup cpu controller.
+    /// Hold each proxy to this share of one CPU, in whole percent (1 to 100 per CPU of
+    /// --proxy-cpus), with a cgroup CPU quota (CFS bandwidth, 100 ms period) as ECS and Kubernetes
+    /// CPU limits do; a round is then load-bound under 85 % of the quota. Makes the proxy the
+    /// bottleneck where the load CPUs cannot saturate it (1 MiB bodies on 2 CPUs): pick a quota well
+    /// below what the proxy uses unthrottled, and check the `throttled` note of each round. Needs
+    /// root and a cgroup cpu controller.
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(1..))]
     pub proxy_cpu_quota: Option<u32>,
     /// Unmeasured wrk run per target after it starts; 0s skips it.

@@ -131,6 +131,7 @@ impl Plan {
             println!("warning: proxy CPUs {proxy_list} overlap load CPUs {load_list}");
         }
         if let Some(percent) = args.proxy_cpu_quota {
+            check_quota(percent, &proxy_cpus, &args.proxy_cpus).map_err(invalid)?;
             let probe = format!("edge-bench-{}-probe", std::process::id());
             CpuQuota::create(&probe, percent).map_err(|e| {
                 io::Error::new(e.kind(), format!("--proxy-cpu-quota {percent}: {e}"))
@@ -179,6 +180,17 @@ fn require_file(p: &Path, what: &str) -> io::Result<()> {
     }
 }
 
+/// A CPU quota is at most 100 % per CPU of the proxy's set (`list` as given, for the message).
+fn check_quota(percent: u32, cpus: &[usize], list: &str) -> Result<(), String> {
+    let most = 100 * cpus.len() as u32;
+    match percent > most {
+        true => Err(format!(
+            "--proxy-cpu-quota {percent}: at most {most} (100 per CPU of --proxy-cpus {list})"
+        )),
+        false => Ok(()),
+    }
+}
+
 /// Items of `v` without repeats, in first-seen order.
 fn distinct<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
     let mut out: Vec<T> = Vec::new();
@@ -188,4 +200,19 @@ fn distinct<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_quota;
+
+    #[test]
+    fn a_quota_is_at_most_100_per_proxy_cpu() {
+        assert!(check_quota(100, &[0], "0").is_ok());
+        assert_eq!(
+            check_quota(150, &[0], "0").unwrap_err(),
+            "--proxy-cpu-quota 150: at most 100 (100 per CPU of --proxy-cpus 0)"
+        );
+        assert!(check_quota(150, &[0, 1], "0-1").is_ok());
+    }
 }
