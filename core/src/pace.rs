@@ -108,10 +108,11 @@ impl RelayPace {
     /// waited. A chunk the socket took at once but could not send on (the client's window closed: a
     /// client that does not read yet, whose socket buffers absorbed it) does not grow the next one.
     pub fn wrote(&mut self, len: usize, took: Duration, unsent: usize, fast: bool) {
-        let full = len * 2 >= self.size && self.size < RELAY_BUF_SIZE;
+        // At least half the current size (a short chunk proves nothing), below the relay size.
+        let can_grow = len * 2 >= self.size && !self.is_full();
         let kept_up = took <= KEPT_UP && unsent * 2 <= len;
         let drained = fast && took >= WAITED;
-        if full && (kept_up || drained) {
+        if can_grow && (kept_up || drained) {
             self.size = match self.size {
                 BUF_SIZE => LARGE_BUF_SIZE,
                 _ => RELAY_BUF_SIZE,

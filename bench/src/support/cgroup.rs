@@ -80,7 +80,7 @@ impl CpuQuota {
             layout,
             percent,
         };
-        let quota_us = u64::from(percent) * PERIOD_US / 100;
+        let quota_us = quota.quota_us();
         match layout {
             Layout::V1 => {
                 write(&quota.dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
@@ -100,6 +100,11 @@ impl CpuQuota {
     /// The write to `cgroup.procs` failing (e.g. the process has exited), naming the path.
     pub fn admit(&self, pid: u32) -> io::Result<()> {
         write(&self.dir.join("cgroup.procs"), &pid.to_string())
+    }
+
+    /// CPU time allowed per [`PERIOD_US`], µs.
+    fn quota_us(&self) -> u64 {
+        u64::from(self.percent) * PERIOD_US / 100
     }
 
     /// The cgroup's directory.
@@ -122,7 +127,7 @@ impl CpuQuota {
     /// The setting in words, e.g. `50 % of one CPU (cgroup v1 cpu.cfs_quota_us 50000 per
     /// cpu.cfs_period_us 100000)`.
     pub fn describe(&self) -> String {
-        let quota_us = u64::from(self.percent) * PERIOD_US / 100;
+        let quota_us = self.quota_us();
         let how = match self.layout {
             Layout::V1 => {
                 format!("cgroup v1 cpu.cfs_quota_us {quota_us} per cpu.cfs_period_us {PERIOD_US}")

@@ -8,7 +8,7 @@ use std::{
 };
 
 use edge_core::{
-    buf::{RecvBuf, BUF_SIZE, RELAY_BUF_SIZE},
+    buf::{RecvBuf, BUF_SIZE},
     io::progress::{unsent, writable_now},
     pace::{drains_fast, RelayBudget, RelayPace},
 };
@@ -60,8 +60,8 @@ impl<'w> RelayHold<'w> {
             rest.release();
         }
         // A stream of a multiplexed connection starts at its connection's pace (RelayBudget::pace); a
-        // keep-alive connection's next response one size below the pace its last relay ended at
-        // (RelayPace::next_response).
+        // keep-alive connection's next response where its session says (RelayPace::carried after a
+        // relay that ended at the full pace).
         let pace = match (passthrough, &conn, carried) {
             (true, Some(c), _) => c.pace(),
             (true, None, Some(p)) => p,
@@ -104,7 +104,7 @@ impl<'w> RelayHold<'w> {
         if !self.passthrough {
             return;
         }
-        let unsent = match (sock, self.pace.size() < RELAY_BUF_SIZE) {
+        let unsent = match (sock, !self.pace.is_full()) {
             (Some(s), true) => unsent(s).map(|n| n as usize),
             _ => None,
         };

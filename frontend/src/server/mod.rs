@@ -222,8 +222,8 @@ pub trait Respond {
     }
 
     /// The pace the response's relay starts at where the client's connection has shown it already
-    /// ([`edge_core::pace::RelayPace::next_response`]: an HTTP/1.1 keep-alive connection whose last
-    /// relay ended at the full pace). `None` (the default): the small size, or the connection's
+    /// ([`edge_core::pace::RelayPace::carried`]: an HTTP/1.1 keep-alive connection whose last relay
+    /// ended at the full pace). `None` (the default): the small size, or the connection's
     /// share's pace ([`Respond::relay_share`]).
     fn relay_start(&self) -> Option<edge_core::pace::RelayPace> {
         None
