@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn a_shared_budget_keeps_the_pace_its_relays_last_wrote_at() {
-        let share = RelayBudget::new(RELAY_BUF_SIZE);
+        let share = RelayBudget::new(LARGE_BUF_SIZE);
         assert_eq!(
             share.pace(),
             RelayPace::new(),
@@ -466,5 +466,31 @@ mod tests {
             LARGE_BUF_SIZE,
             "and follows a slower client down"
         );
+    }
+
+    #[test]
+    fn a_connection_share_of_one_large_chunk_holds_one_full_size_chunk_alone() {
+        // A multiplexed connection's share (`server/h2/tasks.rs`): four small chunks at once while
+        // the connection proves its pace, one large one, and a full-size one alone.
+        let share = RelayBudget::new(LARGE_BUF_SIZE);
+        for _ in 0..4 {
+            assert_eq!(poll_once(&mut share.acquire(BUF_SIZE)), Poll::Ready(false));
+        }
+        let mut fifth = share.acquire(BUF_SIZE);
+        assert_eq!(poll_once(&mut fifth), Poll::Pending);
+        share.release(4 * BUF_SIZE);
+        assert_eq!(poll_once(&mut fifth), Poll::Ready(true));
+        let mut large = share.acquire(LARGE_BUF_SIZE);
+        assert_eq!(poll_once(&mut large), Poll::Pending, "16 + 64 KiB > 64 KiB");
+        share.release(BUF_SIZE);
+        assert_eq!(poll_once(&mut large), Poll::Ready(true));
+        share.release(LARGE_BUF_SIZE);
+        assert_eq!(
+            poll_once(&mut share.acquire(RELAY_BUF_SIZE)),
+            Poll::Ready(false),
+            "a full-size chunk fits alone"
+        );
+        let mut next = share.acquire(BUF_SIZE);
+        assert_eq!(poll_once(&mut next), Poll::Pending, "and alone");
     }
 }

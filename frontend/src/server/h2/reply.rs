@@ -426,9 +426,9 @@ impl Respond for H2Reply<'_> {
     }
 
     /// The connection's share ([`super::tasks::CONN_RELAY_SHARE`]): a stream's chunk grows with its
-    /// pace like an HTTP/1.1 relay's, and the connection's streams take turns within one relay's
-    /// worth (DESIGN.md "Memory under slow readers and large bodies": HTTP/2 streams obey the same
-    /// rule per stream; h2 takes a stream's next chunk only once the last is gone,
+    /// pace like an HTTP/1.1 relay's, and the connection's streams take turns a chunk at a time
+    /// (DESIGN.md "Memory under slow readers and large bodies": HTTP/2 streams obey the same rule per
+    /// stream; h2 takes a stream's next chunk only once the last is gone,
     /// [`Respond::client_room`], so a stream whose window is shut holds one chunk).
     fn relay_share(&self) -> Option<Rc<RelayBudget>> {
         self.share.clone()

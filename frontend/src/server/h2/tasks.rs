@@ -32,15 +32,19 @@ use crate::{accept::CatchUnwind, context::Worker};
 /// Tasks kept parked per connection once their streams ended (each holds one stream future's memory).
 pub const LINGER: usize = 16;
 
-/// What the response relays of one connection's streams hold at most together, bytes: one HTTP/1.1
-/// relay's worth at full pace ([`edge_core::buf::RELAY_BUF_SIZE`], also the largest chunk, so one
-/// stream's chunk always fits). The body bytes that came with each stream's response head, at most a
-/// head buffer's ([`edge_core::buf::HEAD_BUF_SIZE`]), go out beside it. A connection sends at one TCP
-/// pace whatever its number of streams, so its streams take turns a chunk at a time instead of each
-/// holding a chunk
-/// (DESIGN.md "Memory under slow readers and large bodies"; bench/README.md "Large bodies after the
-/// slow-reader work").
-pub const CONN_RELAY_SHARE: usize = edge_core::buf::RELAY_BUF_SIZE;
+/// What the response relays of one connection's streams hold at most together, bytes: one large
+/// chunk's worth ([`edge_core::buf::LARGE_BUF_SIZE`], 64 KiB), and one full-size chunk
+/// ([`edge_core::buf::RELAY_BUF_SIZE`]) alone, since a share that holds nothing lets any one chunk in
+/// ([`RelayBudget::acquire`]). A connection sends at one TCP pace whatever its number of streams, so
+/// its streams take turns a chunk at a time instead of each holding a chunk: at the full pace one
+/// chunk at a time, while the connection proves its pace four small chunks or one large one. With a
+/// full chunk's share, a new connection's streams would hold several chunks of each smaller size
+/// class at once on their way up, and the worker's pools would keep them all once the connections
+/// have grown (about 12 MiB more at the peak of 640 streams starting together over 64 connections,
+/// bench/README.md "Large bodies after the slow-reader work"). The body bytes that came with each
+/// stream's response head, at most a head buffer's ([`edge_core::buf::HEAD_BUF_SIZE`]), go out
+/// beside the share (DESIGN.md "Memory under slow readers and large bodies").
+pub const CONN_RELAY_SHARE: usize = edge_core::buf::LARGE_BUF_SIZE;
 
 /// One accepted stream waiting for a task, with what its task must drop when the stream ends.
 struct Job<G> {
