@@ -41,7 +41,7 @@ pub const LINGER: usize = 16;
 /// full chunk's share, a new connection's streams would hold several chunks of each smaller size
 /// class at once on their way up, and the worker's pools would keep them all once the connections
 /// have grown (about 12 MiB more at the peak of 640 streams starting together over 64 connections,
-/// bench/README.md "Large bodies after the slow-reader work"). The body bytes that came with each
+/// bench/README.md "HTTP/2 streams that start together"). The body bytes that came with each
 /// stream's response head, at most a head buffer's ([`edge_core::buf::HEAD_BUF_SIZE`]), go out
 /// beside the share (DESIGN.md "Memory under slow readers and large bodies").
 pub const CONN_RELAY_SHARE: usize = edge_core::buf::LARGE_BUF_SIZE;
