@@ -133,6 +133,30 @@ pub fn unsent(sock: RawFd) -> Option<u32> {
     (r == 0).then_some(n.max(0) as u32)
 }
 
+/// Sets `sock`'s unsent-queue bound (`TCP_NOTSENT_LOWAT`) to `bytes`
+/// ([`crate::runtime::listen::NOTSENT_LOWAT`], [`crate::runtime::listen::FAST_NOTSENT_LOWAT`]).
+///
+/// # Errors
+/// The `setsockopt(2)` error.
+pub fn set_unsent_bound(sock: RawFd, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: TCP_NOTSENT_LOWAT reads one int from `v`, whose size is passed; the fd is the caller's
+    // open socket.
+    let r = unsafe {
+        libc::setsockopt(
+            sock,
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Whether `sock` would take a write now, asked without waiting (`poll(2)` for `POLLOUT`, timeout 0):
 /// room in its send buffer, and with `TCP_NOTSENT_LOWAT` set, less than half of it unsent
 /// ([`crate::runtime::listen::NOTSENT_LOWAT`]). `true` when the query fails (the write then tells).
@@ -335,5 +359,25 @@ mod tests {
             Ok(mut rt) => rt.block_on(steady_then_stalled()),
             Err(e) => eprintln!("SKIP io_uring case: the kernel refuses io_uring here ({e})"),
         }
+    }
+
+    #[test]
+    fn the_unsent_bound_is_set_on_the_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&server);
+        let sock = socket2::SockRef::from(&server);
+        for bytes in [
+            crate::runtime::listen::FAST_NOTSENT_LOWAT,
+            crate::runtime::listen::NOTSENT_LOWAT,
+        ] {
+            set_unsent_bound(fd, bytes).unwrap();
+            assert_eq!(sock.tcp_notsent_lowat().unwrap(), bytes);
+        }
+        assert!(
+            set_unsent_bound(-1, 1).is_err(),
+            "an error is returned, not swallowed"
+        );
     }
 }

@@ -33,6 +33,18 @@ impl std::fmt::Display for ListenError {
 /// parks at most this plus one segment in the kernel.
 pub const NOTSENT_LOWAT: u32 = 128 * 1024;
 
+/// The unsent-queue bound of a client socket whose response relay reads at the full pace
+/// ([`crate::pace::RelayPace::is_full`]: the client keeps up with 256 KiB chunks), bytes. Such a
+/// client drains its queue at tens of MB/s or more, so the larger bound parks nothing for long, and
+/// the socket takes two full chunks' records without waiting for a drain in between. Under a CPU
+/// quota, against a build with no bound, `tls-get-1m` cost 1.05-1.08x the CPU per response with
+/// [`NOTSENT_LOWAT`] on every socket, 1.00x / 1.06x (io_uring / epoll) with 256 KiB here and
+/// 1.00x / 1.01x with 512 KiB (bench/README.md "Large bodies under a CPU quota"). A relay sets it
+/// when its pace reaches full and puts [`NOTSENT_LOWAT`] back when the pace falls
+/// (`proxy/hold.rs` `RelayHold::wrote`), so a client that stops reading parks at most this in the
+/// kernel, and a slow reader, whose relay never reaches the full pace, [`NOTSENT_LOWAT`].
+pub const FAST_NOTSENT_LOWAT: u32 = 512 * 1024;
+
 /// Bounds the unsent queue of the sockets `listener` accepts ([`NOTSENT_LOWAT`]); for listeners
 /// inherited in an upgrade as well as new ones.
 ///

@@ -9,8 +9,9 @@ use std::{
 
 use edge_core::{
     buf::{RecvBuf, BUF_SIZE},
-    io::progress::{unsent, writable_now},
+    io::progress::{set_unsent_bound, unsent, writable_now},
     pace::{drains_fast, RelayBudget, RelayPace},
+    runtime::listen::{FAST_NOTSENT_LOWAT, NOTSENT_LOWAT},
 };
 
 use crate::context::Worker;
@@ -36,6 +37,10 @@ pub(crate) struct RelayHold<'w> {
     /// When the last chunk was out and what the client's socket then held unsent, while the relay
     /// may still grow: the start of the next chunk's drain ([`drains_fast`]).
     last: Option<(Instant, usize)>,
+    /// The client's socket has the full pace's unsent-queue bound ([`FAST_NOTSENT_LOWAT`]) rather
+    /// than [`NOTSENT_LOWAT`]: set while the relay is at the full pace, and kept from one relay to the
+    /// next on a keep-alive connection whose last relay ended at it (a carried pace).
+    fast_bound: bool,
 }
 
 /// How long a multiplexed stream's chunk may wait for its client before the stream gives its
@@ -62,6 +67,7 @@ impl<'w> RelayHold<'w> {
         // A stream of a multiplexed connection starts at its connection's pace (RelayBudget::pace); a
         // keep-alive connection's next response where its session says (RelayPace::carried after a
         // relay that ended at the full pace).
+        let fast_bound = conn.is_none() && carried.is_some();
         let pace = match (passthrough, &conn, carried) {
             (true, Some(c), _) => c.pace(),
             (true, None, Some(p)) => p,
@@ -75,6 +81,7 @@ impl<'w> RelayHold<'w> {
             conn,
             conn_held: 0,
             last: None,
+            fast_bound,
         };
         hold.resume().await;
         hold
@@ -99,7 +106,9 @@ impl<'w> RelayHold<'w> {
     /// `sock` is the client's socket where the session writes to it directly: before growing, the
     /// relay checks that the chunk left it rather than sitting unsent, and, while the relay may
     /// grow, how fast the socket sends on from one chunk to the next ([`drains_fast`]; one
-    /// `SIOCOUTQNSD` query per chunk below the relay size).
+    /// `SIOCOUTQNSD` query per chunk below the relay size). The socket's unsent-queue bound follows
+    /// the pace: [`FAST_NOTSENT_LOWAT`] at the full pace, [`NOTSENT_LOWAT`] below it (one
+    /// `setsockopt` when the pace crosses that line).
     pub(crate) fn wrote(&mut self, len: usize, took: Duration, sock: Option<RawFd>) {
         if !self.passthrough {
             return;
@@ -123,6 +132,15 @@ impl<'w> RelayHold<'w> {
         }
         self.held = self.w.relay.resize(self.held, self.pace.size());
         self.pace = RelayPace::with_size(self.held);
+        if let (Some(s), true) = (sock, self.pace.is_full() != self.fast_bound) {
+            self.fast_bound = self.pace.is_full();
+            let bound = match self.fast_bound {
+                true => FAST_NOTSENT_LOWAT,
+                false => NOTSENT_LOWAT,
+            };
+            // A socket that refuses keeps the bound it has; the relay goes on either way.
+            let _ = set_unsent_bound(s, bound);
+        }
     }
 
     /// On a multiplexed connection, after a chunk the multiplexer has let go of: gives the relay's
