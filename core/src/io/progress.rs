@@ -134,27 +134,15 @@ pub fn unsent(sock: RawFd) -> Option<u32> {
 }
 
 /// Sets `sock`'s unsent-queue bound (`TCP_NOTSENT_LOWAT`) to `bytes`
-/// ([`crate::runtime::listen::NOTSENT_LOWAT`], [`crate::runtime::listen::FAST_NOTSENT_LOWAT`]).
+/// ([`crate::runtime::listen::NOTSENT_LOWAT`], [`crate::runtime::listen::FAST_NOTSENT_LOWAT`]);
+/// `sock` must be an open descriptor, which the caller keeps open for the call.
 ///
 /// # Errors
-/// The `setsockopt(2)` error.
+/// The `setsockopt(2)` error (a descriptor that is not a TCP socket).
 pub fn set_unsent_bound(sock: RawFd, bytes: u32) -> io::Result<()> {
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: TCP_NOTSENT_LOWAT reads one int from `v`, whose size is passed; the fd is the caller's
-    // open socket.
-    let r = unsafe {
-        libc::setsockopt(
-            sock,
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    match r {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
-    }
+    // SAFETY: the caller keeps the descriptor open for the call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(sock) };
+    socket2::SockRef::from(&fd).set_tcp_notsent_lowat(bytes)
 }
 
 /// Whether `sock` would take a write now, asked without waiting (`poll(2)` for `POLLOUT`, timeout 0):
@@ -375,8 +363,9 @@ mod tests {
             set_unsent_bound(fd, bytes).unwrap();
             assert_eq!(sock.tcp_notsent_lowat().unwrap(), bytes);
         }
+        let not_a_socket = std::fs::File::open("/dev/null").unwrap();
         assert!(
-            set_unsent_bound(-1, 1).is_err(),
+            set_unsent_bound(std::os::fd::AsRawFd::as_raw_fd(&not_a_socket), 1).is_err(),
             "an error is returned, not swallowed"
         );
     }

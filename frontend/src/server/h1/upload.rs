@@ -25,6 +25,7 @@ use edge_core::{
     io::{
         body::{RequestSink, SendBodyError, SinkError},
         coop::Coop,
+        progress::set_unsent_bound,
         send_now,
         splice::{Moved, Pipe},
         Transport,
@@ -82,7 +83,8 @@ impl Upload {
         // are ahead of the upstream's window by a bounded amount, so each of its window updates moves
         // a bounded amount and edge's own loop keeps feeding it (bench/README.md "Request bodies by
         // splice").
-        bound_unsent(to);
+        // Best effort: a socket without the bound still works, with a deeper unsent queue.
+        let _ = set_unsent_bound(to, NOTSENT_LOWAT);
         Some(Upload { pipe, from, to })
     }
 
@@ -230,14 +232,6 @@ impl Direct {
     pub(super) fn send(&self, bytes: &[u8]) -> std::io::Result<usize> {
         send_now(self.to, bytes)
     }
-}
-
-/// Sets `TCP_NOTSENT_LOWAT` ([`NOTSENT_LOWAT`]) on the socket `fd`; best effort (a socket without it
-/// still works, with a deeper unsent queue).
-fn bound_unsent(fd: RawFd) {
-    // SAFETY: the caller keeps the descriptor open for the call.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    let _ = socket2::SockRef::from(&fd).set_tcp_notsent_lowat(NOTSENT_LOWAT);
 }
 
 /// The client closed its connection (or it failed) before its whole body arrived: logged, and the
